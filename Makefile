@@ -1,0 +1,49 @@
+# tritonops: `make demo` and `make test` each install what they need on a fresh Debian machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS := triton,k8s,ansible,obs,dev
+# Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64).
+APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
+	slirp4netns qemu-user-static binfmt-support curl
+
+.PHONY: all demo test unit integration lint apt venv clean
+
+all: test
+
+# The venv is rebuilt only when pyproject.toml changes (stamp holds its hash).
+$(VENV)/.stamp: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# Installs only what is missing, so a warm machine pays nothing.
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check infra tests examples
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: venv apt
+	$(BIN)/pytest -q tests/integration
+
+test: venv apt lint
+	$(BIN)/pytest -q -rs tests/unit tests/integration
+
+demo: venv
+	$(BIN)/tritonops demo
+
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,182 @@
+"""config.pbtxt <-> ModelSpec, through Triton's own protobuf.
+
+Parsing and rendering are ``google.protobuf.text_format`` against ``tritonclient.grpc.model_config_pb2``
+(Triton's ``ModelConfig``); the spec conversion goes through ``json_format`` with the protobuf's field
+names, so round-trips are lossless. :func:`field_lines` maps field paths to the line they came from,
+so semantic findings can name ``file:line`` just like parse errors do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from pydantic import ValidationError
+from tritonclient.grpc import model_config_pb2
+
+from infra.model_repo.spec import ModelSpec
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+class ConfigError(Exception):
+    """A config that cannot be read: carries file, line, column and the offending field."""
+
+    def __init__(self, path: Path | str, message: str, line: int | None = None,
+                 column: int | None = None, field: str | None = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.column = column
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        if self.line and self.column:
+            where += f":{self.column}"
+        field = f" [{self.field}]" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+_NO_FIELD = re.compile(r'has no field named "([^"]+)"')
+_FIELD_BEFORE = re.compile(r"(\w+)\s*:?\s*[^:]*$")
+
+
+def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
+    """Parse config.pbtxt text into Triton's ModelConfig, or raise ConfigError with line:column."""
+    msg = ModelConfig()
+    try:
+        text_format.Parse(text, msg)
+    except text_format.ParseError as e:
+        line, column = e.GetLine(), e.GetColumn()
+        detail = re.sub(r"^\d+:\d+ : ", "", str(e))
+        detail = re.sub(r"^'.*?': ", "", detail)  # the parser repeats the whole line; we give line:col
+        m = _NO_FIELD.search(detail)
+        if m:
+            field = m.group(1)
+        else:  # the field whose value is wrong: the last name before the error column
+            src = text.splitlines()[line - 1][: column - 1] if 0 < line <= len(text.splitlines()) else ""
+            before = _FIELD_BEFORE.search(src)
+            field = before.group(1) if before else None
+        raise ConfigError(path, detail, line, column, field) from None
+    return msg
+
+
+def proto_to_spec(msg: Any) -> ModelSpec:
+    data = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return ModelSpec.model_validate(data)
+
+
+def spec_to_proto(spec: ModelSpec) -> Any:
+    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json_format.ParseDict(_drop_empty(data), ModelConfig())
+
+
+def render(spec: ModelSpec) -> str:
+    """config.pbtxt text for a spec (Triton's canonical text format)."""
+    return text_format.MessageToString(spec_to_proto(spec))
+
+
+def parse(text: str, path: Path | str = "config.pbtxt") -> ModelSpec:
+    msg = parse_proto(text, path)
+    try:
+        return proto_to_spec(msg)
+    except ValidationError as e:  # a value the protobuf accepts but the spec forbids
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(path, err["msg"], field_lines(text).get(field), field=field) from None
+
+
+def _drop_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_empty(v) for k, v in value.items() if v not in ([], {})}
+    if isinstance(value, list):
+        return [_drop_empty(v) for v in value]
+    return value
+
+
+@dataclass
+class LoadedConfig:
+    path: Path
+    text: str
+    spec: ModelSpec
+    lines: dict[str, int]
+
+    def line(self, field: str) -> int | None:
+        """Line of a dotted field path (``input.1.dims``); falls back to the nearest parent."""
+        parts = field.split(".")
+        while parts:
+            key = ".".join(parts)
+            if key in self.lines:
+                return self.lines[key]
+            parts.pop()
+        return None
+
+
+def load(path: Path) -> LoadedConfig:
+    text = path.read_text()
+    spec = parse(text, path)
+    return LoadedConfig(path=path, text=text, spec=spec, lines=field_lines(text))
+
+
+def field_lines(text: str) -> dict[str, int]:
+    """Map dotted field paths to 1-based line numbers, using protobuf's own text tokenizer.
+
+    Paths follow the spec: repeated fields get an index (``input.0.dims``,
+    ``dynamic_batching.preferred_batch_size.1``) and map entries their key
+    (``ensemble_scheduling.step.0.input_map.INPUT``). Call it on text that already parsed.
+    """
+    tok = text_format.Tokenizer(text.splitlines(keepends=True))
+    lines: dict[str, int] = {}
+
+    def line() -> int:
+        return int(tok._line) + 1  # the tokenizer counts lines from 0
+
+    def message(desc: Any, prefix: str, closer: str | None) -> dict[str, str]:
+        counts: dict[str, int] = {}
+        scalars: dict[str, str] = {}
+        while not tok.AtEnd():
+            if closer and tok.TryConsume(closer):
+                break
+            ln = line()
+            name = tok.ConsumeIdentifier()
+            field = desc.fields_by_name.get(name) if desc is not None else None
+            tok.TryConsume(":")
+            if tok.TryConsume("["):
+                while not tok.TryConsume("]"):
+                    if not tok.TryConsume(","):
+                        value(field, prefix, name, counts, line(), scalars)
+            else:
+                value(field, prefix, name, counts, ln, scalars)
+        return scalars
+
+    def value(field: Any, prefix: str, name: str, counts: dict[str, int], ln: int,
+              scalars: dict[str, str]) -> None:
+        path = f"{prefix}{name}"
+        lines.setdefault(path, ln)
+        sub = field.message_type if field is not None else None
+        is_map = sub is not None and sub.GetOptions().map_entry
+        if field is not None and field.label == field.LABEL_REPEATED and not is_map:
+            i = counts.get(name, 0)
+            counts[name] = i + 1
+            path = f"{path}.{i}"
+            lines.setdefault(path, ln)
+        if tok.token in ("{", "<"):
+            closer = "}" if tok.token == "{" else ">"
+            tok.NextToken()
+            entry = message(sub, f"{path}.", closer)
+            if is_map and "key" in entry:
+                lines.setdefault(f"{path}.{entry['key']}", ln)
+            return
+        token = ""
+        while tok.token == "-" or not token:  # a sign is its own token
+            token += tok.token
+            tok.NextToken()
+        scalars.setdefault(name, token.strip('"'))
+
+    message(ModelConfig.DESCRIPTOR, "", None)
+    return lines

@@ -1,0 +1,190 @@
+"""Run a real, CPU-only ``tritonserver`` from the ``nvidia-pytriton`` wheel.
+
+The wheel ships a complete Triton 2.51 binary with HTTP, gRPC, metrics and the Python backend. This
+module finds it in the current environment, lays out a backend directory with the Python backend stub
+for this interpreter, starts the server on free loopback ports and waits until it is ready. It is used
+by the test fixtures, by ``make demo`` and by ``tritonops serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import site
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tritonclient.http as httpclient
+
+
+class TritonNotInstalled(RuntimeError):
+    """The nvidia-pytriton wheel (which carries tritonserver) is not installed here."""
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where the wheel's server binary, libraries and Python backend live."""
+
+    root: Path  # .../site-packages/pytriton/tritonserver
+    libs: Path  # .../site-packages/nvidia_pytriton.libs
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    def backend_dir(self, dest: Path) -> Path:
+        """Copy the Python backend and the stub for this interpreter into ``dest/python``."""
+        python_be = dest / "python"
+        python_be.mkdir(parents=True, exist_ok=True)
+        for f in (self.root / "backends" / "python").iterdir():
+            if f.is_file():
+                shutil.copy2(f, python_be / f.name)
+        stub = self.root / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+        shutil.copy2(stub / "triton_python_backend_stub", python_be / "triton_python_backend_stub")
+        return dest
+
+
+def find_install() -> TritonInstall:
+    for sp in [*site.getsitepackages(), site.getusersitepackages()]:
+        root = Path(sp) / "pytriton" / "tritonserver"
+        if (root / "bin" / "tritonserver").exists():
+            return TritonInstall(root=root, libs=Path(sp) / "nvidia_pytriton.libs")
+    raise TritonNotInstalled(
+        "tritonserver not found: install the wheel with `pip install 'tritonops[triton]'` "
+        "(nvidia-pytriton carries a CPU-only tritonserver)"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class TritonServer:
+    """A running tritonserver process on loopback."""
+
+    repository: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(
+    repository: Path,
+    *,
+    model_control_mode: str = "none",
+    load_models: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    workdir: Path | None = None,
+    ready_timeout: float = 120,
+    wait_ready: bool = True,
+) -> TritonServer:
+    """Start tritonserver on free loopback ports and (by default) wait until it is ready.
+
+    Raises RuntimeError with the server log when it exits or does not become ready in time.
+    """
+    install = find_install()
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="tritonops-server-"))
+    backends = install.backend_dir(workdir / "backends")
+    ports = [free_port() for _ in range(3)]
+    args = [
+        str(install.binary),
+        f"--model-repository={Path(repository).resolve()}",
+        f"--backend-directory={backends}",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        f"--http-port={ports[0]}",
+        f"--grpc-port={ports[1]}",
+        f"--metrics-port={ports[2]}",
+        f"--model-control-mode={model_control_mode}",
+        "--exit-on-error=false" if model_control_mode == "explicit" else "--exit-on-error=true",
+        *[f"--load-model={m}" for m in load_models],
+        *extra_args,
+    ]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(install.libs), env.get("LD_LIBRARY_PATH")]))
+    # The Python backend stub imports numpy/onnxruntime from the interpreter that runs us.
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["PYTHONPATH"] = ":".join(filter(None, [*site.getsitepackages(), env.get("PYTHONPATH")]))
+    log_path = workdir / "tritonserver.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = TritonServer(
+        repository=Path(repository),
+        http_port=ports[0],
+        grpc_port=ports[1],
+        metrics_port=ports[2],
+        process=proc,
+        log_path=log_path,
+        extra_args=list(extra_args),
+    )
+    if wait_ready:
+        try:
+            wait_until_ready(server, timeout=ready_timeout)
+        except Exception:
+            server.stop()
+            raise
+    return server
+
+
+def wait_until_ready(server: TritonServer, timeout: float = 120) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"tritonserver exited with code {server.process.returncode}; log:\n{server.log()[-4000:]}"
+            )
+        try:
+            if client.is_server_ready():
+                return
+        except Exception:  # noqa: BLE001 - connection refused while it starts
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"tritonserver not ready after {timeout}s; log:\n{server.log()[-4000:]}")
+
+
+@contextmanager
+def running(repository: Path, **kwargs: object) -> Iterator[TritonServer]:
+    server = start(repository, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
