@@ -1,0 +1,72 @@
+"""Metric names: Triton's own (from its metrics documentation), and this project's.
+
+Triton's duration metrics are cumulative microsecond *counters*, not histograms: averages are
+rate ratios (``rate(duration_us) / rate(request_success)``).
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- Triton counters / gauges (labels: model, version) -----------------------------------------
+REQUEST_SUCCESS = "nv_inference_request_success"
+REQUEST_FAILURE = "nv_inference_request_failure"  # label reason=REJECTED|CANCELED|BACKEND|OTHER
+INFERENCE_COUNT = "nv_inference_count"
+EXEC_COUNT = "nv_inference_exec_count"
+PENDING = "nv_inference_pending_request_count"
+REQUEST_DURATION_US = "nv_inference_request_duration_us"
+QUEUE_DURATION_US = "nv_inference_queue_duration_us"
+COMPUTE_INPUT_US = "nv_inference_compute_input_duration_us"
+COMPUTE_INFER_US = "nv_inference_compute_infer_duration_us"
+COMPUTE_OUTPUT_US = "nv_inference_compute_output_duration_us"
+# --- Triton host metrics ----------------------------------------------------------------------
+GPU_UTILIZATION = "nv_gpu_utilization"  # 0..1, label gpu_uuid
+GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL = "nv_gpu_memory_total_bytes"
+GPU_POWER = "nv_gpu_power_usage"
+CPU_UTILIZATION = "nv_cpu_utilization"
+CPU_MEMORY_USED = "nv_cpu_memory_used_bytes"
+
+TRITON_METRICS = frozenset(
+    {
+        REQUEST_SUCCESS, REQUEST_FAILURE, INFERENCE_COUNT, EXEC_COUNT, PENDING, REQUEST_DURATION_US,
+        QUEUE_DURATION_US, COMPUTE_INPUT_US, COMPUTE_INFER_US, COMPUTE_OUTPUT_US, GPU_UTILIZATION,
+        GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_POWER, CPU_UTILIZATION, CPU_MEMORY_USED,
+    }
+)
+# Triton exports these only where NVML/DCGM sees a GPU: absent on CPU-only servers and on Jetson.
+GPU_METRICS = frozenset({GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_POWER})
+
+# Prometheus' own per-target health series.
+UP = "up"
+
+# Written by the drift checks as a node-exporter textfile (labels: source, host): how many resources
+# differ from what the code says. 0 = no drift.
+DRIFT_METRIC = "tritonops_drift_resources"
+
+_PROMQL_WORDS = frozenset(
+    {
+        "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+        "offset", "inf", "nan",
+    }
+)
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENT = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(?!\w)\s*(\()?")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric (series) names a PromQL expression reads: functions, labels, keywords removed."""
+    s = _STRINGS.sub('""', expr)
+    s = _MATCHERS.sub("", s)
+    s = _RANGES.sub("", s)
+    s = _GROUPING.sub(" ", s)
+    names = set()
+    for m in _IDENT.finditer(s):
+        word, call = m.group(1), m.group(2)
+        if call or word.lower() in _PROMQL_WORDS:
+            continue
+        names.add(word)
+    return names
