@@ -2,9 +2,153 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from infra.hosts.commands import hosts_app
+from infra.model_repo.manifest import MANIFEST_FILE, Manifest
+from infra.model_repo.manifest import build as build_manifest
+from infra.model_repo.manifest import compare as compare_manifests
+from infra.model_repo.validate import Target, UsageError
+from infra.model_repo.validate import validate as validate_repo
+from infra.observability.commands import obs_app
+from infra.triton.server import start as start_server
+from infra.triton.smoke import SmokeReport
+from infra.triton.smoke import smoke as run_smoke
 
 from infra.observability.commands import obs_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.add_typer(hosts_app, name="hosts")
 app.add_typer(obs_app, name="observability")
+
+
+# --- model repository and inference checks -------------------------------------------------------
+# Exit codes shared by validate and smoke: 0 clean, 1 findings/failed checks, 2 usage error.
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _print_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@app.command()
+def validate(
+    path: Annotated[Path, typer.Argument(help="A model repository, or one model folder")],
+    target: Annotated[Target | None, typer.Option(help="Hardware the repository is for")] = None,
+    config_name: Annotated[
+        str | None, typer.Option(help="Use configs/NAME.pbtxt as the active config (tritonserver --model-config-name)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+) -> None:
+    """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
+    try:
+        report = validate_repo(path, target=target, config_name=config_name)
+    except UsageError as e:
+        err_console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_USAGE) from None
+    if as_json:
+        _print_json(report.model_dump(mode="json"))
+    else:
+        for f in [*report.errors, *report.warnings]:
+            colour = "red" if f.severity == "error" else "yellow"
+            fld = f" [{f.field}]" if f.field else ""
+            console.print(f"[{colour}]{f.severity}[/] {f.location()}:{escape(fld)} {escape(f.message)}",
+                          highlight=False, soft_wrap=True)
+        console.print(f"{len(report.models)} models, {len(report.errors)} errors, {len(report.warnings)} warnings")
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+@app.command()
+def manifest(
+    path: Annotated[Path, typer.Argument(help="A model repository (or release) folder")],
+    compare_to: Annotated[
+        Path | None, typer.Option("--compare", help="A manifest JSON to compare the folder against")
+    ] = None,
+    write: Annotated[bool, typer.Option(help=f"Also write {MANIFEST_FILE} into the folder")] = False,
+) -> None:
+    """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
+    if not path.is_dir():
+        err_console.print(f"[red]error:[/] {path}: not a directory")
+        raise typer.Exit(EXIT_USAGE)
+    current = build_manifest(path)
+    if compare_to is not None:
+        diff = compare_manifests(Manifest.load(compare_to), current)
+        _print_json(diff.model_dump())
+        raise typer.Exit(EXIT_OK if diff.clean else EXIT_FINDINGS)
+    if write:
+        (path / MANIFEST_FILE).write_text(current.to_json())
+    typer.echo(current.to_json(), nl=False)
+
+
+def _smoke_table(report: SmokeReport) -> Table:
+    table = Table(title=f"tritonops smoke {report.url} (Triton {report.server_version or '?'})")
+    for col in ("check", "target", "result", "ms", "detail"):
+        table.add_column(col, justify="right" if col == "ms" else "left")
+    for c in report.checks:
+        table.add_row(c.check, c.target, "[green]ok[/]" if c.ok else "[red]FAIL[/]", f"{c.ms:.1f}", escape(c.detail))
+    return table
+
+
+@app.command()
+def smoke(
+    url: Annotated[str, typer.Argument(help="http://HOST:8000, grpc://HOST:8001 or grpcs://HOST:8001")],
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Check only these models")] = None,
+    repository: Annotated[
+        Path | None, typer.Option(help="Local copy of the deployed repository: golden data and the expected models")
+    ] = None,
+    metrics_url: Annotated[str | None, typer.Option(help="Default: http://HOST:8002/metrics")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="NAME=VALUE sent to restricted APIs (the admin header)")
+    ] = None,
+    ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://")] = None,
+    cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS")] = None,
+    key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Live, ready, every model READY, golden inference within tolerance, metrics served.
+
+    Exit 0 when every check passes, 1 when any fails, 2 on a usage error.
+    """
+    headers = {}
+    for h in header or []:
+        name, sep, value = h.partition("=")
+        if not sep:
+            err_console.print(f"[red]error:[/] --header {h!r}: expected NAME=VALUE")
+            raise typer.Exit(EXIT_USAGE)
+        headers[name] = value
+    try:
+        report = run_smoke(url, models=model or (), repository=repository, metrics_url=metrics_url,
+                           headers=headers, ca=ca, cert=cert, key=key)
+    except ValueError as e:
+        err_console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_USAGE) from None
+    if as_json:
+        _print_json(report.model_dump(mode="json") | {"ok": report.ok})
+    else:
+        console.print(_smoke_table(report))
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+@app.command()
+def serve(
+    repository: Annotated[Path, typer.Argument(help="Model repository to serve")] = Path("examples/model_repository"),
+    model_control_mode: Annotated[str, typer.Option(help="none, poll or explicit")] = "none",
+) -> None:
+    """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
+    server = start_server(repository, model_control_mode=model_control_mode,
+                          load_models=["*"] if model_control_mode == "explicit" else ())
+    console.print(f"tritonserver ready: http://{server.http_url} grpc://{server.grpc_url} {server.metrics_url}")
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        server.stop()

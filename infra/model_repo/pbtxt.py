@@ -8,6 +8,7 @@ so semantic findings can name ``file:line`` just like parse errors do.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,10 @@ class LoadedConfig:
     path: Path
     text: str
     spec: ModelSpec
-    lines: dict[str, int]
+
+    @functools.cached_property
+    def lines(self) -> dict[str, int]:
+        return field_lines(self.text)
 
     def line(self, field: str) -> int | None:
         """Line of a dotted field path (``input.1.dims``); falls back to the nearest parent."""
@@ -120,7 +124,7 @@ class LoadedConfig:
 def load(path: Path) -> LoadedConfig:
     text = path.read_text()
     spec = parse(text, path)
-    return LoadedConfig(path=path, text=text, spec=spec, lines=field_lines(text))
+    return LoadedConfig(path=path, text=text, spec=spec)
 
 
 def field_lines(text: str) -> dict[str, int]:
