@@ -74,7 +74,7 @@ def proto_to_spec(msg: Any) -> ModelSpec:
 
 def spec_to_proto(spec: ModelSpec) -> Any:
     data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return json_format.ParseDict(_drop_empty(data), ModelConfig())
+    return json_format.ParseDict(data, ModelConfig())
 
 
 def render(spec: ModelSpec) -> str:
@@ -90,14 +90,6 @@ def parse(text: str, path: Path | str = "config.pbtxt") -> ModelSpec:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise ConfigError(path, err["msg"], field_lines(text).get(field), field=field) from None
-
-
-def _drop_empty(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_empty(v) for k, v in value.items() if v not in ([], {})}
-    if isinstance(value, list):
-        return [_drop_empty(v) for v in value]
-    return value
 
 
 @dataclass
