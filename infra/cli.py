@@ -18,15 +18,16 @@ from infra.model_repo.manifest import compare as compare_manifests
 from infra.model_repo.validate import Target, UsageError
 from infra.model_repo.validate import validate as validate_repo
 from infra.observability.commands import obs_app
+from infra.triton.load_commands import bench_cmd, tune_cmd
 from infra.triton.server import start as start_server
 from infra.triton.smoke import SmokeReport
 from infra.triton.smoke import smoke as run_smoke
 
-from infra.observability.commands import obs_app
-
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(obs_app, name="observability")
+app.command("bench")(bench_cmd)
+app.command("tune")(tune_cmd)
 
 
 # --- model repository and inference checks -------------------------------------------------------

@@ -1,0 +1,160 @@
+"""``tritonops bench`` and ``tritonops tune``: load generation and tuning against a running Triton."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from infra.model_repo import pbtxt
+from infra.triton import bench
+from infra.triton import tune as tuner
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # bench: some requests failed; tune: no setting within the budget
+EXIT_USAGE = 2
+
+console = Console(stderr=True)
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not enabled, transient=True,
+    )
+
+
+def _report_table(r: bench.BenchReport) -> Table:
+    t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("requests sent / ok", f"{r.sent} / {r.succeeded}"),
+        ("elapsed (stopped by " + r.stopped_by + ")", f"{r.elapsed_s:.2f} s"),
+        ("throughput", f"{r.throughput_rps:.1f} req/s ({r.inferences_per_s:.1f} inf/s)"),
+        ("latency p50 / p95 / p99", f"{r.p50_ms:.2f} / {r.p95_ms:.2f} / {r.p99_ms:.2f} ms"),
+        ("server queue", f"{r.server.queue_ms:.3f} ms"),
+        ("server compute input / infer / output",
+         f"{r.server.compute_input_ms:.3f} / {r.server.compute_infer_ms:.3f} / "
+         f"{r.server.compute_output_ms:.3f} ms"),
+        ("server batch size (inferences/execution)", f"{r.server.batch_size:.2f}"),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "none"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def bench_cmd(
+    model: Annotated[str, typer.Argument(help="Model name")],
+    url: Annotated[str, typer.Option(help="Triton HTTP or gRPC endpoint, host:port")] = "127.0.0.1:8000",
+    protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
+    mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
+    concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
+    rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = 100.0,
+    requests: Annotated[int, typer.Option(help="Stop after this many requests")] = 1000,
+    duration: Annotated[float, typer.Option(help="Stop after this many seconds")] = 10.0,
+    batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = 1,
+    allow_host: Annotated[
+        list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+) -> None:
+    """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
+
+    Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments or a target that is not
+    loopback (or --allow-host).
+    """
+    try:
+        cfg = bench.BenchConfig(
+            url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
+            rate=rate, max_requests=requests, max_seconds=duration, batch_size=batch_size,
+            allowed_hosts=tuple(allow_host or ()),
+        )
+        bench.check_target(url, cfg.allowed_hosts)
+    except ValueError as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_USAGE) from None
+    with _progress(not as_json) as progress:
+        task = progress.add_task(f"{model} {protocol} {mode}", total=requests)
+        report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        Console().print(_report_table(report))
+    raise typer.Exit(EXIT_FINDINGS if report.errors else EXIT_OK)
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{name}: comma-separated integers, got {text!r}") from None
+
+
+def tune_cmd(
+    model: Annotated[str, typer.Argument(help="Model name (loaded, explicit model control mode)")],
+    repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
+    url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port")] = "127.0.0.1:8000",
+    budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
+    concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
+    requests: Annotated[int, typer.Option(help="Requests per setting (upper bound)")] = 2000,
+    duration: Annotated[float, typer.Option(help="Seconds per setting (upper bound)")] = 5.0,
+    instances: Annotated[str, typer.Option(help="Instance counts to try")] = "1,2",
+    delays: Annotated[str, typer.Option(help="max_queue_delay_microseconds values to try")] = "0,500,2000",
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
+    write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
+) -> None:
+    """Sweep dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
+
+    Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
+    errors, 2 bad arguments.
+    """
+    config_path = repository / model / "config.pbtxt"
+    try:
+        spec = pbtxt.parse(config_path.read_text(), config_path)
+        load = bench.BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
+                                 max_seconds=duration)
+        bench.check_target(url)
+    except (OSError, ValueError, pbtxt.ConfigError) as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(EXIT_USAGE) from None
+    grid = tuner.default_grid(
+        spec.max_batch_size or 0, _ints(instances, "instances"), _ints(delays, "delays")
+    )
+    with _progress(not as_json) as progress:
+        task = progress.add_task(f"tune {model}", total=len(grid))
+
+        def on_trial(t: tuner.Trial) -> None:
+            progress.advance(task)
+            progress.console.print(
+                f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
+                + ("" if t.error_free else f"  errors {t.report.errors}"), highlight=False)
+
+        result = tuner.tune(url, spec, grid, load, budget_ms, on_trial=on_trial)
+    png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
+    out = result.to_dict()
+    out["plot"] = str(png)
+    if result.best and write:
+        tuner.write_recommendation(config_path, result.best.setting)
+        out["written"] = str(config_path)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        c = Console()
+        if result.best:
+            best = result.best.report
+            c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
+                    f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {budget_ms:g} ms)")
+            if write:
+                c.print(f"wrote {config_path}")
+        else:
+            c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
+        c.print(f"plot: {png}")
+    raise typer.Exit(EXIT_OK if result.best else EXIT_FINDINGS)
