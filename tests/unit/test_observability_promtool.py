@@ -1,0 +1,239 @@
+"""``promtool check rules`` and ``promtool test rules`` on the generated rule file.
+
+Every alert gets a firing scenario and a quiet one (same series, below the threshold). The rule file
+comes from ``rule_groups()`` with the shipped defaults (production ``for:`` durations and windows).
+``promtool test rules`` compares annotations exactly; the scenarios compare labels, so they run on
+a copy whose alert annotations are dropped, and one scenario checks the full annotations
+(runbook included) of TritonDown, whose templates only read labels.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.observability import rules as r
+from infra.observability.export import rules_yaml
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: `make apt` installs prometheus")
+
+T = 'job="triton",instance="10.0.0.1:8002"'
+M = f'model="resnet",version="1",{T}'
+BASE = {"job": "triton", "instance": "10.0.0.1:8002"}
+STEPS = 200  # 15s steps: 50 minutes of samples
+
+
+@dataclass(frozen=True)
+class Scenario:
+    alert: str
+    firing: dict[str, str]  # series -> values
+    quiet: dict[str, str]
+    eval_time: str
+    labels: dict[str, str]  # labels of the firing alert, besides alertname/severity/team
+
+
+def _scaler_series(pending_each: int) -> dict[str, str]:
+    max_r = r.RuleSettings().scaling.max_replicas
+    out = {}
+    for i in range(max_r):
+        inst = f'job="triton",instance="10.0.0.{i}:8002"'
+        out[f"up{{{inst}}}"] = f"1x{STEPS}"
+        pending = f'nv_inference_pending_request_count{{model="resnet",version="1",{inst}}}'
+        out[pending] = f"{pending_each}x{STEPS}"
+    return out
+
+
+SCENARIOS = [
+    Scenario("TritonDown", {f"up{{{T}}}": f"0x{STEPS}"}, {f"up{{{T}}}": f"1x{STEPS}"}, "5m", BASE),
+    Scenario(
+        "TritonModelNotReady",
+        {f"up{{{T}}}": f"1x{STEPS}", f"nv_inference_request_success{{{M}}}": "0+10x40 stale"},
+        {f"up{{{T}}}": f"1x{STEPS}", f"nv_inference_request_success{{{M}}}": f"0+10x{STEPS}"},
+        "20m",
+        {**BASE, "model": "resnet", "version": "1"},
+    ),
+    Scenario(
+        "TritonFailureRatioHigh",
+        {f"nv_inference_request_success{{{M}}}": f"0+10x{STEPS}",
+         f'nv_inference_request_failure{{reason="BACKEND",{M}}}': f"0+5x{STEPS}"},
+        {f"nv_inference_request_success{{{M}}}": f"0+10x{STEPS}",
+         f'nv_inference_request_failure{{reason="BACKEND",{M}}}': f"0x{STEPS}"},
+        "15m",
+        {"model": "resnet"},
+    ),
+    Scenario(
+        "TritonQueueTimeHigh",  # 100 requests per step; 0.2 s vs 0.05 s queue time each
+        {f"nv_inference_request_success{{{M}}}": f"0+100x{STEPS}",
+         f"nv_inference_queue_duration_us{{{M}}}": f"0+20000000x{STEPS}"},
+        {f"nv_inference_request_success{{{M}}}": f"0+100x{STEPS}",
+         f"nv_inference_queue_duration_us{{{M}}}": f"0+5000000x{STEPS}"},
+        "15m",
+        {"model": "resnet"},
+    ),
+    Scenario(
+        "TritonPendingRequestsSaturating",
+        {f"nv_inference_pending_request_count{{{M}}}": f"25x{STEPS}"},
+        {f"nv_inference_pending_request_count{{{M}}}": f"4x{STEPS}"},
+        "15m",
+        {"model": "resnet"},
+    ),
+    Scenario(
+        "TritonGpuUtilizationLowWhileQueueing",
+        {f'nv_gpu_utilization{{gpu_uuid="GPU-1",{T}}}': f"0.1x{STEPS}",
+         f"nv_inference_pending_request_count{{{M}}}": f"6x{STEPS}"},
+        {f'nv_gpu_utilization{{gpu_uuid="GPU-1",{T}}}': f"0.1x{STEPS}",
+         f"nv_inference_pending_request_count{{{M}}}": f"0x{STEPS}"},
+        "20m",
+        {"instance": BASE["instance"]},
+    ),
+    Scenario(
+        "TritonGpuUtilizationHigh",
+        {f'nv_gpu_utilization{{gpu_uuid="GPU-1",{T}}}': f"0.97x{STEPS}"},
+        {f'nv_gpu_utilization{{gpu_uuid="GPU-1",{T}}}': f"0.6x{STEPS}"},
+        "25m",
+        {"instance": BASE["instance"], "gpu_uuid": "GPU-1"},
+    ),
+    Scenario(
+        "TritonGpuMemoryHigh",
+        {f'nv_gpu_memory_used_bytes{{gpu_uuid="GPU-1",{T}}}': f"70e9x{STEPS}",
+         f'nv_gpu_memory_total_bytes{{gpu_uuid="GPU-1",{T}}}': f"80e9x{STEPS}"},
+        {f'nv_gpu_memory_used_bytes{{gpu_uuid="GPU-1",{T}}}': f"40e9x{STEPS}",
+         f'nv_gpu_memory_total_bytes{{gpu_uuid="GPU-1",{T}}}': f"80e9x{STEPS}"},
+        "15m",
+        {**BASE, "gpu_uuid": "GPU-1"},
+    ),
+    Scenario(
+        "TritonScalerAtMaxReplicas",  # 10 replicas up; 6 pending each -> ceil(60/5) = 12 >= 10
+        _scaler_series(6),
+        _scaler_series(1),  # ceil(10/5) = 2
+        "20m",
+        {"job": "triton"},
+    ),
+    Scenario(
+        "TritonopsConfigurationDrift",
+        {'tritonops_drift_resources{source="ansible",host="edge-1"}': f"3x{STEPS}"},
+        {'tritonops_drift_resources{source="ansible",host="edge-1"}': f"0x{STEPS}"},
+        "25m",
+        {"source": "ansible", "host": "edge-1"},
+    ),
+]
+
+
+def test_scenarios_cover_every_alert() -> None:
+    assert sorted(s.alert for s in SCENARIOS) == sorted(r.ALERTS)
+
+
+def _severity(alert: str) -> str:
+    rule = next(x for g in r.rule_groups() for x in g["rules"] if x.get("alert") == alert)
+    return str(rule["labels"]["severity"])
+
+
+def _run(tmp_path: Path, groups: list[dict], tests: list[dict]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    (tmp_path / "tests.yml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": tests})
+    )
+    assert PROMTOOL
+    return subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _without_annotations() -> list[dict]:
+    groups = copy.deepcopy(r.rule_groups())
+    for g in groups:
+        for rule in g["rules"]:
+            rule.pop("annotations", None)
+    return groups
+
+
+def _case(series: dict[str, str], alert: str, eval_time: str, exp: list[dict]) -> dict:
+    return {
+        "interval": "15s",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "alert_rule_test": [{"eval_time": eval_time, "alertname": alert, "exp_alerts": exp}],
+    }
+
+
+def test_promtool_check_rules(tmp_path: Path) -> None:
+    path = tmp_path / "tritonops-rules.yml"
+    path.write_text(rules_yaml())
+    assert PROMTOOL
+    out = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    n = sum(len(g["rules"]) for g in r.rule_groups())
+    assert f"SUCCESS: {n} rules found" in out.stdout
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.alert)
+def test_alert_fires(tmp_path: Path, scenario: Scenario) -> None:
+    labels = {**scenario.labels, "severity": _severity(scenario.alert), "team": "tritonops"}
+    case = _case(scenario.firing, scenario.alert, scenario.eval_time, [{"exp_labels": labels}])
+    out = _run(tmp_path, _without_annotations(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.alert)
+def test_alert_stays_quiet(tmp_path: Path, scenario: Scenario) -> None:
+    case = _case(scenario.quiet, scenario.alert, scenario.eval_time, [])
+    out = _run(tmp_path, _without_annotations(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alert_waits_for_its_for_duration(tmp_path: Path) -> None:
+    # TritonDown has for: 1m: nothing at 45s, firing at 2m.
+    s = SCENARIOS[0]
+    early = _case(s.firing, s.alert, "45s", [])
+    out = _run(tmp_path, _without_annotations(), [early])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_runbook_annotations_render(tmp_path: Path) -> None:
+    rule = next(x for g in r.rule_groups() for x in g["rules"] if x.get("alert") == "TritonDown")
+    ann = rule["annotations"]
+    exp = {
+        "exp_labels": {**BASE, "severity": "critical", "team": "tritonops"},
+        "exp_annotations": {
+            "summary": ann["summary"].replace("{{ $labels.instance }}", BASE["instance"]),
+            "description": ann["description"].replace("{{ $labels.instance }}", BASE["instance"])
+            .replace("{{ $labels.job }}", BASE["job"]),
+            "runbook": ann["runbook"],
+        },
+    }
+    out = _run(tmp_path, r.rule_groups(), [_case(SCENARIOS[0].firing, "TritonDown", "5m", [exp])])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_recording_rules_compute_the_documented_ratios(tmp_path: Path) -> None:
+    # Per 15s: 100 ok + 100 rejected requests, 400 inferences in 50 executions, 2 s queue time, 6 pending.
+    series = {
+        f"nv_inference_request_success{{{M}}}": f"0+100x{STEPS}",
+        f"nv_inference_count{{{M}}}": f"0+400x{STEPS}",
+        f"nv_inference_exec_count{{{M}}}": f"0+50x{STEPS}",
+        f"nv_inference_queue_duration_us{{{M}}}": f"0+2000000x{STEPS}",
+        f"nv_inference_pending_request_count{{{M}}}": f"6x{STEPS}",
+        f'nv_inference_request_failure{{reason="REJECTED",{M}}}': f"0+100x{STEPS}",
+    }
+    case = {
+        "interval": "15s",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "promql_expr_test": [
+            {"expr": r.BATCH_EFFICIENCY, "eval_time": "10m",
+             "exp_samples": [{"labels": f'{r.BATCH_EFFICIENCY}{{model="resnet"}}', "value": 8}]},
+            {"expr": r.QUEUE_SECONDS, "eval_time": "10m",
+             "exp_samples": [{"labels": f'{r.QUEUE_SECONDS}{{model="resnet"}}', "value": 0.02}]},
+            {"expr": r.FAILURE_RATIO_BY_REASON, "eval_time": "10m",
+             "exp_samples": [{"labels": f'{r.FAILURE_RATIO_BY_REASON}{{model="resnet",reason="REJECTED"}}',
+                              "value": 0.5}]},
+            {"expr": r.DESIRED_REPLICAS, "eval_time": "10m",  # ceil(6 / 5)
+             "exp_samples": [{"labels": f'{r.DESIRED_REPLICAS}{{model="resnet"}}', "value": 2}]},
+        ],
+    }
+    out = _run(tmp_path, r.rule_groups(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
