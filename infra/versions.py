@@ -20,3 +20,52 @@ NUMPY_VERSION = "1.26.4"
 
 # Python backend stub shipped in the wheel, by the node's Python minor version.
 PYTHON_BACKEND_STUB_PYTHON = "3.11"
+
+# --- Kubernetes: Helm charts and cluster (infra/k8s, stacks/) -----------------------------------
+# Each chart is installed from its upstream repository at exactly this version.
+KUBERNETES_VERSION = "1.30"  # EKS control plane; also the oldest schema the tests validate against
+GPU_OPERATOR_CHART = "gpu-operator"
+GPU_OPERATOR_CHART_VERSION = "v25.3.0"
+GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
+KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
+KUBE_PROMETHEUS_STACK_CHART_VERSION = "75.15.1"
+KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
+KEDA_CHART = "keda"
+KEDA_CHART_VERSION = "2.17.2"  # fallback.behavior (currentReplicasIfHigher) needs KEDA >= 2.17
+KEDA_REPO = "https://kedacore.github.io/charts"
+
+# Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to
+# CPU-only nodes (installed with --no-index --no-deps): the tritonserver binary, onnxruntime for the
+# Python-backend ONNX models, and onnxruntime's own runtime requirements. sha256 per node platform;
+# the role's defaults repeat these and tests/unit/test_role_specs.py keeps the two identical.
+TRITON_WHEELS: dict[str, dict[str, str]] = {
+    "x86_64": {
+        f"nvidia-pytriton=={PYTRITON_VERSION}":
+            "21f063ff93bb426d0c06b7a55e7eb9efcfe62c0dddd9a908e9877e18710128df",
+        f"onnxruntime=={ONNXRUNTIME_VERSION}":
+            "5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c419dc6d163d",
+        f"numpy=={NUMPY_VERSION}": "666dbfb6ec68962c033a450943ded891bed2d54e6755e35e5835d63f4f6931d5",
+        "flatbuffers==25.12.19": "7634f50c427838bb021c2d66a3d1168e9d199b0607e6329399f04846d42e20b4",
+        "packaging==26.4": "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2",
+        "protobuf==4.25.9": "438c636de8fb706a0de94a12a268ef1ae8f5ba5ae655a7671fcda5968ba3c9be",
+    },
+    "aarch64": {
+        f"nvidia-pytriton=={PYTRITON_VERSION}":
+            "f99e07ee56fe065337453956afba17d2673e02ec6a632c3de26ce6e7b32a0898",
+        f"onnxruntime=={ONNXRUNTIME_VERSION}":
+            "2303372a85299b6757b0e11e1cbf13e410ddf7e10c37f4b37e99d1c90e7daf7c",
+        f"numpy=={NUMPY_VERSION}": "7ab55401287bfec946ced39700c053796e7cc0e3acbef09993a9ad2adba6ca6e",
+        "flatbuffers==25.12.19": "7634f50c427838bb021c2d66a3d1168e9d199b0607e6329399f04846d42e20b4",
+        "packaging==26.4": "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2",
+        "protobuf==4.25.9": "999146ef02e7fa6a692477badd1528bcd7268df211852a3df2d834ba2b480791",
+    },
+}
+
+# Triton's Jetson release tarballs (github.com/triton-inference-server/server/releases), by JetPack;
+# the triton_server role's `tarball` method fetches them from a mirror with an inventory sha256.
+# Asset names follow the release pages (older releases ship .tar.gz); confirm on a new pin.
+TRITON_JETSON_TARBALLS: dict[str, str] = {
+    "6.1": f"tritonserver{TRITON_SERVER_VERSION}-igpu.tar",
+    "6.2": f"tritonserver{TRITON_SERVER_VERSION}-igpu.tar",
+    "6.0": "tritonserver2.49.0-igpu.tar.gz",
+}
