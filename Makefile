@@ -8,11 +8,11 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl
 
-.PHONY: all demo test unit integration lint apt venv clean
+.PHONY: all demo test unit integration lint apt venv bench clean
 
 all: test
 
-# The venv is rebuilt only when pyproject.toml changes (stamp holds its hash).
+# The venv is rebuilt only when pyproject.toml is newer than its stamp.
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -44,6 +44,10 @@ test: venv apt lint
 
 demo: venv
 	$(BIN)/tritonops demo
+
+# Benchmarks print figures (they are not timed tests): tests/benchmarks/bench_*.py
+bench: venv apt
+	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) .cache

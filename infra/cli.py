@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.hosts.commands import hosts_app
+from infra.k8s.commands import render as render_cmd
 from infra.model_repo.manifest import MANIFEST_FILE, Manifest
 from infra.model_repo.manifest import build as build_manifest
 from infra.model_repo.manifest import compare as compare_manifests
@@ -20,12 +21,13 @@ from infra.model_repo.validate import validate as validate_repo
 from infra.observability.commands import obs_app
 from infra.triton.load_commands import bench_cmd, tune_cmd
 from infra.triton.server import start as start_server
-from infra.triton.smoke import SmokeReport
+from infra.triton.smoke import report_table
 from infra.triton.smoke import smoke as run_smoke
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(obs_app, name="observability")
+app.command("render")(render_cmd)
 app.command("bench")(bench_cmd)
 app.command("tune")(tune_cmd)
 
@@ -91,15 +93,6 @@ def manifest(
     typer.echo(current.to_json(), nl=False)
 
 
-def _smoke_table(report: SmokeReport) -> Table:
-    table = Table(title=f"tritonops smoke {report.url} (Triton {report.server_version or '?'})")
-    for col in ("check", "target", "result", "ms", "detail"):
-        table.add_column(col, justify="right" if col == "ms" else "left")
-    for c in report.checks:
-        table.add_row(c.check, c.target, "[green]ok[/]" if c.ok else "[red]FAIL[/]", f"{c.ms:.1f}", escape(c.detail))
-    return table
-
-
 @app.command()
 def smoke(
     url: Annotated[str, typer.Argument(help="http://HOST:8000, grpc://HOST:8001 or grpcs://HOST:8001")],
@@ -136,7 +129,7 @@ def smoke(
     if as_json:
         _print_json(report.model_dump(mode="json") | {"ok": report.ok})
     else:
-        console.print(_smoke_table(report))
+        console.print(report_table(report))
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
 
 
@@ -153,3 +146,12 @@ def serve(
         server.process.wait()
     except KeyboardInterrupt:
         server.stop()
+
+
+@app.command()
+def demo() -> None:
+    """Start a real Triton on the sample repository, smoke-check it and print real inference results."""
+    from infra.demo import run
+
+    report = run(console)
+    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)

@@ -19,6 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
+from rich.markup import escape
+from rich.table import Table
 
 from infra.model_repo.golden import GOLDEN_FILE, Golden, compare
 
@@ -217,3 +219,12 @@ def smoke(
     checks.append(_timed("metrics", murl, metrics))
     report.checks = checks
     return report
+
+
+def report_table(report: SmokeReport) -> Table:
+    table = Table(title=f"tritonops smoke {report.url} (Triton {report.server_version or '?'})")
+    for col in ("check", "target", "result", "ms", "detail"):
+        table.add_column(col, justify="right" if col == "ms" else "left")
+    for c in report.checks:
+        table.add_row(c.check, c.target, "[green]ok[/]" if c.ok else "[red]FAIL[/]", f"{c.ms:.1f}", escape(c.detail))
+    return table
