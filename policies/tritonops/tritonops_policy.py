@@ -1,0 +1,298 @@
+"""CrossGuard rules for Triton on Kubernetes: one validator and one policy per rule.
+
+The validators take (args, report_violation) and read only ``args.resource_type``, ``args.props``,
+``args.name``, ``args.get_config()`` (or ``args.resources`` for stack policies), so unit tests call
+them directly with a collecting ``report_violation``. ``__main__.py`` wraps :data:`POLICIES` in the
+``PolicyPack``; enforcement levels per environment come from ``config.<env>.json``
+(``pulumi up --policy-pack policies/tritonops --policy-pack-config policies/tritonops/config.prod.json``).
+
+A "Triton workload" is a Deployment whose pod template is labelled ``app.kubernetes.io/name: triton``
+or runs a ``tritonserver`` image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ResourceValidationPolicy,
+    StackValidationPolicy,
+)
+
+Report = Callable[..., None]
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+GPU = "nvidia.com/gpu"
+HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((props.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def _pod_labels(props: Mapping[str, Any]) -> Mapping[str, str]:
+    return (((props.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _name(props: Mapping[str, Any], fallback: str) -> str:
+    meta = props.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', fallback)}".lstrip("/")
+
+
+def _is_triton_container(c: Mapping[str, Any]) -> bool:
+    return "tritonserver" in str(c.get("image", "")) or c.get("name") == "triton"
+
+
+def is_triton_workload(resource_type: str, props: Mapping[str, Any]) -> bool:
+    if resource_type != DEPLOYMENT:
+        return False
+    if _pod_labels(props).get("app.kubernetes.io/name") == "triton":
+        return True
+    return any(_is_triton_container(c) for c in _pod_spec(props).get("containers") or [])
+
+
+def _triton_containers(props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [c for c in _pod_spec(props).get("containers") or [] if _is_triton_container(c)]
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """matchLabels/matchExpressions(In, Exists) of a label selector against pod labels."""
+    if not selector:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if (op == "In" and labels.get(key) not in values) or (op == "Exists" and key not in labels):
+            return False
+        if (op == "NotIn" and labels.get(key) in values) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+def _is_prod(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    labels = (props.get("metadata") or {}).get("labels") or {}
+    return bool(config.get("requireHighAvailability")) or labels.get("tritonops.io/environment") == "prod"
+
+
+# --- resource validators -------------------------------------------------------------------------
+
+
+def validate_gpu_resources(args: Any, report_violation: Report) -> None:
+    """Triton containers request and limit nvidia.com/gpu, with equal counts."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    for c in _triton_containers(args.props):
+        res = c.get("resources") or {}
+        limit = (res.get("limits") or {}).get(GPU)
+        request = (res.get("requests") or {}).get(GPU)
+        if _num(limit) < 1:
+            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} has no {GPU} limit")
+        elif request is not None and _num(request) != _num(limit):
+            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} requests {request} "
+                             f"{GPU} but limits {limit}")
+        elif request is None:
+            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} has no {GPU} request")
+
+
+def validate_health_probes(args: Any, report_violation: Report) -> None:
+    """Startup, readiness and liveness probes on Triton's /v2/health endpoints."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    for c in _triton_containers(args.props):
+        for probe, prefix in HEALTH.items():
+            path = (((c.get(probe) or {}).get("httpGet")) or {}).get("path", "")
+            if not str(path).startswith(prefix):
+                report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} {probe} must be an "
+                                 f"httpGet on {prefix}* (got {path or 'none'})")
+
+
+def validate_non_root(args: Any, report_violation: Report) -> None:
+    """Triton runs as non-root without privilege escalation."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    pod_sc = _pod_spec(args.props).get("securityContext") or {}
+    for c in _triton_containers(args.props):
+        sc = c.get("securityContext") or {}
+        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+        uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        where = f"{_name(args.props, args.name)}: container {c.get('name')!r}"
+        if non_root is not True:
+            report_violation(f"{where} must set securityContext.runAsNonRoot: true")
+        if uid is not None and _num(uid) == 0:
+            report_violation(f"{where} runs as uid 0")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            report_violation(f"{where} must set allowPrivilegeEscalation: false")
+        if sc.get("privileged") is True:
+            report_violation(f"{where} is privileged")
+
+
+def image_pinned(image: str) -> bool:
+    if "@sha256:" in image:
+        return True
+    last = image.rsplit("/", 1)[-1]
+    return ":" in last and not last.endswith(":latest")
+
+
+def validate_pinned_images(args: Any, report_violation: Report) -> None:
+    """Every container image of a Triton workload has an explicit tag (not latest) or a digest."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    spec = _pod_spec(args.props)
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        image = str(c.get("image", ""))
+        if not image_pinned(image):
+            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r} "
+                             "is not pinned (use an explicit tag other than latest, or a digest)")
+
+
+def validate_high_availability(args: Any, report_violation: Report) -> None:
+    """In prod, Triton runs at least minReplicas replicas spread across nodes (and autoscales no lower)."""
+    config = args.get_config()
+    minimum = int(config.get("minReplicas", 2))
+    if args.resource_type == SCALED_OBJECT:
+        if _is_prod(args.props, config) and _num((args.props.get("spec") or {}).get("minReplicaCount", 0)) < minimum:
+            report_violation(f"{_name(args.props, args.name)}: prod ScaledObject minReplicaCount must be >= {minimum}")
+        return
+    if not is_triton_workload(args.resource_type, args.props) or not _is_prod(args.props, config):
+        return
+    name = _name(args.props, args.name)
+    if _num((args.props.get("spec") or {}).get("replicas", 1)) < minimum:
+        report_violation(f"{name}: prod Triton needs replicas >= {minimum}")
+    spec = _pod_spec(args.props)
+    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or []
+    hard_spread = [t for t in spec.get("topologySpreadConstraints") or []
+                   if t.get("topologyKey") == "kubernetes.io/hostname" and t.get("whenUnsatisfiable") == "DoNotSchedule"]
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname" for t in anti) and not hard_spread:
+        report_violation(f"{name}: prod Triton needs required pod anti-affinity or a DoNotSchedule topology spread "
+                         "on kubernetes.io/hostname, so one node failure cannot take every replica")
+
+
+def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None:
+    """ScaledObjects fall back (never below minReplicaCount) when their metrics source is unreachable."""
+    if args.resource_type != SCALED_OBJECT:
+        return
+    spec = args.props.get("spec") or {}
+    fb = spec.get("fallback") or {}
+    name = _name(args.props, args.name)
+    if not fb:
+        report_violation(f"{name}: ScaledObject has no fallback: a Prometheus outage would leave scaling blind")
+        return
+    if _num(fb.get("failureThreshold")) < 1 or _num(fb.get("replicas")) < 1:
+        report_violation(f"{name}: fallback needs failureThreshold >= 1 and replicas >= 1")
+    if fb.get("behavior", "static") == "static" and _num(fb.get("replicas")) < _num(spec.get("maxReplicaCount", 100)):
+        report_violation(f"{name}: static fallback to {fb.get('replicas')} replicas can scale serving down during "
+                         "an outage; use behavior currentReplicasIfHigher (or fallback replicas = maxReplicaCount)")
+
+
+def validate_helm_pinned(args: Any, report_violation: Report) -> None:
+    """Helm releases name an exact chart version."""
+    if args.resource_type != HELM_RELEASE:
+        return
+    version = str(args.props.get("version") or "")
+    if not version or any(ch in version for ch in "*^~><x ") or version == "latest":
+        report_violation(f"{args.props.get('name') or args.name}: chart {args.props.get('chart')!r} version "
+                         f"{version or 'unset'} is not pinned")
+
+
+# --- stack validators ----------------------------------------------------------------------------
+
+
+def _triton_deployments(resources: Iterable[Any]) -> list[Any]:
+    return [r for r in resources if is_triton_workload(r.resource_type, r.props)]
+
+
+def _same_ns(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return (a.get("metadata") or {}).get("namespace") == (b.get("metadata") or {}).get("namespace")
+
+
+def validate_pdb_coverage(args: Any, report_violation: Report) -> None:
+    """Every Triton Deployment is selected by a PodDisruptionBudget in its namespace."""
+    pdbs = [r for r in args.resources if r.resource_type == PDB]
+    for d in _triton_deployments(args.resources):
+        labels = _pod_labels(d.props)
+        if not any(_same_ns(p.props, d.props) and _selects((p.props.get("spec") or {}).get("selector"), labels)
+                   for p in pdbs):
+            report_violation(f"{_name(d.props, d.name)}: no PodDisruptionBudget selects this Triton Deployment")
+
+
+def validate_network_policy_coverage(args: Any, report_violation: Report) -> None:
+    """Every Triton Deployment is selected by a NetworkPolicy (ingress) in its namespace."""
+    policies = [r for r in args.resources if r.resource_type == NETWORK_POLICY]
+    for d in _triton_deployments(args.resources):
+        labels = _pod_labels(d.props)
+        covered = False
+        for p in policies:
+            spec = p.props.get("spec") or {}
+            selector = spec.get("podSelector")
+            selects_all = selector == {} or selector == {"matchLabels": {}}
+            if _same_ns(p.props, d.props) and (selects_all or _selects(selector, labels)) and \
+                    "Ingress" in (spec.get("policyTypes") or ["Ingress"]):
+                covered = True
+        if not covered:
+            report_violation(f"{_name(d.props, d.name)}: no NetworkPolicy covers this Triton Deployment")
+
+
+# --- the policies --------------------------------------------------------------------------------
+
+MANDATORY = EnforcementLevel.MANDATORY
+
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
+    ResourceValidationPolicy(name="triton-gpu-resources", description=validate_gpu_resources.__doc__ or "",
+                             validate=validate_gpu_resources, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(name="triton-health-probes", description=validate_health_probes.__doc__ or "",
+                             validate=validate_health_probes, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(name="triton-non-root", description=validate_non_root.__doc__ or "",
+                             validate=validate_non_root, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(name="triton-pinned-images", description=validate_pinned_images.__doc__ or "",
+                             validate=validate_pinned_images, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(
+        name="triton-high-availability", description=validate_high_availability.__doc__ or "",
+        validate=validate_high_availability, enforcement_level=MANDATORY,
+        config_schema=PolicyConfigSchema(properties={
+            "requireHighAvailability": {"type": "boolean", "default": False},
+            "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
+        }),
+    ),
+    ResourceValidationPolicy(name="scaledobject-fallback", description=validate_scaled_object_fallback.__doc__ or "",
+                             validate=validate_scaled_object_fallback, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(name="helm-chart-pinned", description=validate_helm_pinned.__doc__ or "",
+                             validate=validate_helm_pinned, enforcement_level=MANDATORY),
+    StackValidationPolicy(name="triton-pdb-coverage", description=validate_pdb_coverage.__doc__ or "",
+                          validate=validate_pdb_coverage, enforcement_level=MANDATORY),
+    StackValidationPolicy(name="triton-network-policy-coverage",
+                          description=validate_network_policy_coverage.__doc__ or "",
+                          validate=validate_network_policy_coverage, enforcement_level=MANDATORY),
+]
+RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
+    "triton-gpu-resources": validate_gpu_resources,
+    "triton-health-probes": validate_health_probes,
+    "triton-non-root": validate_non_root,
+    "triton-pinned-images": validate_pinned_images,
+    "triton-high-availability": validate_high_availability,
+    "scaledobject-fallback": validate_scaled_object_fallback,
+    "helm-chart-pinned": validate_helm_pinned,
+}
+STACK_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
+    "triton-pdb-coverage": validate_pdb_coverage,
+    "triton-network-policy-coverage": validate_network_policy_coverage,
+}

@@ -1,0 +1,407 @@
+"""Pure builders: Triton objects, platform releases, EKS specs, GPU memory budget."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import site
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import versions
+from infra.k8s import eks, platform, triton
+from infra.k8s.budget import BudgetError, budgets, check_budget, service_budget
+from infra.k8s.config import ConfigError, PlatformConfig, TritonStackConfig, load_stack_config, parse_config, read_stack_file
+from infra.observability.keda import prometheus_trigger
+from infra.observability.rules import rule_groups
+
+
+def _triton(env: str = "prod") -> TritonStackConfig:
+    cfg = load_stack_config("triton", env)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def _platform(env: str = "prod") -> PlatformConfig:
+    cfg = load_stack_config("platform", env)
+    assert isinstance(cfg, PlatformConfig)
+    return cfg
+
+
+def _container(dep: dict[str, Any]) -> dict[str, Any]:
+    return dep["spec"]["template"]["spec"]["containers"][0]
+
+
+def _args(dep: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for a in _container(dep)["args"][1:]:
+        k, _, v = a.partition("=")
+        out.setdefault(k, []).append(v)
+    return out
+
+
+# --- Triton Deployment ---------------------------------------------------------------------------
+
+
+def test_deployment_gpu_limits_tolerations_and_node_pool() -> None:
+    cfg = _triton()
+    svc = cfg.model_services[0]
+    dep = triton.deployment(cfg, svc)
+    pod = dep["spec"]["template"]["spec"]
+    res = _container(dep)["resources"]
+    assert res["limits"]["nvidia.com/gpu"] == res["requests"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["nodeSelector"] == {triton.NODE_POOL_LABEL: "gpu-a10g"}
+    assert pod["priorityClassName"] == triton.PRIORITY_CLASS
+
+
+def test_deployment_probes_on_triton_health_endpoints() -> None:
+    c = _container(triton.deployment(_triton(), _triton().model_services[0]))
+    assert c["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # model loading may take startup failureThreshold x period seconds before liveness applies
+    assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 300
+
+
+def test_deployment_runs_non_root_hardened() -> None:
+    dep = triton.deployment(_triton(), _triton().model_services[0])
+    pod_sc = dep["spec"]["template"]["spec"]["securityContext"]
+    sc = _container(dep)["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"] for m in _container(dep)["volumeMounts"]}
+    assert {"/tmp", "/dev/shm"} <= mounts  # writable scratch despite the read-only root
+
+
+def test_spread_is_hard_only_when_configured() -> None:
+    prod, dev = _triton("prod"), _triton("dev")
+    hard = triton.deployment(prod, prod.model_services[0])["spec"]["template"]["spec"]
+    soft = triton.deployment(dev, dev.model_services[0])["spec"]["template"]["spec"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in hard["affinity"]["podAntiAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in soft["affinity"]["podAntiAffinity"]
+    host = [t for t in hard["topologySpreadConstraints"] if t["topologyKey"] == "kubernetes.io/hostname"]
+    assert host[0]["whenUnsatisfiable"] == "DoNotSchedule"
+    host = [t for t in soft["topologySpreadConstraints"] if t["topologyKey"] == "kubernetes.io/hostname"]
+    assert host[0]["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_triton_args_explicit_mode_loads_each_model() -> None:
+    cfg = _triton()
+    args = _args(triton.deployment(cfg, cfg.model_services[0]))
+    assert args["--model-repository"] == ["s3://tritonops-models-prod/vision"]
+    assert args["--model-control-mode"] == ["explicit"]
+    assert args["--load-model"] == ["resnet50", "densenet_onnx"]
+    assert args["--strict-model-config"] == ["true"]
+    assert args["--metrics-port"] == ["8002"] and args["--allow-gpu-metrics"] == ["true"]
+    assert "--repository-poll-secs" not in args
+
+
+def test_triton_args_poll_mode_from_pvc() -> None:
+    cfg = _triton()
+    dep = triton.deployment(cfg, cfg.model_services[1])
+    args = _args(dep)
+    assert args["--model-control-mode"] == ["poll"] and args["--repository-poll-secs"] == ["60"]
+    assert args["--model-repository"] == [triton.MODEL_DIR]
+    assert "--load-model" not in args
+    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert vols["models"]["persistentVolumeClaim"] == {"claimName": "embeddings-models", "readOnly": True}
+
+
+def test_admin_apis_restricted_behind_header_from_secret() -> None:
+    cfg = _triton()
+    dep = triton.deployment(cfg, cfg.model_services[0])
+    args = _args(dep)
+    expected = f"{triton.RESTRICTED}:triton-admin-key=$({triton.ADMIN_ENV})"
+    assert args["--http-restricted-api"] == [expected]
+    assert args["--grpc-restricted-protocol"] == [expected]
+    assert set(triton.RESTRICTED.split(",")) >= {"model-repository", "model-config", "shared-memory"}
+    env = {e["name"]: e for e in _container(dep)["env"]}
+    assert env[triton.ADMIN_ENV]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-api", "key": "token"}
+    assert "inference" not in triton.RESTRICTED and "health" not in triton.RESTRICTED
+
+
+def test_memory_pools_and_load_limit_from_the_budget() -> None:
+    cfg = _triton()
+    svc = cfg.model_services[0]
+    args = _args(triton.deployment(cfg, svc))
+    b = service_budget(svc, cfg)
+    assert args["--cuda-memory-pool-byte-size"] == [f"0:{svc.memory.cuda_pool_mib * 1024 * 1024}"]
+    assert args["--pinned-memory-pool-byte-size"] == [str(svc.memory.pinned_pool_mib * 1024 * 1024)]
+    assert args["--model-load-gpu-limit"] == [f"0:{b.load_limit_fraction}"]
+    assert 0 < b.load_limit_fraction < 1
+
+
+def test_multi_gpu_pod_gets_per_device_args() -> None:
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    raw["modelServices"][0]["gpus"] = 2
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
+    dep = triton.deployment(cfg, cfg.model_services[0])
+    args = _args(dep)
+    assert [a.split(":")[0] for a in args["--model-load-gpu-limit"]] == ["0", "1"]
+    assert len(args["--cuda-memory-pool-byte-size"]) == 2
+    assert _container(dep)["resources"]["limits"]["nvidia.com/gpu"] == "2"
+
+
+def _tritonserver() -> Path | None:
+    for sp in site.getsitepackages():
+        binary = Path(sp) / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+        if binary.is_file():
+            return binary
+    return None
+
+
+def test_every_triton_flag_exists_in_tritonserver() -> None:
+    """The flags we pass are tritonserver 2.51's own (checked against the real binary's --help)."""
+    binary = _tritonserver()
+    if binary is None:
+        pytest.skip("nvidia-pytriton (the `triton` extra) is not installed")
+    libs = binary.parents[3] / "nvidia_pytriton.libs"
+    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(libs)})
+    known = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
+    assert "--model-repository" in known
+    for env in ("dev", "prod"):
+        cfg = _triton(env)
+        for svc in cfg.model_services:
+            for flag in _args(triton.deployment(cfg, svc)):
+                assert flag in known, f"tritonserver has no {flag}"
+
+
+# --- the rest of a model service -----------------------------------------------------------------
+
+
+def test_service_ports_and_scrape_job_label() -> None:
+    cfg = _triton()
+    svc = triton.service(cfg, cfg.model_services[0])
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000), ("grpc", 8001),
+                                                                        ("metrics", 8002)]
+    assert svc["metadata"]["labels"][triton.JOB_LABEL] == triton.SCRAPE_JOB
+    sm = triton.service_monitor(cfg, cfg.model_services[0])
+    assert sm["spec"]["jobLabel"] == triton.JOB_LABEL
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_pdb_min_available_in_prod_max_unavailable_in_dev() -> None:
+    prod, dev = _triton("prod"), _triton("dev")
+    assert triton.pod_disruption_budget(prod, prod.model_services[0])["spec"]["minAvailable"] == 2
+    assert triton.pod_disruption_budget(dev, dev.model_services[0])["spec"]["maxUnavailable"] == 1
+
+
+def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheus() -> None:
+    cfg = _triton()
+    np_ = triton.network_policy(cfg, cfg.model_services[0])
+    inference, metrics = np_["spec"]["ingress"]
+    assert {p["port"] for p in inference["ports"]} == {8000, 8001}
+    allowed = inference["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert set(allowed) == {"triton", "apps", "search", "gateway"}
+    assert {p["port"] for p in metrics["ports"]} == {8002}
+    peer = metrics["from"][0]
+    assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    assert peer["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+
+
+def test_service_account_irsa_annotation_for_s3() -> None:
+    cfg = _triton()
+    sa = triton.service_account(cfg, cfg.model_services[0])
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(":role/tritonops-prod-model-reader")
+    assert "annotations" not in triton.service_account(cfg, cfg.model_services[1])["metadata"]
+
+
+def test_scaled_object_uses_observability_trigger_and_safe_fallback() -> None:
+    cfg = _triton()
+    svc = cfg.model_services[0]
+    so = triton.scaled_object(cfg, svc)
+    spec = so["spec"]
+    assert spec["scaleTargetRef"]["name"] == triton.name_of(svc)
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (3, 10)
+    assert spec["fallback"]["behavior"] == "currentReplicasIfHigher"
+    assert spec["fallback"]["replicas"] == spec["minReplicaCount"]
+    expected = prometheus_trigger("resnet50", cfg.prometheus_url, policy=triton.scaling_policy(svc))
+    trig = {k: v for k, v in spec["triggers"][0].items() if k != "name"}
+    assert trig == expected
+    assert [t["metadata"]["query"] for t in spec["triggers"]][1].count("densenet_onnx") == 1
+
+
+def test_ingress_grpc_backend_protocol() -> None:
+    cfg = _triton("dev")
+    http, grpc = triton.ingresses(cfg, cfg.model_services[0])
+    assert http["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTP"
+    assert grpc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    assert grpc["spec"]["rules"][0]["host"] == "grpc-vision.dev.tritonops.example.com"
+    assert grpc["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"] == {"name": "grpc"}
+    assert "ingress-nginx" in triton.network_policy(cfg, cfg.model_services[0])["spec"]["ingress"][0]["from"][0][
+        "namespaceSelector"]["matchExpressions"][0]["values"]
+
+
+def test_gateway_routes() -> None:
+    cfg = _triton("prod")
+    http, grpc = triton.gateway_routes(cfg, cfg.model_services[0])
+    assert (http["kind"], grpc["kind"]) == ("HTTPRoute", "GRPCRoute")
+    assert grpc["spec"]["parentRefs"] == [{"name": "inference", "namespace": "gateway"}]
+    assert grpc["spec"]["rules"][0]["backendRefs"] == [{"name": "triton-vision", "port": 8001}]
+
+
+def test_service_objects_follow_ingress_mode() -> None:
+    kinds = {o["kind"] for o in triton.service_objects(_triton("dev"), _triton("dev").model_services[0])}
+    assert "Ingress" in kinds and "HTTPRoute" not in kinds
+    kinds = {o["kind"] for o in triton.service_objects(_triton("prod"), _triton("prod").model_services[0])}
+    assert {"HTTPRoute", "GRPCRoute"} <= kinds and "Ingress" not in kinds
+
+
+def test_namespace_objects_use_observability_rules_and_dashboards() -> None:
+    cfg = _triton()
+    rule = triton.prometheus_rule(cfg)
+    names = [g["name"] for g in rule["spec"]["groups"]]
+    assert names == [g["name"] for g in rule_groups()]
+    cm = triton.dashboards_config_map(cfg)
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["data"] and all(k.endswith(".json") for k in cm["data"])
+    pc = triton.priority_class(cfg)
+    assert pc["value"] == cfg.priority and pc["globalDefault"] is False
+
+
+# --- GPU memory budget ---------------------------------------------------------------------------
+
+
+def test_budget_figures() -> None:
+    cfg = _triton("prod")
+    plan = check_budget(cfg)
+    vision = plan["gpu-a10g"][0]
+    assert vision.models_mib == 4 * 350 + 2 * 200
+    assert vision.overhead_mib == 600 + 256 + 512
+    assert vision.capacity_mib == 23028 and vision.fits
+    dev = budgets(_triton("dev"))["gpu-l4"][0]
+    assert dev.capacity_mib == 23034 // 2  # time-sliced in two
+
+
+def test_budget_overflow_names_the_model_service() -> None:
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    raw["modelServices"][1]["models"][0]["instanceCount"] = 40  # 40 x 1400 MiB on one L40S
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert exc.value.key == "tritonops-triton:modelServices[1].models"
+    assert "'embeddings' does not fit node pool 'gpu-l40s'" in str(exc.value)
+
+
+def test_time_slicing_shrinks_the_budget() -> None:
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    raw["modelServices"][1]["models"][0]["instanceCount"] = 4  # 4 x 1400 + 1368 MiB overhead = 6968 MiB
+    parse_config("triton", raw)  # fits a whole 46068 MiB L40S
+    raw["nodePools"]["gpu-l40s"]["gpuSlices"] = 8  # 46068 / 8 = 5758 MiB per pod
+    with pytest.raises(ConfigError, match="embeddings.*needs 6968 MiB.*offers 5758 MiB"):
+        parse_config("triton", raw)
+
+
+def test_budget_error_type() -> None:
+    err = BudgetError("k", "m")
+    assert isinstance(err, ValueError) and err.key == "k"
+
+
+# --- platform ------------------------------------------------------------------------------------
+
+
+def test_gpu_operator_release_pinned_and_toggles() -> None:
+    rel = platform.gpu_operator_release(_platform("dev"))
+    assert (rel.chart, rel.version, rel.repo) == (versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
+                                                  versions.GPU_OPERATOR_REPO)
+    assert rel.values["driver"]["enabled"] is False and rel.values["toolkit"]["enabled"] is False
+    assert rel.values["dcgmExporter"]["serviceMonitor"]["enabled"] is True
+    assert rel.values["devicePlugin"]["config"]["name"] == platform.TIME_SLICING_CONFIG_MAP
+    assert "devicePlugin" not in platform.gpu_operator_release(_platform("prod")).values
+
+
+def test_time_slicing_config_map() -> None:
+    cm = platform.time_slicing_config_map(_platform("dev"))
+    assert cm is not None
+    doc = yaml.safe_load(cm["data"]["shared-2"])
+    assert doc["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 2}]
+    assert platform.time_slicing_config_map(_platform("prod")) is None
+
+
+def test_mig_strategy_passed_through() -> None:
+    raw = copy.deepcopy(read_stack_file("platform", "prod")[0])
+    raw["gpuOperator"]["migStrategy"] = "mixed"
+    cfg = parse_config("platform", raw)
+    assert isinstance(cfg, PlatformConfig)
+    assert platform.gpu_operator_release(cfg).values["mig"] == {"strategy": "mixed"}
+    raw["gpuOperator"]["timeSlicing"] = {"x": 2}
+    with pytest.raises(ConfigError, match="gpuOperator.migStrategy"):
+        parse_config("platform", raw)
+
+
+def test_alertmanager_config_from_receivers_and_secrets() -> None:
+    cfg = _platform("prod")
+    doc = platform.alertmanager_config(cfg, {"slackOps": "https://hooks/ops", "pagerdutyRoutingKey": "rk"})
+    by_name = {r["name"]: r for r in doc["receivers"]}
+    assert by_name["ops-slack"]["slack_configs"][0]["api_url"] == "https://hooks/ops"
+    assert by_name["oncall-pagerduty"]["pagerduty_configs"][0]["routing_key"] == "rk"
+    assert doc["route"]["receiver"] == "ops-slack"
+    assert {"receiver": "oncall-pagerduty", "matchers": ['severity="critical"']} in doc["route"]["routes"]
+    with pytest.raises(ValueError, match=r"tritonops-platform:alertmanagerSecrets\.pagerdutyRoutingKey"):
+        platform.alertmanager_config(cfg, {"slackOps": "x"})
+
+
+def test_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.skip("amtool (Debian prometheus-alertmanager) is not installed")
+    doc = platform.alertmanager_config(_platform("prod"), {"slackOps": "https://hooks.example/ops",
+                                                           "pagerdutyRoutingKey": "rk"})
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_monitoring_release_values() -> None:
+    rel = platform.monitoring_release(_platform("prod"))
+    assert rel.version == versions.KUBE_PROMETHEUS_STACK_CHART_VERSION
+    spec = rel.values["prometheus"]["prometheusSpec"]
+    assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False and spec["ruleSelectorNilUsesHelmValues"] is False
+    assert spec["replicas"] == 2
+    assert rel.values["alertmanager"]["alertmanagerSpec"]["configSecret"] == platform.ALERTMANAGER_SECRET
+    assert rel.values["grafana"]["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
+    assert "slack" not in yaml.safe_dump(rel.values)  # no receiver secrets in Helm values
+
+
+def test_keda_release() -> None:
+    assert platform.keda_release(_platform("prod")).values["operator"]["replicaCount"] == 2
+    assert platform.keda_release(_platform("dev")).version == versions.KEDA_CHART_VERSION
+
+
+# --- EKS -----------------------------------------------------------------------------------------
+
+
+def test_node_group_spec() -> None:
+    cfg = load_stack_config("cluster-aws", "prod")
+    spec = eks.node_group_spec(cfg, cfg.gpu_node_pools[1])  # type: ignore[union-attr]
+    assert spec["ami_type"] == "BOTTLEROCKET_x86_64_NVIDIA" and spec["capacity_type"] == "ON_DEMAND"
+    assert spec["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    assert spec["labels"][triton.NODE_POOL_LABEL] == "gpu-l40s"
+    assert spec["labels"]["tritonops.io/gpu"] == "L40S"
+    assert spec["scaling_config"] == {"min_size": 2, "max_size": 6, "desired_size": 2}
+    assert spec["disk_size"] == 300
+
+
+def test_dev_node_group_is_spot_and_time_sliced() -> None:
+    cfg = load_stack_config("cluster-aws", "dev")
+    spec = eks.node_group_spec(cfg, cfg.gpu_node_pools[0])  # type: ignore[union-attr]
+    assert spec["capacity_type"] == "SPOT"
+    assert spec["labels"][eks.DEVICE_PLUGIN_CONFIG_LABEL] == "shared-2"
+
+
+def test_kubeconfig_uses_aws_exec_auth() -> None:
+    doc = yaml.safe_load(eks.kubeconfig("c", "https://x", "Q0E=", "us-west-2"))
+    user = doc["users"][0]["user"]["exec"]
+    assert user["command"] == "aws" and user["args"][:2] == ["eks", "get-token"]
+    assert doc["clusters"][0]["cluster"]["server"] == "https://x"
