@@ -125,6 +125,7 @@ def _panels(policy: ScalingPolicy, job: str) -> dict[str, tuple[str, list[PanelS
                 Query(f"{r.REPLICAS_UP}{{job=\"{job}\"}}", "up"),
             ), "Triton replicas Prometheus scrapes successfully."),
             PanelSpec("Desired replicas (autoscaler formula, before bounds)", "short", (
+                Query(f"{r.JOB_DESIRED_REPLICAS}{{job=\"{job}\"}}", "all models"),
                 Query(f"{r.DESIRED_REPLICAS}{{{MODEL}}}", "{{model}}"),
             ), f"ceil(sum(avg_over_time(pending[{policy.window}])) / {policy.threshold:g}); the "
                f"ScaledObject bounds it to [{policy.min_replicas}, {policy.max_replicas}]."),

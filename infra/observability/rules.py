@@ -37,12 +37,14 @@ BATCH_EFFICIENCY = "model:tritonops_batch_efficiency:ratio"  # inferences per mo
 PENDING_PER_REPLICA = "model:tritonops_pending_requests:per_replica"
 PENDING_TOTAL = "model:tritonops_pending_requests:sum"
 DESIRED_REPLICAS = "model:tritonops_desired_replicas:unbounded"
+JOB_DESIRED_REPLICAS = "job:tritonops_desired_replicas:unbounded"  # one scaler per Triton deployment
 REPLICAS_UP = "job:tritonops_replicas_up:count"
 
 RECORDING_RULES = (
     REQUESTS_RATE, SUCCESS_RATE, FAILURES_RATE, FAILURE_RATIO_BY_REASON, FAILURE_RATIO, REQUEST_SECONDS,
     QUEUE_SECONDS, COMPUTE_INPUT_SECONDS, COMPUTE_INFER_SECONDS, COMPUTE_OUTPUT_SECONDS, INFERENCES_RATE,
-    EXECUTIONS_RATE, BATCH_EFFICIENCY, PENDING_PER_REPLICA, PENDING_TOTAL, DESIRED_REPLICAS, REPLICAS_UP,
+    EXECUTIONS_RATE, BATCH_EFFICIENCY, PENDING_PER_REPLICA, PENDING_TOTAL, DESIRED_REPLICAS,
+    JOB_DESIRED_REPLICAS, REPLICAS_UP,
 )
 
 ALERTS = (
@@ -109,6 +111,10 @@ def recording_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         PENDING_PER_REPLICA: f"avg by (model) (sum by (model, instance) ({m.PENDING}))",
         DESIRED_REPLICAS: (
             f"ceil(sum by (model) (avg_over_time({m.PENDING}[{s.scaling.window}])) / {s.scaling.threshold})"
+        ),
+        JOB_DESIRED_REPLICAS: (
+            f'ceil(sum by (job) (avg_over_time({m.PENDING}{{job="{s.job}"}}[{s.scaling.window}]))'
+            f" / {s.scaling.threshold})"
         ),
         REPLICAS_UP: f'count by (job) ({m.UP}{{job="{s.job}"}} == 1)',
     }
@@ -246,13 +252,13 @@ def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         ),
         _alert(
             "TritonScalerAtMaxReplicas",
-            f"{REPLICAS_UP} >= {max_r} and on () max({DESIRED_REPLICAS}) >= {max_r}",
+            f"{JOB_DESIRED_REPLICAS} > {max_r}",
             s.for_("10m"), "warning",
-            "Triton job {{ $labels.job }} runs its maximum of " + str(max_r) + " replicas",
-            f"The autoscaler's formula asks for at least max_replicas ({max_r}) and that many replicas run: "
-            "no headroom for more load.",
+            "Triton job {{ $labels.job }} is held at its maximum of " + str(max_r) + " replicas",
+            f"The autoscaler's formula asks for {{{{ $value }}}} replicas, more than max_replicas ({max_r}): "
+            "the scaler is capped and pending requests keep growing.",
             """
-1. Is the demand real? Dashboard "Triton / Replicas" and "Traffic".
+1. Is the demand real? Dashboard "Triton / Replicas" (desired vs serving) and "Traffic".
 2. Raise maxReplicaCount in the ScaledObject (and check GPU node pool capacity).
 3. Raise per-replica throughput (`tritonops tune MODEL`) so fewer replicas are needed.
 """,

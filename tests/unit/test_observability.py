@@ -80,7 +80,7 @@ def test_for_override_and_thresholds_apply() -> None:
     assert {a["for"] for a in alerts.values()} == {"3s"}
     assert alerts["TritonFailureRatioHigh"]["expr"].endswith("> 0.2")
     assert alerts["TritonDown"]["expr"] == 'up{job="edge"} == 0'
-    assert ">= 3" in alerts["TritonScalerAtMaxReplicas"]["expr"]
+    assert alerts["TritonScalerAtMaxReplicas"]["expr"] == f"{r.JOB_DESIRED_REPLICAS} > 3"
 
 
 def test_drift_alert_reads_the_drift_gauge_by_source_and_host() -> None:
@@ -186,4 +186,4 @@ def test_cli_export(tmp_path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert str(tmp_path / RULES_FILE) in json.loads(result.output)["files"]
-    assert ">= 4" in (tmp_path / RULES_FILE).read_text()
+    assert f"{r.JOB_DESIRED_REPLICAS} > 4" in (tmp_path / RULES_FILE).read_text()

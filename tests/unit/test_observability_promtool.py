@@ -110,7 +110,7 @@ SCENARIOS = [
         {**BASE, "gpu_uuid": "GPU-1"},
     ),
     Scenario(
-        "TritonScalerAtMaxReplicas",  # 10 replicas up; 6 pending each -> ceil(60/5) = 12 >= 10
+        "TritonScalerAtMaxReplicas",  # 10 replicas, 6 pending each: ceil(60/5) = 12 > max 10
         _scaler_series(6),
         _scaler_series(1),  # ceil(10/5) = 2
         "20m",
@@ -233,6 +233,8 @@ def test_recording_rules_compute_the_documented_ratios(tmp_path: Path) -> None:
                               "value": 0.5}]},
             {"expr": r.DESIRED_REPLICAS, "eval_time": "10m",  # ceil(6 / 5)
              "exp_samples": [{"labels": f'{r.DESIRED_REPLICAS}{{model="resnet"}}', "value": 2}]},
+            {"expr": r.JOB_DESIRED_REPLICAS, "eval_time": "10m",
+             "exp_samples": [{"labels": f'{r.JOB_DESIRED_REPLICAS}{{job="triton"}}', "value": 2}]},
         ],
     }
     out = _run(tmp_path, r.rule_groups(), [case])
