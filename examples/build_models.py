@@ -35,7 +35,7 @@ FEATURES, HIDDEN, CLASSES = 16, 32, 4
 MEAN, SCALE = 0.5, 0.25
 
 # The Python-backend wrapper that serves model.onnx with onnxruntime (written into mlp and mlp_batched).
-ONNX_RUNNER = '''"""Serve model.onnx from this version folder with onnxruntime (CPU), through Triton's Python backend."""
+ONNX_RUNNER = '''"""Serve this version's model.onnx with onnxruntime (CPU) through Triton's Python backend."""
 
 import json
 import os

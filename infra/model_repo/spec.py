@@ -39,26 +39,25 @@ class Reshape(_Msg):
     shape: list[int] = []
 
 
-class ModelInput(_Msg):
+class Tensor(_Msg):
+    """What inputs and outputs share."""
+
     name: str
     data_type: DataType
     dims: list[int] = []
-    format: Literal["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"] | None = None
     reshape: Reshape | None = None
     is_shape_tensor: bool | None = None
+    is_non_linear_format_io: bool | None = None
+
+
+class ModelInput(Tensor):
+    format: Literal["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"] | None = None
     allow_ragged_batch: bool | None = None
     optional: bool | None = None
-    is_non_linear_format_io: bool | None = None
 
 
-class ModelOutput(_Msg):
-    name: str
-    data_type: DataType
-    dims: list[int] = []
-    reshape: Reshape | None = None
+class ModelOutput(Tensor):
     label_filename: str | None = None
-    is_shape_tensor: bool | None = None
-    is_non_linear_format_io: bool | None = None
 
 
 class RateLimiterResource(_Msg):

@@ -8,9 +8,11 @@ Every finding names the file, line and field.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import re
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -20,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from infra.model_repo import pbtxt
 from infra.model_repo.golden import GOLDEN_FILE, Golden, wire_datatype
-from infra.model_repo.spec import ModelSpec
+from infra.model_repo.spec import ModelSpec, Tensor
 
 CONFIG = "config.pbtxt"
 ALT_CONFIGS = "configs"
@@ -146,10 +148,8 @@ def validate(path: Path, target: Target | None = None, config_name: str | None =
         siblings = dict(models)
         for other in model_folders(path.parent):
             if other.name not in siblings and (other / CONFIG).is_file():
-                try:
+                with contextlib.suppress(pbtxt.ConfigError):  # reported when that model is validated
                     siblings[other.name] = Model(other, pbtxt.load(other / CONFIG))
-                except pbtxt.ConfigError:
-                    pass  # reported when that model is validated itself
     for model in models.values():
         _check_model(model, siblings, target, out)
     findings = sorted(out.findings, key=lambda f: (f.path, f.line or 0))
@@ -245,7 +245,8 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], o
         err("max_batch_size", path, f"max_batch_size must be >= 0, got {mbs}", fld="max_batch_size")
 
     # Tensors: names unique, dims valid, reshape consistent.
-    for kind_name, tensors in (("input", spec.input), ("output", spec.output)):
+    groups: tuple[tuple[str, Sequence[Tensor]], ...] = (("input", spec.input), ("output", spec.output))
+    for kind_name, tensors in groups:
         seen: dict[str, int] = {}
         for i, t in enumerate(tensors):
             fld = f"{kind_name}.{i}"
@@ -263,11 +264,11 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], o
                 warn("tensor.batch_dim", path, f"{kind_name} {t.name!r} starts with -1 while max_batch_size "
                      f"is {mbs}: dims exclude the batch dimension, so this adds a second variable dim",
                      fld=f"{fld}.dims")
-            if t.reshape is not None and -1 not in t.dims and -1 not in t.reshape.shape:
-                if _count(t.dims) != _count(t.reshape.shape):
-                    err("tensor.reshape", path, f"{kind_name} {t.name!r} reshape {t.reshape.shape} holds "
-                        f"{_count(t.reshape.shape)} elements but dims {t.dims} hold {_count(t.dims)}",
-                        fld=f"{fld}.reshape")
+            if (t.reshape is not None and -1 not in t.dims and -1 not in t.reshape.shape
+                    and math.prod(t.dims) != math.prod(t.reshape.shape)):
+                err("tensor.reshape", path, f"{kind_name} {t.name!r} reshape {t.reshape.shape} holds "
+                    f"{math.prod(t.reshape.shape)} elements but dims {t.dims} hold {math.prod(t.dims)}",
+                    fld=f"{fld}.reshape")
 
     # Batching.
     db = spec.dynamic_batching
@@ -429,7 +430,8 @@ def _check_golden(model: Model, out: _Collector) -> None:
         loc = ".".join(str(x) for x in first["loc"])
         out.error("golden.invalid", path, f"{first['msg']}", fld=loc or None, line=_json_line(path, first["loc"]))
         return
-    declared = {"inputs": {t.name: t for t in spec.input}, "outputs": {t.name: t for t in spec.output}}
+    declared: dict[str, dict[str, Tensor]] = {"inputs": {t.name: t for t in spec.input},
+                                              "outputs": {t.name: t for t in spec.output}}
     for c, case in enumerate(golden.cases):
         for side in ("inputs", "outputs"):
             for name, tensor in getattr(case, side).items():
@@ -453,15 +455,3 @@ def _json_line(path: Path, loc: tuple[object, ...] | list[object]) -> int | None
         if re.search(rf'"{re.escape(keys[-1])}"\s*:', line):
             return n
     return None
-
-
-def _count(dims: list[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
-
-
-def iter_findings(report: Report) -> Iterator[Finding]:
-    yield from report.errors
-    yield from report.warnings

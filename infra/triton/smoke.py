@@ -97,11 +97,11 @@ class Endpoint:
         return grpcclient if self.protocol == "grpc" else httpclient
 
 
-def _timed(name: str, target: str, fn: Callable[[], str | None]) -> Check:
-    """Run ``fn``; it returns None (pass) or a failure reason. Exceptions fail the check."""
+def _timed(name: str, target: str, fn: Callable[..., str | None], *args: Any) -> Check:
+    """Run ``fn(*args)``; it returns None (pass) or a failure reason. Exceptions fail the check."""
     start = time.perf_counter()
     try:
-        reason = fn()
+        reason = fn(*args)
         ok = reason is None
         detail = reason or ""
     except Exception as e:  # noqa: BLE001 - every failure becomes a reported check
@@ -121,6 +121,10 @@ def repository_models(client: Any, endpoint: Endpoint) -> list[str]:
     else:
         index = client.get_model_repository_index(headers=endpoint.headers)
     return sorted({m["name"] for m in index})
+
+
+def model_ready(client: Any, model: str) -> str | None:
+    return None if client.is_model_ready(model) else "model is not READY"
 
 
 def golden_inference(client: Any, endpoint: Endpoint, model: str, golden: Golden) -> str | None:
@@ -191,24 +195,21 @@ def smoke(
     if not names and repository is not None:
         names = sorted(p.parent.name for p in Path(repository).glob("*/config.pbtxt"))
     if not names:
-        listing = _timed("index", endpoint.address, lambda: None)
         try:
             names = repository_models(client, endpoint)
+            problem = "" if names else "the server lists no models"
         except Exception as e:  # noqa: BLE001
-            listing = Check(check="index", target=endpoint.address, ok=False,
-                            detail=f"{_short(e)} (name the models, give --repository, or pass the admin header)")
-        if not listing.ok or not names:
-            listing.ok, listing.detail = False, listing.detail or "the server lists no models"
-            checks.append(listing)
+            problem = f"{_short(e)} (name the models, give --repository, or pass the admin header)"
+        if problem:
+            checks.append(Check(check="index", target=endpoint.address, ok=False, detail=problem))
 
     for name in names:
-        ready = _timed("model", name, lambda n=name: None if client.is_model_ready(n) else "model is not READY")
+        ready = _timed("model", name, model_ready, client, name)
         checks.append(ready)
         golden_path = Path(repository) / name / GOLDEN_FILE if repository else None
         if ready.ok and golden_path is not None and golden_path.exists():
             golden = Golden.load(golden_path)
-            checks.append(_timed("golden", name,
-                                 lambda n=name, g=golden: golden_inference(client, endpoint, n, g)))
+            checks.append(_timed("golden", name, golden_inference, client, endpoint, name, golden))
 
     murl = metrics_url or f"http://{endpoint.host}:8002/metrics"
 

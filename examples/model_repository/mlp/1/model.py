@@ -1,4 +1,4 @@
-"""Serve model.onnx from this version folder with onnxruntime (CPU), through Triton's Python backend."""
+"""Serve this version's model.onnx with onnxruntime (CPU) through Triton's Python backend."""
 
 import json
 import os
