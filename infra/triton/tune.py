@@ -186,7 +186,7 @@ def tune(
     on_trial: Callable[[Trial], None] | None = None,
     restore: bool = True,
 ) -> TuneResult:
-    """Measure every setting and recommend one. The model is reloaded from its repository at the end."""
+    """Measure every setting and recommend one; ``spec`` (the repository's config) is reloaded at the end."""
     if budget_ms <= 0:
         raise ValueError(f"budget_ms: must be > 0, got {budget_ms}")
     if load.model != spec.name:
@@ -203,7 +203,10 @@ def tune(
         if restore:
             client = httpclient.InferenceServerClient(http_url)
             try:
-                client.load_model(spec.name)  # back to what the repository says
+                # Back to the repository's configuration. A plain load_model(name) is not enough:
+                # Triton skips reloading a model whose files did not change, keeping the override.
+                client.load_model(spec.name, config=config_json(spec))
+                _wait_ready(client, spec.name)
             finally:
                 client.close()
     return TuneResult(spec.name, budget_ms, trials, recommend(trials))

@@ -1,0 +1,137 @@
+"""Live: ``tritonops bench`` and ``tritonops tune`` against a real CPU-only Triton on loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tritonclient.http as httpclient
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.model_repo import pbtxt
+from infra.triton import bench, server
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+SAMPLES = HERE.parent.parent / "examples" / "model_repository"
+TUNED = "mlp_batched" if (SAMPLES / "mlp_batched").is_dir() else "faulty"
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.TritonServer]:
+    work = tmp_path_factory.mktemp("bench")
+    repo = work / "repo"
+    shutil.copytree(HERE / "fault_repo", repo)
+    if TUNED != "faulty":
+        shutil.copytree(SAMPLES / TUNED, repo / TUNED, ignore=shutil.ignore_patterns("__pycache__"))
+    with server.running(repo, model_control_mode="explicit", load_models=["faulty", TUNED],
+                        workdir=work / "triton") as s:
+        yield s
+
+
+@pytest.fixture
+def fault(triton: server.TritonServer) -> Iterator[Path]:
+    control = triton.repository / "fault_control.json"
+    yield control
+    control.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bench_counts_every_request_and_reads_server_breakdown(triton: server.TritonServer, protocol: str,
+                                                               mode: str) -> None:
+    url = triton.http_url if protocol == "http" else triton.grpc_url
+    cfg = bench.BenchConfig(url=url, model="faulty", protocol=protocol, mode=mode,  # type: ignore[arg-type]
+                            concurrency=4, rate=200, max_requests=120, max_seconds=20)
+    r = bench.run(cfg)
+    assert r.sent == r.succeeded == 120
+    assert r.errors == {}
+    assert r.stopped_by == "count"
+    assert r.p50_ms <= r.p95_ms <= r.p99_ms <= r.max_ms
+    assert r.server.requests == 120  # Triton's statistics API agrees with the client
+    assert r.server.executions == 120 and r.server.batch_size == 1.0
+    assert r.server.compute_infer_ms > 0 and r.server.queue_ms > 0
+    if mode == "open":  # Poisson at 200/s: 120 arrivals take about 0.6 s
+        assert 0.2 < r.elapsed_s < 5
+
+
+def test_bench_stops_on_time_and_sees_a_slow_model(triton: server.TritonServer, fault: Path) -> None:
+    fault.write_text(json.dumps({"delay_ms": 100}))
+    r = bench.run(bench.BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=10_000,
+                                    max_seconds=1.5))
+    assert r.stopped_by == "time"
+    assert r.sent < 100
+    assert 1.4 < r.elapsed_s < 3
+    assert r.p50_ms >= 100
+    assert r.server.compute_infer_ms >= 95  # the delay is inside the model's execute()
+    assert r.server.queue_ms >= 50  # two clients, one instance: one waits while the other runs
+
+
+@pytest.mark.parametrize(("protocol", "kind"), [("http", "server:500"), ("grpc", "server:INTERNAL")])
+def test_bench_counts_errors_by_kind(triton: server.TritonServer, fault: Path, protocol: str, kind: str) -> None:
+    fault.write_text(json.dumps({"fail": True}))
+    url = triton.http_url if protocol == "http" else triton.grpc_url
+    r = bench.run(bench.BenchConfig(url=url, model="faulty", protocol=protocol,  # type: ignore[arg-type]
+                                    max_requests=30, max_seconds=10))
+    assert r.errors == {kind: 30}
+    assert r.succeeded == 0
+    assert r.server.failures == 30
+
+
+def test_bench_cli_json(triton: server.TritonServer) -> None:
+    result = CliRunner().invoke(app, ["bench", "faulty", "--url", triton.grpc_url, "--protocol", "grpc",
+                                      "--requests", "40", "--concurrency", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["succeeded"] == 40
+    assert report["server"]["requests"] == 40
+    assert set(report) >= {"throughput_rps", "p50_ms", "p95_ms", "p99_ms", "errors", "server"}
+
+
+def test_bench_cli_refuses_a_remote_target() -> None:
+    result = CliRunner().invoke(app, ["bench", "faulty", "--url", "198.51.100.4:8000", "--requests", "1"])
+    assert result.exit_code == 2
+    assert "not loopback" in result.output
+
+
+def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
+    triton: server.TritonServer, tmp_path: Path
+) -> None:
+    config = triton.repository / TUNED / "config.pbtxt"
+    original = config.read_text()
+    png = tmp_path / "tune.png"
+    try:
+        result = CliRunner().invoke(app, [
+            "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
+            "--instances", "1", "--delays", "2000", "--concurrency", "16", "--requests", "600",
+            "--duration", "3", "--budget-ms", "10000", "--plot", str(png), "--json",
+        ])
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        trials = {t["label"]: t for t in out["trials"]}
+        assert len(trials) == 3  # off, on without preferred size, on with preferred = max batch size
+        off = trials["batching off, 1 inst"]
+        # The override really reached Triton: one inference per execution with batching off,
+        # several per execution with it on.
+        assert off["server"]["batch_size"] == 1.0
+        on = [t for t in out["trials"] if t["setting"]["dynamic_batching"]]
+        assert all(t["server"]["batch_size"] > 1.0 for t in on)
+        best = out["recommended"]
+        assert best["inferences_per_s"] == max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
+        written = pbtxt.parse(config.read_text())
+        assert written.instance_group[0].count == best["setting"]["instances"]
+        assert (written.dynamic_batching is not None) == best["setting"]["dynamic_batching"]
+        assert png.read_bytes()[:4] == b"\x89PNG"
+        # After the sweep Triton serves the repository's own configuration again.
+        client = httpclient.InferenceServerClient(triton.http_url)
+        loaded = client.get_model_config(TUNED)
+        client.close()
+        on_disk = pbtxt.parse(original)
+        assert int(loaded["instance_group"][0]["count"]) == on_disk.instance_group[0].count
+    finally:
+        config.write_text(original)
