@@ -18,9 +18,7 @@ from infra.k8s.config import ENVIRONMENTS, STACKS, ConfigError
 
 def render(
     stack: Annotated[str, typer.Option("--stack", help=f"Stack under stacks/: {', '.join(STACKS)}.")],
-    env: Annotated[
-        str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}.")
-    ],
+    env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}.")],
     out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
 ) -> None:

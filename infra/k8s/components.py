@@ -101,9 +101,7 @@ def apply_objects(
         created.append(
             k8s_object(
                 o,
-                pulumi.ResourceOptions(
-                    parent=parent, depends_on=[*namespaces, *depends_on], ignore_changes=ignore
-                ),
+                pulumi.ResourceOptions(parent=parent, depends_on=[*namespaces, *depends_on], ignore_changes=ignore),
             )
         )
     return created
@@ -237,9 +235,7 @@ class Monitoring(pulumi.ComponentResource):
         )
         secret = k8s_object(
             platform.alertmanager_secret(cfg, config_yaml),
-            pulumi.ResourceOptions(
-                parent=self, depends_on=objs, additional_secret_outputs=["stringData", "data"]
-            ),
+            pulumi.ResourceOptions(parent=self, depends_on=objs, additional_secret_outputs=["stringData", "data"]),
         )
         self.release = helm_release(platform.monitoring_release(cfg), self, [*objs, secret])
         self.register_outputs({"status": self.release.status})
@@ -288,9 +284,7 @@ class TritonNamespaceArgs:
 class TritonNamespace(pulumi.ComponentResource):
     """What all model services share: Namespace, PriorityClass, PrometheusRule, dashboards, admin Secret."""
 
-    def __init__(
-        self, name: str, args: TritonNamespaceArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: TritonNamespaceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tritonops:triton:TritonNamespace", name, None, opts)
         cfg = args.config
         self.objects = apply_objects(self, triton.namespace_objects(cfg))
@@ -298,9 +292,7 @@ class TritonNamespace(pulumi.ComponentResource):
         token = pulumi.Output.secret(args.admin_token)
         self.admin_secret = k8s_object(
             triton.admin_secret(cfg, token),
-            pulumi.ResourceOptions(
-                parent=self, depends_on=ns, additional_secret_outputs=["stringData", "data"]
-            ),
+            pulumi.ResourceOptions(parent=self, depends_on=ns, additional_secret_outputs=["stringData", "data"]),
         )
         self.register_outputs({"namespace": cfg.namespace})
 

@@ -317,8 +317,7 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
         if not pool.min_size <= pool.desired_size <= pool.max_size:
             raise ConfigError(
                 _key("cluster-aws", ("gpuNodePools", i, "desiredSize")),
-                f"must lie within minSize..maxSize ({pool.min_size}..{pool.max_size}), "
-                f"got {pool.desired_size}",
+                f"must lie within minSize..maxSize ({pool.min_size}..{pool.max_size}), got {pool.desired_size}",
                 source,
             )
     sys_pool = cfg.system_node_pool
@@ -339,9 +338,7 @@ def _check_platform(cfg: Any, source: str | None) -> None:
                 source,
             )
     if cfg.gpu_operator.time_slicing and cfg.gpu_operator.mig_strategy != "none":
-        raise ConfigError(
-            _key("platform", ("gpuOperator", "migStrategy")), "use time-slicing or MIG, not both", source
-        )
+        raise ConfigError(_key("platform", ("gpuOperator", "migStrategy")), "use time-slicing or MIG, not both", source)
     am = cfg.monitoring.alertmanager
     names = [r.name for r in am.receivers]
     for field, value in (
@@ -431,9 +428,7 @@ def _check_triton(cfg: Any, source: str | None) -> None:
     if cfg.ingress.mode != "none" and not cfg.ingress.host_suffix:
         raise ConfigError(_key("triton", ("ingress", "hostSuffix")), "ingress needs hostSuffix", source)
     if cfg.ingress.mode == "gateway" and not cfg.ingress.gateway_name:
-        raise ConfigError(
-            _key("triton", ("ingress", "gatewayName")), "gateway mode needs gatewayName", source
-        )
+        raise ConfigError(_key("triton", ("ingress", "gatewayName")), "gateway mode needs gatewayName", source)
     try:
         check_budget(cfg)
     except ValueError as exc:
@@ -450,9 +445,7 @@ def stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / stack / f"Pulumi.{env}.yaml"
 
 
-def read_stack_file(
-    stack: str, env: str, stacks_dir: Path = STACKS_DIR
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tuple[dict[str, Any], dict[str, Any]]:
     """(own config without namespace, other namespaces' keys as written) from Pulumi.<env>.yaml."""
     if env not in ENVIRONMENTS:
         raise ConfigError("--env", f"unknown environment {env!r} (known: {', '.join(ENVIRONMENTS)})")
@@ -485,7 +478,5 @@ def config_keys(stack: str) -> dict[str, bool]:
     out = {}
     for name, field in MODELS[stack].model_fields.items():
         alias = field.alias or name
-        out[alias] = field.annotation in (str, str | None) or str(field.annotation).startswith(
-            "typing.Literal"
-        )
+        out[alias] = field.annotation in (str, str | None) or str(field.annotation).startswith("typing.Literal")
     return out

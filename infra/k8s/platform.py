@@ -85,9 +85,7 @@ def gpu_operator_release(cfg: PlatformConfig) -> HelmRelease:
             "enabled": True,
             "serviceMonitor": {"enabled": op.dcgm_service_monitor, "interval": "15s", "honorLabels": False},
         },
-        "daemonsets": {
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        },
+        "daemonsets": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }
     if op.time_slicing:
         values["devicePlugin"] = {"config": {"name": TIME_SLICING_CONFIG_MAP, "default": ""}}
@@ -130,9 +128,7 @@ def alertmanager_config(cfg: PlatformConfig, secrets: dict[str, str]) -> Obj:
             receivers.append(
                 {
                     "name": r.name,
-                    "slack_configs": [
-                        {"api_url": value, "channel": r.channel, "send_resolved": r.send_resolved}
-                    ],
+                    "slack_configs": [{"api_url": value, "channel": r.channel, "send_resolved": r.send_resolved}],
                 }
             )
         elif r.type == "pagerduty":
@@ -143,9 +139,7 @@ def alertmanager_config(cfg: PlatformConfig, secrets: dict[str, str]) -> Obj:
                 }
             )
         else:
-            receivers.append(
-                {"name": r.name, "webhook_configs": [{"url": value, "send_resolved": r.send_resolved}]}
-            )
+            receivers.append({"name": r.name, "webhook_configs": [{"url": value, "send_resolved": r.send_resolved}]})
     route: Obj = {
         "receiver": am.default_receiver or "null",
         "group_by": list(am.group_by),

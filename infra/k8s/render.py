@@ -89,9 +89,7 @@ def write(rs: RenderSet, out: Path) -> list[Written]:
         (out / "secrets-required.yaml").write_text(_dump({"secrets": rs.secrets}))
         for s in rs.secrets:
             written.append(
-                Written(
-                    out / "secrets-required.yaml", "Secret (not rendered)", f"{s['namespace']}/{s['name']}"
-                )
+                Written(out / "secrets-required.yaml", "Secret (not rendered)", f"{s['namespace']}/{s['name']}")
             )
     return written
 

@@ -51,17 +51,13 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
         out.objects += triton.namespace_objects(cfg)
         for svc in cfg.model_services:
             out.objects += triton.service_objects(cfg, svc)
-        out.secrets.append(
-            _secret_ref(triton.admin_secret(cfg, None), project_name(stack) + ":" + ADMIN_TOKEN_KEY)
-        )
+        out.secrets.append(_secret_ref(triton.admin_secret(cfg, None), project_name(stack) + ":" + ADMIN_TOKEN_KEY))
     elif isinstance(cfg, PlatformConfig):
         if cfg.monitoring.enabled:
             out.objects += platform.monitoring_objects(cfg)
             out.releases.append(platform.monitoring_release(cfg))
             out.secrets.append(
-                _secret_ref(
-                    platform.alertmanager_secret(cfg, None), project_name(stack) + ":" + platform.SECRETS_KEY
-                )
+                _secret_ref(platform.alertmanager_secret(cfg, None), project_name(stack) + ":" + platform.SECRETS_KEY)
             )
         if cfg.gpu_operator.enabled:
             out.objects += platform.gpu_operator_objects(cfg)
@@ -73,8 +69,7 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
         out.aws.append({"type": "aws:eks/cluster:Cluster", "spec": eks.cluster_spec(cfg)})
         out.aws.append({"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.system_node_group_spec(cfg)})
         out.aws += [
-            {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)}
-            for p in cfg.gpu_node_pools
+            {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)} for p in cfg.gpu_node_pools
         ]
     return out
 
@@ -107,9 +102,7 @@ def pulumi_config(stack: str) -> StackConfig:
 
     project = pulumi.get_project()
     if project != project_name(stack):
-        raise ConfigError(
-            "name", f"Pulumi project is {project!r}, expected {project_name(stack)!r} (Pulumi.yaml)"
-        )
+        raise ConfigError("name", f"Pulumi project is {project!r}, expected {project_name(stack)!r} (Pulumi.yaml)")
     cfg = pulumi.Config()
     raw = {}
     for key, is_str in config_keys(stack).items():
@@ -166,9 +159,7 @@ def cluster_aws_program() -> dict[str, Any]:
         opts=pulumi.ResourceOptions(depends_on=attachments),
     )
     issuer = cluster.identities.apply(lambda ids: ids[0]["oidcs"][0]["issuer"] if ids else "")
-    oidc = aws.iam.OpenIdConnectProvider(
-        "oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=spec["tags"]
-    )
+    oidc = aws.iam.OpenIdConnectProvider("oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=spec["tags"])
     sys_spec = eks.system_node_group_spec(cfg)
     sys_role = aws.iam.Role(
         "system-nodes-role",
@@ -176,9 +167,7 @@ def cluster_aws_program() -> dict[str, Any]:
         tags=sys_spec["tags"],
     )
     sys_atts = [
-        aws.iam.RolePolicyAttachment(
-            f"system-nodes-{arn.rsplit('/', 1)[1]}", role=sys_role.name, policy_arn=arn
-        )
+        aws.iam.RolePolicyAttachment(f"system-nodes-{arn.rsplit('/', 1)[1]}", role=sys_role.name, policy_arn=arn)
         for arn in eks.NODE_POLICIES
     ]
     system = aws.eks.NodeGroup(
@@ -198,9 +187,9 @@ def cluster_aws_program() -> dict[str, Any]:
         opts=pulumi.ResourceOptions(depends_on=sys_atts, ignore_changes=["scalingConfig.desiredSize"]),
     )
     pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in cfg.gpu_node_pools]
-    kubeconfig = pulumi.Output.all(
-        cluster.name, cluster.endpoint, cluster.certificate_authority.data, region
-    ).apply(lambda a: eks.kubeconfig(*a))
+    kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
+        lambda a: eks.kubeconfig(*a)
+    )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
     pulumi.export("oidcProviderArn", oidc.arn)
@@ -244,9 +233,7 @@ def platform_program() -> dict[str, Any]:
         out["gpu_operator"] = GpuOperator("gpu-operator", GpuOperatorArgs(cfg), opts, depends_on=after)
     if cfg.keda.enabled:
         out["keda"] = Keda("keda", KedaArgs(cfg), opts, depends_on=after)
-    pulumi.export(
-        "releases", {r.name: f"{r.chart}@{r.version}" for r in render_set("platform", "", cfg).releases}
-    )
+    pulumi.export("releases", {r.name: f"{r.chart}@{r.version}" for r in render_set("platform", "", cfg).releases})
     return out
 
 
@@ -267,8 +254,7 @@ def triton_program() -> dict[str, Any]:
     opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     ns = TritonNamespace("triton", TritonNamespaceArgs(cfg, token), opts)
     services = [
-        TritonService(svc.name, TritonServiceArgs(cfg, svc), opts, depends_on=[ns])
-        for svc in cfg.model_services
+        TritonService(svc.name, TritonServiceArgs(cfg, svc), opts, depends_on=[ns]) for svc in cfg.model_services
     ]
     plan = check_budget(cfg)
     pulumi.export("namespace", cfg.namespace)

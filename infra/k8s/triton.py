@@ -105,9 +105,7 @@ def container(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) 
     env: list[Obj] = [
         {
             "name": ADMIN_ENV,
-            "valueFrom": {
-                "secretKeyRef": {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}
-            },
+            "valueFrom": {"secretKeyRef": {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}},
         }
     ]
     if svc.model_repository.type == "s3" and svc.model_repository.region:
@@ -226,9 +224,7 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {
-                        "tritonops.io/gpu-budget-mib": f"{budget.need_mib}/{budget.capacity_mib}"
-                    },
+                    "annotations": {"tritonops.io/gpu-budget-mib": f"{budget.need_mib}/{budget.capacity_mib}"},
                 },
                 "spec": {
                     "serviceAccountName": name_of(svc),
@@ -307,11 +303,7 @@ def pod_disruption_budget(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 
 def _ns_selector(names: list[str]) -> Obj:
-    return {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(names)}
-        ]
-    }
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(names)}]}
 
 
 def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
@@ -364,9 +356,7 @@ def service_monitor(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 def scaling_policy(svc: ModelService) -> ScalingPolicy:
     a = svc.autoscaling
-    return ScalingPolicy(
-        threshold=a.pending_per_replica, min_replicas=a.min_replicas, max_replicas=a.max_replicas
-    )
+    return ScalingPolicy(threshold=a.pending_per_replica, min_replicas=a.min_replicas, max_replicas=a.max_replicas)
 
 
 def scaled_object(cfg: TritonStackConfig, svc: ModelService) -> Obj:

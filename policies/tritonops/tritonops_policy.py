@@ -107,8 +107,10 @@ def validate_gpu_resources(args: Any, report_violation: Report) -> None:
         if _num(limit) < 1:
             report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} has no {GPU} limit")
         elif request is not None and _num(request) != _num(limit):
-            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} requests {request} "
-                             f"{GPU} but limits {limit}")
+            report_violation(
+                f"{_name(args.props, args.name)}: container {c.get('name')!r} requests {request} "
+                f"{GPU} but limits {limit}"
+            )
         elif request is None:
             report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} has no {GPU} request")
 
@@ -121,8 +123,10 @@ def validate_health_probes(args: Any, report_violation: Report) -> None:
         for probe, prefix in HEALTH.items():
             path = (((c.get(probe) or {}).get("httpGet")) or {}).get("path", "")
             if not str(path).startswith(prefix):
-                report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} {probe} must be an "
-                                 f"httpGet on {prefix}* (got {path or 'none'})")
+                report_violation(
+                    f"{_name(args.props, args.name)}: container {c.get('name')!r} {probe} must be an "
+                    f"httpGet on {prefix}* (got {path or 'none'})"
+                )
 
 
 def validate_non_root(args: Any, report_violation: Report) -> None:
@@ -160,8 +164,10 @@ def validate_pinned_images(args: Any, report_violation: Report) -> None:
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         image = str(c.get("image", ""))
         if not image_pinned(image):
-            report_violation(f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r} "
-                             "is not pinned (use an explicit tag other than latest, or a digest)")
+            report_violation(
+                f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r} "
+                "is not pinned (use an explicit tag other than latest, or a digest)"
+            )
 
 
 def validate_high_availability(args: Any, report_violation: Report) -> None:
@@ -179,12 +185,18 @@ def validate_high_availability(args: Any, report_violation: Report) -> None:
         report_violation(f"{name}: prod Triton needs replicas >= {minimum}")
     spec = _pod_spec(args.props)
     anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or []
-    hard_spread = [t for t in spec.get("topologySpreadConstraints") or []
-                   if t.get("topologyKey") == "kubernetes.io/hostname" and t.get("whenUnsatisfiable") == "DoNotSchedule"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    hard_spread = [
+        t
+        for t in spec.get("topologySpreadConstraints") or []
+        if t.get("topologyKey") == "kubernetes.io/hostname" and t.get("whenUnsatisfiable") == "DoNotSchedule"
+    ]
     if not any(t.get("topologyKey") == "kubernetes.io/hostname" for t in anti) and not hard_spread:
-        report_violation(f"{name}: prod Triton needs required pod anti-affinity or a DoNotSchedule topology spread "
-                         "on kubernetes.io/hostname, so one node failure cannot take every replica")
+        report_violation(
+            f"{name}: prod Triton needs required pod anti-affinity or a DoNotSchedule topology spread "
+            "on kubernetes.io/hostname, so one node failure cannot take every replica"
+        )
 
 
 def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None:
@@ -200,8 +212,10 @@ def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None
     if _num(fb.get("failureThreshold")) < 1 or _num(fb.get("replicas")) < 1:
         report_violation(f"{name}: fallback needs failureThreshold >= 1 and replicas >= 1")
     if fb.get("behavior", "static") == "static" and _num(fb.get("replicas")) < _num(spec.get("maxReplicaCount", 100)):
-        report_violation(f"{name}: static fallback to {fb.get('replicas')} replicas can scale serving down during "
-                         "an outage; use behavior currentReplicasIfHigher (or fallback replicas = maxReplicaCount)")
+        report_violation(
+            f"{name}: static fallback to {fb.get('replicas')} replicas can scale serving down during "
+            "an outage; use behavior currentReplicasIfHigher (or fallback replicas = maxReplicaCount)"
+        )
 
 
 def validate_helm_pinned(args: Any, report_violation: Report) -> None:
@@ -210,8 +224,10 @@ def validate_helm_pinned(args: Any, report_violation: Report) -> None:
         return
     version = str(args.props.get("version") or "")
     if not version or any(ch in version for ch in "*^~><x ") or version == "latest":
-        report_violation(f"{args.props.get('name') or args.name}: chart {args.props.get('chart')!r} version "
-                         f"{version or 'unset'} is not pinned")
+        report_violation(
+            f"{args.props.get('name') or args.name}: chart {args.props.get('chart')!r} version "
+            f"{version or 'unset'} is not pinned"
+        )
 
 
 # --- stack validators ----------------------------------------------------------------------------
@@ -230,8 +246,9 @@ def validate_pdb_coverage(args: Any, report_violation: Report) -> None:
     pdbs = [r for r in args.resources if r.resource_type == PDB]
     for d in _triton_deployments(args.resources):
         labels = _pod_labels(d.props)
-        if not any(_same_ns(p.props, d.props) and _selects((p.props.get("spec") or {}).get("selector"), labels)
-                   for p in pdbs):
+        if not any(
+            _same_ns(p.props, d.props) and _selects((p.props.get("spec") or {}).get("selector"), labels) for p in pdbs
+        ):
             report_violation(f"{_name(d.props, d.name)}: no PodDisruptionBudget selects this Triton Deployment")
 
 
@@ -245,8 +262,11 @@ def validate_network_policy_coverage(args: Any, report_violation: Report) -> Non
             spec = p.props.get("spec") or {}
             selector = spec.get("podSelector")
             selects_all = selector == {} or selector == {"matchLabels": {}}
-            if _same_ns(p.props, d.props) and (selects_all or _selects(selector, labels)) and \
-                    "Ingress" in (spec.get("policyTypes") or ["Ingress"]):
+            if (
+                _same_ns(p.props, d.props)
+                and (selects_all or _selects(selector, labels))
+                and "Ingress" in (spec.get("policyTypes") or ["Ingress"])
+            ):
                 covered = True
         if not covered:
             report_violation(f"{_name(d.props, d.name)}: no NetworkPolicy covers this Triton Deployment")
@@ -257,31 +277,66 @@ def validate_network_policy_coverage(args: Any, report_violation: Report) -> Non
 MANDATORY = EnforcementLevel.MANDATORY
 
 POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
-    ResourceValidationPolicy(name="triton-gpu-resources", description=validate_gpu_resources.__doc__ or "",
-                             validate=validate_gpu_resources, enforcement_level=MANDATORY),
-    ResourceValidationPolicy(name="triton-health-probes", description=validate_health_probes.__doc__ or "",
-                             validate=validate_health_probes, enforcement_level=MANDATORY),
-    ResourceValidationPolicy(name="triton-non-root", description=validate_non_root.__doc__ or "",
-                             validate=validate_non_root, enforcement_level=MANDATORY),
-    ResourceValidationPolicy(name="triton-pinned-images", description=validate_pinned_images.__doc__ or "",
-                             validate=validate_pinned_images, enforcement_level=MANDATORY),
     ResourceValidationPolicy(
-        name="triton-high-availability", description=validate_high_availability.__doc__ or "",
-        validate=validate_high_availability, enforcement_level=MANDATORY,
-        config_schema=PolicyConfigSchema(properties={
-            "requireHighAvailability": {"type": "boolean", "default": False},
-            "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
-        }),
+        name="triton-gpu-resources",
+        description=validate_gpu_resources.__doc__ or "",
+        validate=validate_gpu_resources,
+        enforcement_level=MANDATORY,
     ),
-    ResourceValidationPolicy(name="scaledobject-fallback", description=validate_scaled_object_fallback.__doc__ or "",
-                             validate=validate_scaled_object_fallback, enforcement_level=MANDATORY),
-    ResourceValidationPolicy(name="helm-chart-pinned", description=validate_helm_pinned.__doc__ or "",
-                             validate=validate_helm_pinned, enforcement_level=MANDATORY),
-    StackValidationPolicy(name="triton-pdb-coverage", description=validate_pdb_coverage.__doc__ or "",
-                          validate=validate_pdb_coverage, enforcement_level=MANDATORY),
-    StackValidationPolicy(name="triton-network-policy-coverage",
-                          description=validate_network_policy_coverage.__doc__ or "",
-                          validate=validate_network_policy_coverage, enforcement_level=MANDATORY),
+    ResourceValidationPolicy(
+        name="triton-health-probes",
+        description=validate_health_probes.__doc__ or "",
+        validate=validate_health_probes,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="triton-non-root",
+        description=validate_non_root.__doc__ or "",
+        validate=validate_non_root,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="triton-pinned-images",
+        description=validate_pinned_images.__doc__ or "",
+        validate=validate_pinned_images,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="triton-high-availability",
+        description=validate_high_availability.__doc__ or "",
+        validate=validate_high_availability,
+        enforcement_level=MANDATORY,
+        config_schema=PolicyConfigSchema(
+            properties={
+                "requireHighAvailability": {"type": "boolean", "default": False},
+                "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
+            }
+        ),
+    ),
+    ResourceValidationPolicy(
+        name="scaledobject-fallback",
+        description=validate_scaled_object_fallback.__doc__ or "",
+        validate=validate_scaled_object_fallback,
+        enforcement_level=MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="helm-chart-pinned",
+        description=validate_helm_pinned.__doc__ or "",
+        validate=validate_helm_pinned,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="triton-pdb-coverage",
+        description=validate_pdb_coverage.__doc__ or "",
+        validate=validate_pdb_coverage,
+        enforcement_level=MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="triton-network-policy-coverage",
+        description=validate_network_policy_coverage.__doc__ or "",
+        validate=validate_network_policy_coverage,
+        enforcement_level=MANDATORY,
+    ),
 ]
 RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-gpu-resources": validate_gpu_resources,

@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[3]
 SECRETS = {
     "tritonops-triton:adminApiToken": "test-admin-token",
     "tritonops-platform:alertmanagerSecrets": json.dumps(
-        {"slackDev": "https://hooks.slack.example/dev", "slackOps": "https://hooks.slack.example/ops",
-         "pagerdutyRoutingKey": "pd-routing-key-0123"}),
+        {
+            "slackDev": "https://hooks.slack.example/dev",
+            "slackOps": "https://hooks.slack.example/ops",
+            "pagerdutyRoutingKey": "pd-routing-key-0123",
+        }
+    ),
 }
 FAKE_KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})
 
@@ -68,8 +72,9 @@ class Mocks(pulumi.runtime.Mocks):
         return [r for r in self.resources if r.typ == typ]
 
 
-def stack_config(stack: str, env: str, overrides: dict[str, Any] | None = None,
-                 secrets: bool = True) -> tuple[dict[str, str], list[str]]:
+def stack_config(
+    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True
+) -> tuple[dict[str, str], list[str]]:
     """The stack file's config as the engine hands it to a program: every value a string."""
     doc = yaml.safe_load((STACKS_DIR / stack / f"Pulumi.{env}.yaml").read_text())
     raw = dict(doc["config"])
@@ -100,9 +105,11 @@ def _urns(value: Any) -> list[pulumi.Output[str]]:
     return []
 
 
-def run_program(stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True) -> Mocks:
+def run_program(
+    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True, mocks: Mocks | None = None
+) -> Mocks:
     """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns."""
-    mocks = Mocks()
+    mocks = mocks if mocks is not None else Mocks()
     pulumi.runtime.set_mocks(mocks, project=project_name(stack), stack=env, preview=False)
     config, secret_keys = stack_config(stack, env, overrides, secrets)
     pulumi.runtime.set_all_config(config, secret_keys)

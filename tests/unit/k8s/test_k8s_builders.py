@@ -17,7 +17,14 @@ import yaml
 from infra import versions
 from infra.k8s import eks, platform, triton
 from infra.k8s.budget import BudgetError, budgets, check_budget, service_budget
-from infra.k8s.config import ConfigError, PlatformConfig, TritonStackConfig, load_stack_config, parse_config, read_stack_file
+from infra.k8s.config import (
+    ConfigError,
+    PlatformConfig,
+    TritonStackConfig,
+    load_stack_config,
+    parse_config,
+    read_stack_file,
+)
 from infra.observability.keda import prometheus_trigger
 from infra.observability.rules import rule_groups
 
@@ -166,8 +173,13 @@ def test_every_triton_flag_exists_in_tritonserver() -> None:
     if binary is None:
         pytest.skip("nvidia-pytriton (the `triton` extra) is not installed")
     libs = binary.parents[3] / "nvidia_pytriton.libs"
-    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "LD_LIBRARY_PATH": str(libs)})
+    out = subprocess.run(
+        [str(binary), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LD_LIBRARY_PATH": str(libs)},
+    )
     known = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
     assert "--model-repository" in known
     for env in ("dev", "prod"):
@@ -183,8 +195,7 @@ def test_every_triton_flag_exists_in_tritonserver() -> None:
 def test_service_ports_and_scrape_job_label() -> None:
     cfg = _triton()
     svc = triton.service(cfg, cfg.model_services[0])
-    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000), ("grpc", 8001),
-                                                                        ("metrics", 8002)]
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000), ("grpc", 8001), ("metrics", 8002)]
     assert svc["metadata"]["labels"][triton.JOB_LABEL] == triton.SCRAPE_JOB
     sm = triton.service_monitor(cfg, cfg.model_services[0])
     assert sm["spec"]["jobLabel"] == triton.JOB_LABEL
@@ -239,8 +250,12 @@ def test_ingress_grpc_backend_protocol() -> None:
     assert grpc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
     assert grpc["spec"]["rules"][0]["host"] == "grpc-vision.dev.tritonops.example.com"
     assert grpc["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"] == {"name": "grpc"}
-    assert "ingress-nginx" in triton.network_policy(cfg, cfg.model_services[0])["spec"]["ingress"][0]["from"][0][
-        "namespaceSelector"]["matchExpressions"][0]["values"]
+    assert (
+        "ingress-nginx"
+        in triton.network_policy(cfg, cfg.model_services[0])["spec"]["ingress"][0]["from"][0]["namespaceSelector"][
+            "matchExpressions"
+        ][0]["values"]
+    )
 
 
 def test_gateway_routes() -> None:
@@ -312,8 +327,11 @@ def test_budget_error_type() -> None:
 
 def test_gpu_operator_release_pinned_and_toggles() -> None:
     rel = platform.gpu_operator_release(_platform("dev"))
-    assert (rel.chart, rel.version, rel.repo) == (versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
-                                                  versions.GPU_OPERATOR_REPO)
+    assert (rel.chart, rel.version, rel.repo) == (
+        versions.GPU_OPERATOR_CHART,
+        versions.GPU_OPERATOR_CHART_VERSION,
+        versions.GPU_OPERATOR_REPO,
+    )
     assert rel.values["driver"]["enabled"] is False and rel.values["toolkit"]["enabled"] is False
     assert rel.values["dcgmExporter"]["serviceMonitor"]["enabled"] is True
     assert rel.values["devicePlugin"]["config"]["name"] == platform.TIME_SLICING_CONFIG_MAP
@@ -355,8 +373,9 @@ def test_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
     amtool = shutil.which("amtool")
     if amtool is None:
         pytest.skip("amtool (Debian prometheus-alertmanager) is not installed")
-    doc = platform.alertmanager_config(_platform("prod"), {"slackOps": "https://hooks.example/ops",
-                                                           "pagerdutyRoutingKey": "rk"})
+    doc = platform.alertmanager_config(
+        _platform("prod"), {"slackOps": "https://hooks.example/ops", "pagerdutyRoutingKey": "rk"}
+    )
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(doc))
     out = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)

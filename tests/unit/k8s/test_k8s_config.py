@@ -11,6 +11,7 @@ import yaml
 from infra.k8s.config import (
     ENVIRONMENTS,
     STACKS,
+    STACKS_DIR,
     ConfigError,
     config_keys,
     load_stack_config,
@@ -18,7 +19,6 @@ from infra.k8s.config import (
     read_stack_file,
 )
 from infra.k8s.eks import node_pools_summary
-from infra.k8s.config import STACKS_DIR
 
 
 def _own(stack: str, env: str) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""How long does rendering every stack for both environments take? Prints figures; asserts nothing.
+
+    .venv/bin/python benchmarks/k8s_render.py [--repeat N]
+
+Each round parses every stacks/<stack>/Pulumi.<env>.yaml, builds all objects and writes them as YAML
+into a temporary directory: exactly what `tritonops render` does, once per stack and environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.k8s.config import ENVIRONMENTS, STACKS  # noqa: E402
+from infra.k8s.render import render  # noqa: E402
+
+
+def one_round(out: Path) -> tuple[float, dict[str, float], int]:
+    per: dict[str, float] = {}
+    files = 0
+    start = time.perf_counter()
+    for stack in STACKS:
+        for env in ENVIRONMENTS:
+            t0 = time.perf_counter()
+            files += len(render(stack, env, out / f"{stack}-{env}"))
+            per[f"{stack}/{env}"] = time.perf_counter() - t0
+    return time.perf_counter() - start, per, files
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        cold, per_cold, files = one_round(Path(tmp) / "cold")
+        import_and_cold = time.perf_counter() - t0
+        totals = []
+        per_stack: dict[str, list[float]] = {}
+        for i in range(args.repeat):
+            total, per, _ = one_round(Path(tmp) / f"r{i}")
+            totals.append(total)
+            for k, v in per.items():
+                per_stack.setdefault(k, []).append(v)
+    print(f"render all stacks x envs ({len(STACKS)} stacks x {len(ENVIRONMENTS)} envs, {files} files per round)")
+    print(f"  first round (cold caches):  {cold * 1000:8.1f} ms")
+    print(
+        f"  warm rounds (n={args.repeat}):       median {statistics.median(totals) * 1000:8.1f} ms   "
+        f"min {min(totals) * 1000:.1f} ms   max {max(totals) * 1000:.1f} ms"
+    )
+    for k, v in per_stack.items():
+        print(f"    {k:<18} median {statistics.median(v) * 1000:7.1f} ms")
+    print(f"  wall incl. first round: {import_and_cold * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

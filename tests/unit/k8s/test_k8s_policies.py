@@ -1,0 +1,213 @@
+"""CrossGuard pack: zero violations on both environments; every policy fires when its rule is broken.
+
+Validators are called directly with a collecting report_violation (a PolicyPack is never built here:
+outside the Pulumi CLI it blocks waiting on a port).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from typing import Any
+
+import pytest
+from k8s_harness import ROOT, as_ints, committed
+from pulumi_policy import PolicyResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
+
+from infra.k8s.config import ENVIRONMENTS
+
+PACK = ROOT / "policies" / "tritonops"
+sys.path.insert(0, str(PACK))
+import tritonops_policy as tp  # noqa: E402
+
+OPTS = PolicyResourceOptions(
+    protect=False,
+    ignore_changes=[],
+    delete_before_replace=None,
+    aliases=[],
+    additional_secret_outputs=[],
+    custom_timeouts=None,
+)  # type: ignore[arg-type]
+
+
+def _config(env: str) -> dict[str, Any]:
+    return json.loads((PACK / f"config.{env}.json").read_text())
+
+
+def _policy_config(env: str, policy: str) -> dict[str, Any]:
+    value = _config(env).get(policy)
+    return {k: v for k, v in value.items() if k != "enforcementLevel"} if isinstance(value, dict) else {}
+
+
+def _resource(typ: str, props: dict[str, Any], name: str = "r") -> PolicyResource:
+    return PolicyResource(typ, props, f"urn:pulumi:dev::p::{typ}::{name}", name, OPTS, None, None, [], {})
+
+
+def _resources(env: str) -> list[PolicyResource]:
+    out = []
+    for stack in ("cluster-aws", "platform", "triton"):
+        for r in committed(stack, env).resources:
+            out.append(_resource(r.typ, as_ints(r.inputs), r.name))
+    return out
+
+
+def run_policies(resources: list[PolicyResource], env: str = "dev") -> dict[str, list[str]]:
+    """Every validator over every resource; policy name -> violation messages."""
+    found: dict[str, list[str]] = {}
+    for name, validate in tp.RESOURCE_VALIDATORS.items():
+        config = {"requireHighAvailability": False, "minReplicas": 2} | _policy_config(env, name)
+        for r in resources:
+            args = ResourceValidationArgs(r.resource_type, r.props, r.urn, r.name, OPTS, None, config)
+            validate(args, lambda msg, urn=None, n=name: found.setdefault(n, []).append(msg))
+    for name, validate in tp.STACK_VALIDATORS.items():
+        args = StackValidationArgs(resources, _policy_config(env, name))
+        validate(args, lambda msg, urn=None, n=name: found.setdefault(n, []).append(msg))
+    return found
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_committed_stacks_have_zero_violations(env: str) -> None:
+    resources = _resources(env)
+    assert any(tp.is_triton_workload(r.resource_type, r.props) for r in resources)
+    assert run_policies(resources, env) == {}
+
+
+def test_policy_configs_name_real_policies_and_levels() -> None:
+    names = {p.name for p in tp.POLICIES}
+    assert names == set(tp.RESOURCE_VALIDATORS) | set(tp.STACK_VALIDATORS)
+    for env in ENVIRONMENTS:
+        for key, value in _config(env).items():
+            assert key == "all" or key in names, key
+            level = value if isinstance(value, str) else value["enforcementLevel"]
+            assert level in ("advisory", "mandatory", "disabled")
+    assert _config("prod")["triton-high-availability"]["requireHighAvailability"] is True
+    assert _config("prod")["triton-high-availability"]["enforcementLevel"] == "mandatory"
+    assert _config("dev")["triton-high-availability"]["enforcementLevel"] == "advisory"
+
+
+def test_pack_entry_point_uses_the_policies() -> None:
+    text = (PACK / "__main__.py").read_text()
+    assert "PolicyPack(" in text and "policies=POLICIES" in text
+    assert (PACK / "PulumiPolicy.yaml").is_file()
+
+
+# --- each policy fires ---------------------------------------------------------------------------
+
+
+def _triton_resources(env: str = "prod") -> list[PolicyResource]:
+    return [r for r in _resources(env) if r.resource_type.startswith("kubernetes:")]
+
+
+def _mutate(resources: list[PolicyResource], typ: str, fn: Any, index: int = 0) -> list[PolicyResource]:
+    out = []
+    seen = 0
+    for r in resources:
+        if r.resource_type == typ:
+            if seen == index:
+                props = copy.deepcopy(dict(r.props))
+                fn(props)
+                r = _resource(r.resource_type, props, r.name)
+            seen += 1
+        out.append(r)
+    return out
+
+
+def _container(props: dict[str, Any]) -> dict[str, Any]:
+    return props["spec"]["template"]["spec"]["containers"][0]
+
+
+DEP = tp.DEPLOYMENT
+
+
+@pytest.mark.parametrize(
+    ("policy", "typ", "mutation"),
+    [
+        ("triton-gpu-resources", DEP, lambda p: _container(p)["resources"]["limits"].pop("nvidia.com/gpu")),
+        ("triton-gpu-resources", DEP, lambda p: _container(p)["resources"]["requests"].update({"nvidia.com/gpu": "2"})),
+        ("triton-health-probes", DEP, lambda p: _container(p).pop("livenessProbe")),
+        ("triton-health-probes", DEP, lambda p: _container(p)["readinessProbe"]["httpGet"].update({"path": "/"})),
+        (
+            "triton-non-root",
+            DEP,
+            lambda p: (
+                _container(p)["securityContext"].pop("runAsNonRoot"),
+                p["spec"]["template"]["spec"]["securityContext"].pop("runAsNonRoot"),
+            ),
+        ),
+        ("triton-non-root", DEP, lambda p: _container(p)["securityContext"].update({"runAsUser": 0})),
+        ("triton-pinned-images", DEP, lambda p: _container(p).update({"image": "nvcr.io/nvidia/tritonserver:latest"})),
+        ("triton-pinned-images", DEP, lambda p: _container(p).update({"image": "nvcr.io/nvidia/tritonserver"})),
+        ("triton-high-availability", DEP, lambda p: p["spec"].update({"replicas": 1})),
+        (
+            "triton-high-availability",
+            DEP,
+            lambda p: (
+                p["spec"]["template"]["spec"].pop("affinity"),
+                p["spec"]["template"]["spec"].pop("topologySpreadConstraints"),
+            ),
+        ),
+        ("triton-high-availability", tp.SCALED_OBJECT, lambda p: p["spec"].update({"minReplicaCount": 1})),
+        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"].pop("fallback")),
+        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"]["fallback"].pop("behavior")),
+        ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": ""})),
+        ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": "^75.0.0"})),
+        (
+            "triton-pdb-coverage",
+            tp.PDB,
+            lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "someone-else"}),
+        ),
+        (
+            "triton-network-policy-coverage",
+            tp.NETWORK_POLICY,
+            lambda p: p["spec"]["podSelector"]["matchLabels"].update({"app.kubernetes.io/instance": "someone-else"}),
+        ),
+    ],
+)
+def test_policy_fires(policy: str, typ: str, mutation: Any) -> None:
+    env = "prod"
+    resources = _resources(env)
+    broken = _mutate(resources, typ, mutation)
+    found = run_policies(broken, env)
+    assert set(found) == {policy}, found
+    assert len(found[policy]) >= 1
+
+
+def test_missing_pdb_and_network_policy_fire() -> None:
+    resources = [r for r in _resources("prod") if r.resource_type not in (tp.PDB, tp.NETWORK_POLICY)]
+    found = run_policies(resources, "prod")
+    assert set(found) == {"triton-pdb-coverage", "triton-network-policy-coverage"}
+    assert len(found["triton-pdb-coverage"]) == 2  # one per Triton Deployment
+
+
+def test_high_availability_only_required_in_prod() -> None:
+    """The dev stack (1 replica, soft spread) passes; the same objects labelled prod do not."""
+    dev = _resources("dev")
+    assert "triton-high-availability" not in run_policies(dev, "dev")
+    relabelled = _mutate(dev, DEP, lambda p: p["metadata"]["labels"].update({"tritonops.io/environment": "prod"}))
+    assert "triton-high-availability" in run_policies(relabelled, "dev")
+    assert "triton-high-availability" in run_policies(dev, "prod")  # config requireHighAvailability: true
+
+
+def test_non_triton_deployments_are_ignored() -> None:
+    other = _resource(
+        DEP,
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
+            },
+        },
+    )
+    assert run_policies([other], "prod") == {}
+
+
+def test_image_pinned() -> None:
+    assert tp.image_pinned("nvcr.io/nvidia/tritonserver:24.10-py3")
+    assert tp.image_pinned("registry:5000/triton@sha256:" + "0" * 64)
+    assert not tp.image_pinned("registry:5000/triton")
+    assert not tp.image_pinned("triton:latest")
