@@ -31,6 +31,14 @@ MODEL_DIR = "/models"
 # Admin APIs only callers with the header secret may use; inference, health and metadata stay open.
 RESTRICTED = "model-repository,model-config,shared-memory,statistics,trace,logging"
 ADMIN_ENV = "TRITON_ADMIN_KEY"
+# Triton checks gRPC metadata under this prefix: the HTTP header `k` is `triton-grpc-protocol-k` over gRPC.
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+
+def admin_headers(cfg: TritonStackConfig, token: str) -> dict[str, dict[str, str]]:
+    """What a client sends to reach the restricted APIs, per protocol."""
+    h = cfg.admin_api.header
+    return {"http": {h: token}, "grpc": {GRPC_HEADER_PREFIX + h: token}}
 
 
 def name_of(svc: ModelService) -> str:
