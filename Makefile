@@ -42,7 +42,7 @@ integration: venv apt
 test: venv apt lint
 	$(BIN)/pytest -q -rs tests/unit tests/integration
 
-demo: venv
+demo: venv apt
 	$(BIN)/tritonops demo
 
 # Benchmarks print figures (they are not timed tests): tests/benchmarks/bench_*.py

@@ -149,9 +149,21 @@ def serve(
 
 
 @app.command()
-def demo() -> None:
-    """Start a real Triton on the sample repository, smoke-check it and print real inference results."""
-    from infra.demo import run
+def demo(
+    local: Annotated[
+        bool, typer.Option("--local", help="Run tritonserver on loopback instead of converging a Podman edge node")
+    ] = False,
+) -> None:
+    """Converge a local edge node with ansible/edge.yml, smoke-check it and print real inference results.
 
-    report = run(console)
+    Exit 0 when the smoke check passes, 1 when a check or a step fails.
+    """
+    from infra.demo import DemoError, run, run_edge
+    from infra.hosts.podman import HostsError
+
+    try:
+        report = run(console) if local else run_edge(console)
+    except (DemoError, HostsError) as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(EXIT_FINDINGS) from None
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)

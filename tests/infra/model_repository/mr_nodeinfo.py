@@ -1,0 +1,84 @@
+"""What the model_repository checks need to know about a node: its inventory variables and address."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _defaults(role: str) -> dict[str, Any]:
+    return dict(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {})
+
+
+def host_name(host: Any) -> str:
+    backend = host.backend
+    return str(getattr(backend, "name", None) or getattr(backend, "host", None) or backend.get_hostname())
+
+
+def inventory_vars(host: Any, config: Any) -> dict[str, Any]:
+    """The host's variables from the run's Ansible inventory (molecule's, or --ansible-inventory)."""
+    inventory = getattr(config.option, "ansible_inventory", None) or os.environ.get("MOLECULE_INVENTORY_FILE")
+    if not inventory:
+        return {}
+    return dict(AnsibleRunner(inventory).get_variables(host_name(host)))
+
+
+def _plain(value: Any, fallback: Any) -> Any:
+    """Inventory values are untemplated: use the role default for anything still holding Jinja."""
+    return fallback if isinstance(value, str) and "{{" in value else value
+
+
+def node_vars(host: Any, config: Any) -> dict[str, Any]:
+    v = inventory_vars(host, config)
+    ts = _defaults("triton_server")
+
+    def get(name: str, fallback: Any) -> Any:
+        return _plain(v.get(name, fallback), fallback)
+
+    link = get("model_repository_link", get("triton_server_model_repository", ts["triton_server_model_repository"]))
+    return {
+        "link": link,
+        "releases": get("model_repository_releases_dir", os.path.dirname(link) + "/releases"),
+        "group": get("triton_server_group", ts["triton_server_group"]),
+        "user": get("triton_server_user", ts["triton_server_user"]),
+        "port": int(get("triton_server_http_port", ts["triton_server_http_port"])),
+        "header": get("triton_server_admin_header", ts["triton_server_admin_header"]),
+        "secret": get("triton_server_admin_secret", ""),
+        "keep": int(get("model_repository_keep_releases", 3)),
+        "source": get("model_repository_local_path", "") if v.get("model_repository_source", "local") == "local" else "",
+    }
+
+
+def node_address(host: Any) -> str:
+    """The node's address as the controller reaches it (Podman bridge for the local nodes)."""
+    if host.backend.NAME == "podman":
+        out = subprocess.run(["podman", "inspect", "--format", "{{ .NetworkSettings.IPAddress }}", host_name(host)],
+                             capture_output=True, text=True, check=True)
+        if out.stdout.strip():
+            return out.stdout.strip()
+    return str(host.interface.default().addresses[0])
+
+
+def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True) -> Any:
+    """POST to Triton's repository API on the node's loopback (with the admin header when given)."""
+    headers = {mr["header"]: mr["secret"]} if mr["secret"] else {}
+    code = (
+        "import json, urllib.request, urllib.error\n"
+        f"req = urllib.request.Request('http://127.0.0.1:{mr['port']}/v2/repository/{path}', data=b'{{}}',"
+        f" headers={headers!r}, method='POST')\n"
+        "try:\n    print(urllib.request.urlopen(req, timeout=30).read().decode())\n"
+        "except urllib.error.HTTPError as e:\n    print(e.read().decode())\n"
+    )
+    out = host.run("python3 -c " + shlex.quote(code))
+    if check:
+        assert out.rc == 0, out.stderr
+    return json.loads(out.stdout or "null")
