@@ -186,9 +186,11 @@ def error_kind(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return "timeout"
     if isinstance(exc, InferenceServerException):
-        status = exc.status()
+        status = str(exc.status() or "").replace("StatusCode.", "")
+        if status == "DEADLINE_EXCEEDED":
+            return "timeout"
         if status:
-            return f"server:{str(status).replace('StatusCode.', '')}"
+            return f"server:{status}"
         msg = (exc.message() or "").lower()
         if "timeout" in msg or "deadline" in msg:
             return "timeout"
@@ -210,7 +212,10 @@ class _Client:
             import tritonclient.http as mod
             import tritonclient.http.aio as aio
 
-            self.client = aio.InferenceServerClient(cfg.url, conn_limit=max(cfg.concurrency, 100))
+            # conn_timeout is aiohttp's total timeout per request.
+            self.client = aio.InferenceServerClient(
+                cfg.url, conn_limit=max(cfg.concurrency, 100), conn_timeout=cfg.request_timeout_s
+            )
         else:
             import tritonclient.grpc as mod
             import tritonclient.grpc.aio as aio
@@ -252,12 +257,13 @@ class _Client:
         return out
 
     async def infer(self, inputs: list[Any]) -> None:
-        kwargs: dict[str, Any] = {"model_version": self.cfg.model_version}
+        # Per-request timeouts are the clients' own (gRPC deadline, aiohttp total timeout): an
+        # asyncio.wait_for per request would cost a task each and cap the generator's rate.
         if self.cfg.protocol == "grpc":
-            kwargs["client_timeout"] = self.cfg.request_timeout_s
-        await asyncio.wait_for(
-            self.client.infer(self.cfg.model, inputs, **kwargs), timeout=self.cfg.request_timeout_s
-        )
+            await self.client.infer(self.cfg.model, inputs, model_version=self.cfg.model_version,
+                                    client_timeout=self.cfg.request_timeout_s)
+        else:
+            await self.client.infer(self.cfg.model, inputs, model_version=self.cfg.model_version)
 
     async def close(self) -> None:
         await self.client.close()

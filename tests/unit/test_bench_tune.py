@@ -79,6 +79,8 @@ def test_error_kinds() -> None:
     assert bench.error_kind(InferenceServerException("boom", status="500")) == "server:500"
     assert bench.error_kind(InferenceServerException("x", status="StatusCode.UNAVAILABLE")) == "server:UNAVAILABLE"
     assert bench.error_kind(ConnectionRefusedError()) == "connection"
+    assert bench.error_kind(InferenceServerException("Deadline Exceeded", status="StatusCode.DEADLINE_EXCEEDED")) \
+        == "timeout"
 
 
 def _spec() -> ModelSpec:
