@@ -10,11 +10,13 @@ the node's Triton over its bridge address and show the pipeline's answers.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,11 +60,16 @@ def pipeline_table(url: str, repository: Path) -> Table:
     return table
 
 
-def run_playbook(console: Console, playbook: Path, inventory: Path, limit: str, log: Path) -> dict[str, int]:
+def run_playbook(console: Console, playbook: Path, inventories: Sequence[Path], limit: str, log: Path,
+                 extra_vars: dict[str, str] | None = None) -> dict[str, int]:
     """Run ansible-playbook, showing the current task; the full output goes to ``log``."""
     bin_dir = Path(sys.executable).parent
     exe = bin_dir / "ansible-playbook"
-    cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "-i", str(inventory), "--limit", limit]
+    cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "--limit", limit]
+    for inventory in inventories:
+        cmd += ["-i", str(inventory)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(REPO / "infra" / "hosts" / "containers.conf")),
                PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -112,7 +119,7 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
     log = cache_dir() / "logs" / f"demo-{node}-ansible.log"
     console.print(f"[3/4] ansible-playbook ansible/edge.yml -i ansible/inventories/local --limit {node}"
                   f" (log: {log})")
-    recap = run_playbook(console, REPO / "ansible" / "edge.yml", inventory, node, log)
+    recap = run_playbook(console, REPO / "ansible" / "edge.yml", [inventory], node, log)
     console.print(f"      converged in {recap['seconds']}s: ok={recap['ok']} changed={recap['changed']} "
                   f"failed={recap['failed']}")
     secret = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]

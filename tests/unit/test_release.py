@@ -1,0 +1,251 @@
+"""infra.model_repo.release: staging, checksum verification, atomic switch, marking, pruning, sources.
+
+The node-side commands run here on temporary folders exactly as the role runs them on a node; the S3
+source is exercised against moto_server (the moto[server] package) on 127.0.0.1, a plainly named
+stand-in for AWS S3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.model_repo import release as rel
+from infra.model_repo.manifest import MANIFEST_FILE
+from infra.model_repo.manifest import build as build_manifest
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+
+
+@pytest.fixture
+def staged(tmp_path: Path) -> dict:
+    return rel.prepare(SAMPLE, tmp_path / "cache", "cpu")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "var-lib-triton"
+    (root / "releases").mkdir(parents=True)
+    return root / "models", root / "releases"
+
+
+def push(staged: dict, releases: Path) -> str:
+    """What the role's copy task does: the staged folder lands in releases/.staging-<id>."""
+    shutil.copytree(staged["path"], releases / f"{rel.STAGING_PREFIX}{staged['release']}")
+    rel.install(releases, releases / f"{rel.STAGING_PREFIX}{staged['release']}", staged["release"])
+    return str(staged["release"])
+
+
+def test_release_id_is_the_manifest_digest(staged: dict) -> None:
+    assert staged["release"] == staged["digest"][:16]
+    assert staged["digest"] == build_manifest(SAMPLE).digest
+    assert rel.manifest_digest(build_manifest(SAMPLE).files) == staged["digest"]
+
+
+def test_staged_release_carries_its_manifest(staged: dict) -> None:
+    path = Path(staged["path"])
+    assert json.loads((path / MANIFEST_FILE).read_text())["files"] == build_manifest(SAMPLE).files
+    assert rel.verify(path) == build_manifest(SAMPLE).files
+
+
+def test_models_and_ensembles(staged: dict) -> None:
+    assert sorted(staged["models"]) == ["mlp", "mlp_batched", "pipeline", "postprocess", "preprocess"]
+    assert staged["ensembles"] == ["pipeline"]
+
+
+def test_prepare_twice_stages_once(tmp_path: Path, staged: dict) -> None:
+    again = rel.prepare(SAMPLE, tmp_path / "cache", "cpu")
+    assert (staged["changed"], again["changed"]) == (True, False)
+    assert again["release"] == staged["release"]
+
+
+def test_model_digest_changes_only_for_the_changed_model(tmp_path: Path, staged: dict) -> None:
+    changed = tmp_path / "v2"
+    shutil.copytree(SAMPLE, changed)
+    cfg = changed / "mlp" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("count: 1", "count: 2"))
+    v2 = rel.prepare(changed, tmp_path / "cache", "cpu")
+    assert v2["release"] != staged["release"]
+    assert [m for m in v2["models"] if v2["models"][m] != staged["models"][m]] == ["mlp"]
+
+
+def test_invalid_config_stops_prepare_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(SAMPLE, bad)
+    cfg = bad / "mlp" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("KIND_CPU", "KIND_GPU"))
+    with pytest.raises(rel.ReleaseError, match=r"mlp/config.pbtxt:\d+"):
+        rel.prepare(bad, tmp_path / "cache", "cpu")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_source_with_a_wrong_manifest_stops_prepare_naming_the_file(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(SAMPLE, src)
+    (src / MANIFEST_FILE).write_text(build_manifest(src).to_json())
+    (src / "mlp" / "1" / "model.py").write_text("tampered\n")
+    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.py: sha256 .* does not match"):
+        rel.prepare(src, tmp_path / "cache", "cpu")
+
+
+def test_version_reused_for_other_content_is_refused(tmp_path: Path) -> None:
+    rel.prepare(SAMPLE, tmp_path / "cache", "cpu", version="r1")
+    other = tmp_path / "other"
+    shutil.copytree(SAMPLE, other)
+    (other / "mlp" / "1" / "model.py").write_text((other / "mlp" / "1" / "model.py").read_text() + "# v2\n")
+    with pytest.raises(rel.ReleaseError, match="already staged with different content"):
+        rel.prepare(other, tmp_path / "cache", "cpu", version="r1")
+
+
+def test_install_refuses_a_corrupt_push_naming_the_file(staged: dict, node: tuple[Path, Path]) -> None:
+    _, releases = node
+    staging = releases / f"{rel.STAGING_PREFIX}{staged['release']}"
+    shutil.copytree(staged["path"], staging)
+    (staging / "mlp" / "1" / "model.onnx").write_bytes(b"truncated")
+    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.onnx: sha256"):
+        rel.install(releases, staging, staged["release"])
+    assert rel.list_releases(releases) == []
+
+
+def test_first_activation_replaces_the_empty_directory(staged: dict, node: tuple[Path, Path]) -> None:
+    link, releases = node
+    link.mkdir()  # what triton_server creates before the first release
+    rid = push(staged, releases)
+    out = rel.activate(link, releases, rid)
+    assert out == {"changed": True, "previous": None, "active": rid}
+    assert link.is_symlink() and os.readlink(link) == f"releases/{rid}"
+    assert (link / "mlp" / "config.pbtxt").is_file()
+
+
+def test_switch_is_a_rename_and_idempotent(tmp_path: Path, staged: dict, node: tuple[Path, Path]) -> None:
+    link, releases = node
+    r1 = push(staged, releases)
+    rel.activate(link, releases, r1)
+    v2 = tmp_path / "v2"
+    shutil.copytree(SAMPLE, v2)
+    (v2 / "mlp" / "1" / "model.py").write_text((v2 / "mlp" / "1" / "model.py").read_text() + "# v2\n")
+    r2 = push(rel.prepare(v2, tmp_path / "cache", "cpu"), releases)
+    inode_before = os.lstat(link).st_ino
+    assert rel.activate(link, releases, r2) == {"changed": True, "previous": r1, "active": r2}
+    assert os.lstat(link).st_ino != inode_before  # a new symlink renamed over the old one
+    assert rel.activate(link, releases, r2)["changed"] is False
+    assert not list(link.parent.glob(".models.tmp-*"))
+
+
+def test_status_reports_active_current_and_verification(staged: dict, node: tuple[Path, Path]) -> None:
+    link, releases = node
+    rid = push(staged, releases)
+    before = rel.status(link, releases, rid)
+    assert (before["active"], before["current"], before["release_verified"]) == (None, None, True)
+    rel.activate(link, releases, rid)
+    assert rel.mark(releases, rid)["changed"] is True
+    assert rel.mark(releases, rid)["changed"] is False
+    after = rel.status(link, releases, rid)
+    assert (after["active"], after["current"]) == (rid, rid)
+    assert after["active_models"] == staged["models"]
+    (releases / rid / "mlp" / "config.pbtxt").write_text("changed on the node\n")
+    assert rel.status(link, releases, rid)["release_verified"] is False
+
+
+def test_prune_keeps_the_last_n_and_the_active(tmp_path: Path, node: tuple[Path, Path]) -> None:
+    link, releases = node
+    ids = []
+    for i in range(4):
+        src = tmp_path / f"v{i}"
+        shutil.copytree(SAMPLE, src)
+        (src / "mlp" / "1" / "model.py").write_text((src / "mlp" / "1" / "model.py").read_text() + f"# {i}\n")
+        rid = push(rel.prepare(src, tmp_path / "cache", "cpu"), releases)
+        rel.activate(link, releases, rid)
+        rel.mark(releases, rid)
+        ids.append(rid)
+    out = rel.prune(link, releases, keep=2)
+    assert sorted(out["removed"]) == sorted(ids[:2])
+    assert rel.list_releases(releases) == sorted(ids[2:])
+    assert rel.prune(link, releases, keep=2)["changed"] is False
+    rel.activate(link, releases, ids[2])  # rolled back to an older one: it is never pruned
+    assert ids[2] in rel.prune(link, releases, keep=1)["kept"]
+
+
+def test_node_side_cli_runs_with_a_bare_python(staged: dict, node: tuple[Path, Path]) -> None:
+    """The role pushes the file alone and runs it with the node's python3: no project imports."""
+    link, releases = node
+    rid = push(staged, releases)
+    script = Path(rel.__file__)
+    env = {"PATH": os.environ["PATH"]}
+    out = subprocess.run([sys.executable, "-I", str(script), "activate", "--link", str(link), "--releases",
+                          str(releases), "--release", rid], capture_output=True, text=True, env=env, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["active"] == rid
+    bad = subprocess.run([sys.executable, "-I", str(script), "activate", "--link", str(link), "--releases",
+                          str(releases), "--release", "../etc"], capture_output=True, text=True, env=env, cwd="/")
+    assert bad.returncode == 1 and "release id" in json.loads(bad.stdout)["error"]
+
+
+def test_tarball_source(tmp_path: Path) -> None:
+    tarball = tmp_path / "release.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tf:
+        tf.add(SAMPLE, arcname="model_repository")
+    root = rel.extract_tarball(tarball, tmp_path / "unpacked")
+    out = rel.prepare(root, tmp_path / "cache", "cpu")
+    assert out["digest"] == build_manifest(SAMPLE).digest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def moto_s3() -> Iterator[str]:
+    """moto_server (moto[server]) on 127.0.0.1: a stand-in for AWS S3, started and stopped here."""
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.skip("moto_server is not installed (pip install 'moto[server]', in the dev extra)")
+    port = _free_port()
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_s3_source(tmp_path: Path, moto_s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1")
+    s3.create_bucket(Bucket="models")
+    for p in SAMPLE.rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            s3.upload_file(str(p), "models", f"edge/r7/{p.relative_to(SAMPLE).as_posix()}")
+    s3.put_object(Bucket="models", Key="edge/r8/other/config.pbtxt", Body=b"not this release")
+    out = rel.fetch_s3("models", "edge/r7/", tmp_path / "s3", endpoint_url=moto_s3, region="us-east-1")
+    assert out["objects"] == len(build_manifest(SAMPLE).files)
+    assert rel.prepare(tmp_path / "s3", tmp_path / "cache", "cpu")["digest"] == build_manifest(SAMPLE).digest
+    with pytest.raises(rel.ReleaseError, match="no objects under this prefix"):
+        rel.fetch_s3("models", "edge/missing", tmp_path / "s3b", endpoint_url=moto_s3, region="us-east-1")
