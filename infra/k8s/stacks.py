@@ -96,9 +96,35 @@ def _decode(raw: str, is_str: bool) -> Any:
         return raw  # let the model report the type error with the key
 
 
+class PulumiEngineMissing(RuntimeError):
+    """A stack program was started without the Pulumi engine (e.g. `python stacks/x/__main__.py`)."""
+
+
+def require_engine(stack: str) -> None:
+    """Fail clearly when the program runs outside `pulumi up/preview` (or Pulumi's test mocks)."""
+    import shutil
+
+    from pulumi.runtime.settings import get_monitor
+
+    if get_monitor() is not None:
+        return
+    cli = shutil.which("pulumi")
+    how = (
+        f"run it with the Pulumi CLI ({cli}): cd stacks/{stack} && pulumi up"
+        if cli
+        else "the Pulumi CLI is not installed here (https://www.pulumi.com/docs/install/)"
+    )
+    raise PulumiEngineMissing(
+        f"stacks/{stack}/__main__.py is a Pulumi program and needs the Pulumi engine: {how}. "
+        f"Without Pulumi, `tritonops render --stack {stack} --env ENV --out DIR` writes the same objects as YAML."
+    )
+
+
 def pulumi_config(stack: str) -> StackConfig:
     """The stack's config from the Pulumi engine, through the same parser render uses."""
     import pulumi
+
+    require_engine(stack)
 
     project = pulumi.get_project()
     if project != project_name(stack):

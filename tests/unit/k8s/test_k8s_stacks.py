@@ -203,3 +203,24 @@ def test_on_prem_kubeconfig_file(tmp_path) -> None:  # type: ignore[no-untyped-d
 def test_missing_kubeconfig_file_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match="cluster.kubeconfig"):
         run_program("triton", "dev", {"cluster": {"kubeconfig": str(tmp_path / "nope")}})
+
+
+@pytest.mark.parametrize("stack", ["cluster-aws", "platform", "triton"])
+def test_stack_outside_the_engine_fails_clearly(stack: str) -> None:
+    """No Pulumi CLI here: running a stack program directly says what to do instead."""
+    import subprocess
+    import sys
+
+    from k8s_harness import ROOT
+
+    out = subprocess.run(
+        [sys.executable, f"stacks/{stack}/__main__.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode != 0
+    assert "PulumiEngineMissing" in out.stderr
+    assert "needs the Pulumi engine" in out.stderr and f"tritonops render --stack {stack}" in out.stderr
