@@ -36,6 +36,7 @@ _CORE: dict[tuple[str, str], Any] = {
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
     ("v1", "Secret"): k8s.core.v1.Secret,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("batch/v1", "CronJob"): k8s.batch.v1.CronJob,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,

@@ -427,6 +427,12 @@ def _check_triton(cfg: Any, source: str | None) -> None:
             raise ConfigError(_key("triton", (*k, "image")), f"pin an image tag (got {svc.image!r})", source)
     if cfg.ingress.mode != "none" and not cfg.ingress.host_suffix:
         raise ConfigError(_key("triton", ("ingress", "hostSuffix")), "ingress needs hostSuffix", source)
+    if cfg.ingress.mode == "ingress" and not cfg.ingress.tls_secret:
+        raise ConfigError(
+            _key("triton", ("ingress", "tlsSecret")),
+            "ingress-nginx serves gRPC only over HTTP/2, which needs TLS: name the certificate Secret",
+            source,
+        )
     if cfg.ingress.mode == "gateway" and not cfg.ingress.gateway_name:
         raise ConfigError(_key("triton", ("ingress", "gatewayName")), "gateway mode needs gatewayName", source)
     try:

@@ -116,6 +116,7 @@ def container(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) 
             "valueFrom": {"secretKeyRef": {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}},
         }
     ]
+    env.append({"name": "HOME", "value": "/tmp"})  # the root filesystem is read-only
     if svc.model_repository.type == "s3" and svc.model_repository.region:
         env.append({"name": "AWS_DEFAULT_REGION", "value": svc.model_repository.region})
     mounts: list[Obj] = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
@@ -205,6 +206,18 @@ def _spread(svc: ModelService) -> list[Obj]:
     ]
 
 
+def rollout_strategy(svc: ModelService) -> Obj:
+    """Surge a pod when there may be room for it; with one pod per node required, replace in place.
+
+    With required anti-affinity every node already runs a replica, so a surge pod would wait for a new
+    GPU node; instead one pod at a time is replaced (config guarantees replicas > pdbMinAvailable, so
+    the remaining pods still satisfy the PDB).
+    """
+    if svc.spread:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
 def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget | None = None) -> Obj:
     budget = budget or service_budget(svc, cfg)
     res = svc.resources
@@ -228,7 +241,7 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
             "replicas": svc.replicas,
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": selector(svc)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": rollout_strategy(svc),
             "template": {
                 "metadata": {
                     "labels": pod_labels,
@@ -508,7 +521,9 @@ def service_objects(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
         objs += ingresses(cfg, svc)
     elif cfg.ingress.mode == "gateway":
         objs += gateway_routes(cfg, svc)
-    return objs
+    from infra.k8s.drift import drift_objects  # builds on this module: imported here, not at the top
+
+    return objs + drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (infra/k8s/drift.py)
 
 
 # --- once per stack ------------------------------------------------------------------------------

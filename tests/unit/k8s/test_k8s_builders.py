@@ -424,3 +424,47 @@ def test_kubeconfig_uses_aws_exec_auth() -> None:
     user = doc["users"][0]["user"]["exec"]
     assert user["command"] == "aws" and user["args"][:2] == ["eks", "get-token"]
     assert doc["clusters"][0]["cluster"]["server"] == "https://x"
+
+
+def test_rollout_never_waits_for_a_new_gpu_node_when_spread() -> None:
+    prod, dev = _triton("prod"), _triton("dev")
+    hard = triton.deployment(prod, prod.model_services[0])["spec"]["strategy"]["rollingUpdate"]
+    assert hard == {"maxSurge": 0, "maxUnavailable": 1}
+    svc = prod.model_services[0]
+    assert svc.replicas - hard["maxUnavailable"] >= (svc.pdb_min_available or 0)
+    soft = triton.deployment(dev, dev.model_services[0])["spec"]["strategy"]["rollingUpdate"]
+    assert soft == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_grpc_ingress_needs_tls() -> None:
+    raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    del raw["ingress"]["tlsSecret"]
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert exc.value.key == "tritonops-triton:ingress.tlsSecret"
+    http, grpc = triton.ingresses(_triton("dev"), _triton("dev").model_services[0])
+    assert grpc["spec"]["tls"] == [
+        {"hosts": ["grpc-vision.dev.tritonops.example.com"], "secretName": "dev-tritonops-example-com-tls"}
+    ]
+
+
+def test_cluster_spec() -> None:
+    cfg = load_stack_config("cluster-aws", "prod")
+    spec = eks.cluster_spec(cfg)  # type: ignore[arg-type]
+    assert spec["name"] == "tritonops-prod" and spec["version"] == versions.KUBERNETES_VERSION
+    assert spec["vpc_config"]["endpoint_public_access"] is False
+    assert len(spec["vpc_config"]["subnet_ids"]) == 3
+    assert "audit" in spec["enabled_cluster_log_types"]
+    system = eks.system_node_group_spec(cfg)  # type: ignore[arg-type]
+    assert "taints" not in system and system["labels"] == {triton.NODE_POOL_LABEL: "system"}
+    assert system["scaling_config"]["min_size"] == 3
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_gpu_operator_skips_driver_where_the_ami_ships_it(env: str) -> None:
+    from infra.k8s.catalog import GPU_AMI_TYPES
+
+    cluster = load_stack_config("cluster-aws", env)
+    ops = _platform(env).gpu_operator
+    if all(p.ami_type in GPU_AMI_TYPES for p in cluster.gpu_node_pools):  # type: ignore[union-attr]
+        assert not ops.driver_enabled and not ops.toolkit_enabled
