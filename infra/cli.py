@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
 from infra.k8s.commands import render as render_cmd
 from infra.model_repo.manifest import MANIFEST_FILE, Manifest
@@ -30,6 +31,7 @@ app.add_typer(obs_app, name="observability")
 app.command("render")(render_cmd)
 app.command("bench")(bench_cmd)
 app.command("tune")(tune_cmd)
+app.command("drift")(drift_cmd)
 
 
 # --- model repository and inference checks -------------------------------------------------------

@@ -1,0 +1,288 @@
+"""What a node holds and what its Triton has loaded: the node side of the model-repository drift check.
+
+Standard library only, Python 3.8 compatible: it runs with the node's own python3, either pushed by
+``tritonops drift`` (``ansible.builtin.script``, JSON on stdout) or installed by the ``drift_check``
+role and run by a systemd timer (``--textfile``: Prometheus textfile for node-exporter). The same
+comparison runs in the Kubernetes CronJob (``--url`` against the Triton Service, ``--expect``).
+
+    node_check.py probe --link /var/lib/triton/models --releases /var/lib/triton/releases --port 8000
+    node_check.py check --link ... --releases ... --port 8000 --host NAME [--textfile DIR]
+    node_check.py check --url http://triton:8000 --expect mlp:1 --expect pipeline:1 --host NAME
+
+The admin header's value comes from the environment (``TRITONOPS_ADMIN_SECRET``), never from argv.
+``check`` exits 0 clean, 2 drift found, 1 the check itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FILE = "MANIFEST.sha256.json"
+STATE_FILE = "current.json"
+DRIFT_METRIC = "tritonops_drift_resources"  # kept identical to infra.observability.metrics.DRIFT_METRIC
+SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
+TEXTFILE_NAME = "tritonops_drift_node.prom"
+_CHUNK = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_files(root: Path) -> dict[str, str]:
+    """sha256 of every regular file under root (as infra.model_repo.manifest.build hashes them)."""
+    files = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
+            files[rel.as_posix()] = _sha256(p)
+    return files
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def repository_index(url: str, header: str, secret: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """POST /v2/repository/index (a restricted API: the admin header goes with it)."""
+    headers = {"Content-Type": "application/json"}
+    if secret:
+        headers[header] = secret
+    req = urllib.request.Request(url.rstrip("/") + "/v2/repository/index", data=b"{}", headers=headers,
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the node's own Triton
+        return list(json.loads(resp.read().decode()))
+
+
+def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dict[str, Any]:
+    """Everything the controller needs, as one JSON-able dict."""
+    out: dict[str, Any] = {"link": str(link), "active": None, "current": None, "manifest": None,
+                           "files": None, "index": None, "index_error": None}
+    if link.is_symlink() or link.is_dir():
+        target = link.resolve()
+        out["active"] = target.name if target.parent == releases.resolve() else str(target)
+        if target.is_dir():
+            out["files"] = tree_files(target)
+            doc = read_json(target / MANIFEST_FILE)
+            out["manifest"] = dict(doc["files"]) if doc and isinstance(doc.get("files"), dict) else None
+    state = read_json(releases / STATE_FILE)
+    out["current"] = state.get("current") if state else None
+    try:
+        out["index"] = repository_index(url, header, secret)
+    except urllib.error.HTTPError as e:
+        out["index_error"] = f"HTTP {e.code} from {url}/v2/repository/index: {e.read().decode(errors='replace')[:200]}"
+    except (OSError, ValueError) as e:
+        out["index_error"] = f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
+    return out
+
+
+# --- comparison (shared with the controller: infra.drift.models imports these) ------------------
+
+_VERSION_DIR = re.compile(r"^(\d+)/")
+_LATEST = re.compile(r"latest\s*\{\s*num_versions\s*:\s*(\d+)")
+_SPECIFIC = re.compile(r"specific\s*\{([^}]*)\}")
+
+
+def expected_versions(files: dict[str, str], configs: dict[str, str]) -> dict[str, list[str]]:
+    """model -> versions Triton should have READY, from the release's files and each config's version_policy.
+
+    ``configs`` maps model name to its config.pbtxt text. Default policy: the highest version.
+    """
+    out: dict[str, list[str]] = {}
+    for model, text in sorted(configs.items()):
+        versions = sorted({int(m.group(1)) for k in files if k.startswith(model + "/")
+                           for m in [_VERSION_DIR.match(k[len(model) + 1:])] if m})
+        if "version_policy" in text and re.search(r"version_policy\s*:?\s*\{\s*all\s*\{", text):
+            chosen = versions
+        elif (spec := _SPECIFIC.search(text)) and "version_policy" in text:
+            chosen = sorted(int(v) for v in re.findall(r"\d+", spec.group(1)))
+        else:
+            latest = _LATEST.search(text)
+            n = int(latest.group(1)) if latest and "version_policy" in text else 1
+            chosen = versions[-n:] if versions else []
+        # Ensembles have an empty version folder that holds no file; Triton reports version 1.
+        out[model] = [str(v) for v in chosen] or ["1"]
+    return out
+
+
+def compare(expected_files: dict[str, str], actual_files: dict[str, str] | None,
+            expected_models: dict[str, list[str]], index: list[dict[str, Any]] | None,
+            index_error: str | None) -> list[dict[str, str]]:
+    """Findings: [{resource, detail}], one per drifted resource (file, model, service)."""
+    findings: list[dict[str, str]] = []
+    if actual_files is None:
+        findings.append({"resource": "model-repository", "detail": "no active release on the node"})
+    else:
+        for k in sorted(expected_files.keys() - actual_files.keys()):
+            findings.append({"resource": f"file:{k}", "detail": "missing"})
+        for k in sorted(actual_files.keys() - expected_files.keys()):
+            findings.append({"resource": f"file:{k}", "detail": "not in the release"})
+        for k in sorted(expected_files.keys() & actual_files.keys()):
+            if expected_files[k] != actual_files[k]:
+                findings.append({"resource": f"file:{k}",
+                                 "detail": f"sha256 {actual_files[k][:12]}, release says {expected_files[k][:12]}"})
+    if index is None:
+        findings.append({"resource": "triton", "detail": f"repository index unavailable: {index_error}"})
+        return findings
+    ready: dict[str, set] = {}
+    states: dict[str, str] = {}
+    for entry in index:
+        name = str(entry.get("name"))
+        state = str(entry.get("state", ""))
+        if state == "READY":
+            ready.setdefault(name, set()).add(str(entry.get("version", "")))
+        else:
+            states.setdefault(name, f"{state or 'not loaded'} {entry.get('reason', '')}".strip())
+    for model, versions in sorted(expected_models.items()):
+        have = ready.get(model, set())
+        # No versions given (the CronJob's model list): any READY version will do.
+        missing = [v for v in versions if v not in have] if versions else ([] if have else ["any"])
+        if missing:
+            why = states.get(model, "not in the repository index")
+            findings.append({"resource": f"model:{model}",
+                             "detail": f"version {','.join(missing)} not READY ({why})"})
+        elif versions and have - set(versions):
+            findings.append({"resource": f"model:{model}",
+                             "detail": f"versions {','.join(sorted(have - set(versions)))} READY, release says "
+                                       f"{','.join(versions)}"})
+    for model in sorted(ready.keys() - expected_models.keys()):
+        findings.append({"resource": f"model:{model}", "detail": "READY but not in the release"})
+    return findings
+
+
+def release_configs(root: Path, files: dict[str, str]) -> dict[str, str]:
+    """model -> config.pbtxt text for every model folder of a release on disk."""
+    return {k.split("/", 1)[0]: (root / k).read_text(errors="replace")
+            for k in files if k.count("/") == 1 and k.endswith("/config.pbtxt") and (root / k).is_file()}
+
+
+# --- textfile output ------------------------------------------------------------------------------
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def textfile(rows: list[dict[str, Any]], ok: dict[str, bool]) -> str:
+    """Prometheus text format: drifted resources per (source, host), check success per source."""
+    lines = [f"# HELP {DRIFT_METRIC} Resources that differ from what the code says (0 = no drift).",
+             f"# TYPE {DRIFT_METRIC} gauge"]
+    for r in sorted(rows, key=lambda r: (r["source"], r["host"])):
+        lines.append(f'{DRIFT_METRIC}{{source="{_label(r["source"])}",host="{_label(r["host"])}"}} {int(r["count"])}')
+    lines += ["# HELP tritonops_drift_check_success 1 when the drift check of a source ran to the end.",
+              "# TYPE tritonops_drift_check_success gauge"]
+    for source, good in sorted(ok.items()):
+        lines.append(f'tritonops_drift_check_success{{source="{_label(source)}"}} {1 if good else 0}')
+    lines += ["# HELP tritonops_drift_last_run_timestamp_seconds When the drift check last ran.",
+              "# TYPE tritonops_drift_last_run_timestamp_seconds gauge",
+              f"tritonops_drift_last_run_timestamp_seconds {time.time():.0f}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(directory: Path, name: str, text: str) -> Path:
+    """Write, fsync and rename in the same folder: node-exporter never reads a half-written file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=str(directory))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, directory / name)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return directory / name
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+def _check(args: argparse.Namespace, secret: str) -> int:
+    if args.url:
+        url = args.url
+        expected_files: dict[str, str] = {}
+        actual: dict[str, str] | None = {}
+        index, index_error = None, None
+        try:
+            index = repository_index(url, args.header, secret)
+        except (OSError, ValueError) as e:
+            index_error = f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
+        models: dict[str, list[str]] = {}
+        for spec in args.expect:
+            name, _, versions = spec.partition(":")
+            models[name] = versions.split(",") if versions else []
+    else:
+        url = f"http://127.0.0.1:{args.port}"
+        node = probe(Path(args.link), Path(args.releases), url, args.header, secret)
+        index, index_error, actual = node["index"], node["index_error"], node["files"]
+        if node["manifest"] is None or node["files"] is None:
+            expected_files, models = {}, {}
+            actual = None
+        else:
+            expected_files = node["manifest"]
+            root = Path(args.link).resolve()
+            models = expected_versions(expected_files, release_configs(root, expected_files))
+    findings = compare(expected_files, actual, models, index, index_error)
+    result = {"host": args.host, "source": args.source, "findings": findings}
+    print(json.dumps(result, indent=2, sort_keys=True))
+    if args.textfile:
+        write_atomic(Path(args.textfile), TEXTFILE_NAME,
+                     textfile([{"source": args.source, "host": args.host, "count": len(findings)}],
+                              {args.source: True}))
+    return 2 if findings else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("probe", "check"):
+        sp = sub.add_parser(name)
+        sp.add_argument("--link", default="/var/lib/triton/models")
+        sp.add_argument("--releases", default="/var/lib/triton/releases")
+        sp.add_argument("--port", type=int, default=8000)
+        sp.add_argument("--header", default="triton-admin-key")
+        if name == "check":
+            sp.add_argument("--host", default=os.uname().nodename)
+            sp.add_argument("--source", default="models")
+            sp.add_argument("--url", help="check a remote Triton against --expect instead of the node")
+            sp.add_argument("--expect", action="append", default=[],
+                            help="MODEL[:V1,V2] that must be READY (any version when none is given)")
+            sp.add_argument("--textfile", help="write Prometheus textfile metrics into this folder")
+    args = p.parse_args(argv)
+    secret = os.environ.get(SECRET_ENV, "")
+    try:
+        if args.cmd == "probe":
+            print(json.dumps(probe(Path(args.link), Path(args.releases), f"http://127.0.0.1:{args.port}",
+                                   args.header, secret), sort_keys=True))
+            return 0
+        return _check(args, secret)
+    except Exception as e:  # noqa: BLE001 - the check itself failed: say so, exit 1
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        if getattr(args, "textfile", None):
+            with contextlib.suppress(OSError):
+                write_atomic(Path(args.textfile), TEXTFILE_NAME, textfile([], {args.source: False}))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
