@@ -31,6 +31,9 @@ def drift_cmd(
     textfile_dir: Annotated[
         Path | None, typer.Option(help=f"Write Prometheus metrics to DIR/{TEXTFILE_NAME} (atomic)")
     ] = None,
+    summary: Annotated[
+        Path | None, typer.Option(help="Also write the Markdown summary to this file (CI step summaries)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
 ) -> None:
@@ -44,6 +47,8 @@ def drift_cmd(
     report = run(sources, inventory or [], playbook or list(DEFAULT_PLAYBOOKS), limit, stack or [], env or [], forks)
     if textfile_dir is not None:
         write_textfile(report, textfile_dir)
+    if summary is not None:
+        summary.write_text(markdown(report))
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, default=str))
     elif as_markdown:

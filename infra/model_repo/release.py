@@ -199,7 +199,20 @@ def install(releases: Path, staging: Path, release: str) -> dict[str, Any]:
     check_release_id(release)
     dest = releases / release
     if dest.is_dir():
-        verify(dest)
+        try:
+            verify(dest)
+        except ReleaseError:
+            if not staging.is_dir():
+                raise
+            # Files of the installed copy were changed on the node (drift): replace it with the verified push.
+            verify(staging)
+            damaged = releases / f"{STAGING_PREFIX}damaged-{release}"
+            if damaged.exists():
+                shutil.rmtree(damaged)
+            os.rename(dest, damaged)
+            os.rename(staging, dest)
+            shutil.rmtree(damaged)
+            return {"changed": True, "repaired": True, "release": release, "path": str(dest)}
         if staging.exists():
             shutil.rmtree(staging)
         return {"changed": False, "release": release, "path": str(dest)}

@@ -312,3 +312,22 @@ def test_cron_job_script_is_node_check() -> None:
     cfg = _triton_cfg()
     cm = k8s_drift.script_config_map(cfg, cfg.model_services[0])
     assert cm["data"][k8s_drift.SCRIPT_KEY] == Path(node_check.__file__).read_text()
+
+
+# --- converging repairs a release whose files drifted on the node ----------------------------------
+
+def test_install_repairs_a_tampered_release_from_a_verified_push(staged: dict[str, Any], tmp_path: Path) -> None:
+    releases = tmp_path / "releases"
+    dest = releases / staged["release"]
+    shutil.copytree(staged["path"], dest)
+    (dest / "preprocess" / "1" / "model.py").write_text("# tampered\n")
+    (dest / "postprocess" / "golden.json").unlink()
+    with pytest.raises(rel.ReleaseError):  # no push to repair from: the damage is reported, nothing moves
+        rel.install(releases, releases / f".staging-{staged['release']}", staged["release"])
+    staging = releases / f".staging-{staged['release']}"
+    shutil.copytree(staged["path"], staging)
+    out = rel.install(releases, staging, staged["release"])
+    assert out["changed"] and out["repaired"]
+    assert rel.verify(dest) == rel.read_manifest(Path(staged["path"]))
+    assert sorted(p.name for p in releases.iterdir()) == [staged["release"]]
+    assert rel.install(releases, staging, staged["release"])["changed"] is False

@@ -1,0 +1,189 @@
+"""Live drift test on a local Podman node: converge, tamper, detect exactly that, converge, clean.
+
+1. converge a fresh node (``drift-live-1``) with ``ansible/edge.yml`` (gpu_facts, triton_server from the
+   wheel, the sample repository as a release, drift_check's timer): ``tritonops drift`` finds nothing;
+2. tamper with the node while Triton runs: edit Triton's unit, change one model file and delete
+   another in the active release, unload a model through the repository API, install another version
+   of a pinned wheel in Triton's venv: drift reports exactly those resources on that host (Ansible
+   check mode, the release manifest, Triton's index), and the node's own timer check counts the same
+   model-repository findings in its textfile metric;
+3. stop Triton: the service is reported too, and Triton's index becomes unreachable (one finding);
+4. converge again: no drift, by every source and by the node's own check.
+
+Needs root, Podman and the image ``tritonops hosts build`` makes (built here when missing). Bounded:
+each playbook run has a timeout, the whole test stays well under ten minutes on a warm image cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.drift import node_check
+from infra.drift.report import EXIT_CLEAN, EXIT_DRIFT, DriftReport
+from infra.drift.run import run
+from infra.hosts.podman import podman
+
+REPO = Path(__file__).resolve().parents[3]
+NODE = "drift-live-1"
+LOCAL = REPO / "ansible" / "inventories" / "local"
+SECRET = yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
+HEADER = "triton-admin-key"
+TEXTFILE = f"/var/lib/prometheus/node-exporter/{node_check.TEXTFILE_NAME}"
+PLAY_TIMEOUT = 900
+# Another version of a pinned wheel (triton_server_wheels pins packaging==26.4); nothing imports it at run time.
+OTHER_PACKAGING = "packaging==24.2"
+
+pytestmark = pytest.mark.hosts
+
+
+def _have_podman() -> bool:
+    import os
+
+    return shutil.which("podman") is not None and os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if not _have_podman():
+        pytest.skip("needs root and Podman (make apt installs it)")
+    from infra.hosts.images import ImageSpec, build_image
+    from infra.hosts.nodes import node_down, node_up
+
+    build_image(ImageSpec(arch="amd64"))
+    node_down(NODE)
+    node_up(NODE)
+    inv = tmp_path_factory.mktemp("drift-live") / "hosts.yml"
+    inv.write_text(json.dumps({"all": {"children": {"edge": {"children": {"cpu_gateways": {"hosts": {NODE: {}}}}}}}}))
+    try:
+        yield inv
+    finally:
+        node_down(NODE)
+
+
+def converge(inventory: Path) -> None:
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    cmd = [str(exe), str(REPO / "ansible" / "edge.yml"), "-i", str(LOCAL), "-i", str(inventory), "--limit", NODE]
+    from infra.drift.ansible_check import ansible_env
+
+    env = ansible_env({"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"})
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=PLAY_TIMEOUT)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+
+
+def drift(inventory: Path) -> DriftReport:
+    return run(["ansible", "models"], [LOCAL, inventory], limit=NODE)
+
+
+def found(report: DriftReport) -> set[tuple[str, str, str]]:
+    return {(f.source, f.host, f.resource) for f in report.findings}
+
+
+def sh(cmd: str) -> str:
+    return podman(["exec", NODE, "sh", "-c", cmd], timeout=300).stdout
+
+
+def node_ip() -> str:
+    from infra.hosts.nodes import node_address
+
+    return node_address(NODE)
+
+
+def own_check() -> tuple[int, int]:
+    """Run the node's timer service now; (its findings per the textfile metric, success flag)."""
+    sh("systemctl start tritonops-drift-check.service")
+    text = sh(f"cat {TEXTFILE}")
+    count = success = -1
+    for line in text.splitlines():
+        if line.startswith(f'{node_check.DRIFT_METRIC}{{source="models",host="{NODE}"}}'):
+            count = int(line.rsplit(" ", 1)[1])
+        if line.startswith('tritonops_drift_check_success{source="models"}'):
+            success = int(line.rsplit(" ", 1)[1])
+    return count, success
+
+
+def unload(model: str) -> None:
+    req = urllib.request.Request(f"http://{node_ip()}:8000/v2/repository/models/{model}/unload", data=b"{}",
+                                 headers={HEADER: SECRET, "Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+
+
+def other_wheel(tmp: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    OTHER_PACKAGING, "-d", str(tmp)], check=True, timeout=300)
+    return next(tmp.glob("packaging-*.whl"))
+
+
+def test_drift_live(inventory: Path, tmp_path: Path) -> None:
+    timings: dict[str, float] = {}
+
+    def timed(label: str, fn: Any, *args: Any) -> Any:
+        start = time.monotonic()
+        out = fn(*args)
+        timings[label] = round(time.monotonic() - start, 1)
+        return out
+
+    # 1. converged: no drift anywhere
+    timed("converge", converge, inventory)
+    clean = timed("drift (clean)", drift, inventory)
+    assert clean.errors == {}, clean.errors
+    assert clean.findings == [], [f.model_dump() for f in clean.findings]
+    assert clean.exit_code == EXIT_CLEAN
+    assert own_check() == (0, 1)
+
+    # 2. tamper while Triton runs
+    active = sh("readlink -f /var/lib/triton/models").strip()
+    wheel = other_wheel(tmp_path)
+    podman(["cp", str(wheel), f"{NODE}:/tmp/{wheel.name}"])
+    sh(f"/opt/tritonserver/bin/python -m pip install --quiet --no-deps --no-index /tmp/{wheel.name}")
+    sh("sed -i 's/^RestartSec=5$/RestartSec=30/' /etc/systemd/system/tritonserver.service")
+    sh(f"echo '# tampered' >> {active}/preprocess/1/model.py")
+    sh(f"rm {active}/postprocess/golden.json")
+    unload("mlp_batched")
+
+    report = timed("drift (tampered)", drift, inventory)
+    assert report.errors == {}, report.errors
+    ansible_expected = {
+        ("ansible", NODE, "triton_server : Write the systemd unit"),
+        ("ansible", NODE, "triton_server : Install the wheels into the venv (offline, hash-checked)"),
+        ("ansible", NODE, "model_repository : Push the release files"),
+    }
+    models_expected = {
+        ("models", NODE, "file:preprocess/1/model.py"),
+        ("models", NODE, "file:postprocess/golden.json"),
+        ("models", NODE, "model:mlp_batched"),
+    }
+    assert found(report) == ansible_expected | models_expected, [f.model_dump() for f in report.findings]
+    unit = next(f for f in report.findings if f.resource.endswith("Write the systemd unit"))
+    assert "-RestartSec=30" in unit.diff and "+RestartSec=5" in unit.diff, unit.diff
+    assert report.exit_code == EXIT_DRIFT
+    # The node's own check (timer) sees the same model-repository drift.
+    assert own_check() == (len(models_expected), 1)
+
+    # 3. stop Triton: the service is reported, the index is unreachable (one finding replaces the model's)
+    sh("systemctl stop tritonserver")
+    stopped = timed("drift (stopped)", drift, inventory)
+    assert stopped.errors == {}, stopped.errors
+    assert found(stopped) == (ansible_expected | {("ansible", NODE, "triton_server : Enable and start Triton")}
+                              | (models_expected - {("models", NODE, "model:mlp_batched")})
+                              | {("models", NODE, "triton")}), [f.model_dump() for f in stopped.findings]
+
+    # 4. converge again: clean
+    timed("re-converge", converge, inventory)
+    after = timed("drift (after converge)", drift, inventory)
+    assert after.errors == {}, after.errors
+    assert after.findings == [], [f.model_dump() for f in after.findings]
+    assert own_check() == (0, 1)
+    print("\n" + ", ".join(f"{k}: {v}s" for k, v in timings.items()))
+
