@@ -69,3 +69,15 @@ TRITON_JETSON_TARBALLS: dict[str, str] = {
     "6.2": f"tritonserver{TRITON_SERVER_VERSION}-igpu.tar",
     "6.0": "tritonserver2.49.0-igpu.tar.gz",
 }
+
+# --- GPU host preparation (roles nvidia_driver, container_runtime, jetson, node_monitoring) ------
+# Role defaults repeat these; tests/unit/test_gpu_host_roles.py keeps the two identical.
+# Driver branch the nvidia_driver role installs by default (Debian 12 non-free carries 535 only;
+# Ubuntu and the RHEL family may choose 550/570 per host).
+NVIDIA_DRIVER_BRANCH = "535"
+NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.17.8"
+# DCGM exporter on x86 GPU hosts (the line GPU Operator v25.3 ships).
+DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+# L4T releases the jetson role supports -> JetPack apt repository version: exactly the JetPack
+# versions with a Triton Jetson build in TRITON_JETSON_TARBALLS (JetPack 6.0, 6.1, 6.2).
+JETSON_L4T_APT_REPOS: dict[str, str] = {"36.3.0": "r36.3", "36.4.0": "r36.4", "36.4.3": "r36.4"}

@@ -1,0 +1,86 @@
+"""Run a role against a node from inside a host check, to prove that bad input stops in preflight.
+
+Used by the preflight-failure checks of the nvidia_driver and jetson roles: they run
+``ansible-playbook`` (JSON callback) against the node molecule converged, with bad variables, and
+assert that the run failed in the named preflight task with a clear message and changed nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    stats: dict[str, Any]
+    failed: list[dict[str, Any]] = field(default_factory=list)  # {"task": name, "msg": msg}
+    changed_tasks: list[str] = field(default_factory=list)
+    output: str = ""
+
+
+def podman_node(host: Any) -> str:
+    """The Podman container name behind a testinfra host (molecule nodes use the podman backend)."""
+    name = getattr(host.backend, "name", None)
+    if host.backend.NAME != "podman" or not name:
+        raise RuntimeError(f"preflight runs need a Podman node, got backend {host.backend.NAME}")
+    return str(name)
+
+
+def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: int = 600) -> PlaybookRun:
+    """ansible-playbook with ``roles`` on ``node`` over the Podman connection; parse the JSON callback."""
+    play = [{"name": "preflight check", "hosts": "all", "gather_facts": True,
+             "roles": [{"role": r} for r in roles]}]
+    with tempfile.TemporaryDirectory(prefix="tritonops-preflight-") as tmp:
+        pb = Path(tmp) / "play.yml"
+        pb.write_text(yaml.safe_dump(play))
+        ev = Path(tmp) / "vars.json"
+        ev.write_text(json.dumps(extra_vars))
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_CALLBACKS_ENABLED": "",
+            "ANSIBLE_HOST_KEY_CHECKING": "0",
+            "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
+            "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(REPO / "infra/hosts/containers.conf")),
+        })
+        proc = subprocess.run(
+            [str(ANSIBLE_PLAYBOOK), "-i", f"{node},", "-c", "containers.podman.podman",
+             "-e", f"@{ev}", str(pb)],
+            capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"ansible-playbook did not print JSON: {e}\n{proc.stdout}\n{proc.stderr}") from e
+    run = PlaybookRun(rc=proc.returncode, stats=doc.get("stats", {}).get(node, {}),
+                      output=proc.stdout[-4000:] + proc.stderr[-2000:])
+    for play_doc in doc.get("plays", []):
+        for task in play_doc.get("tasks", []):
+            res = task.get("hosts", {}).get(node, {})
+            if res.get("failed"):
+                run.failed.append({"task": task["task"]["name"], "msg": str(res.get("msg", ""))})
+            if res.get("changed"):
+                run.changed_tasks.append(task["task"]["name"])
+    return run
+
+
+def snapshot(host: Any, paths: list[str]) -> str:
+    """Checksums and modes of every file under ``paths`` (missing paths included), to compare before/after."""
+    cmd = ("for p in " + " ".join(paths) + "; do if [ -e \"$p\" ]; then "
+           "find \"$p\" -xdev -type f -exec stat -c '%n %a %s %Y' {} + 2>/dev/null | sort; "
+           "else echo \"$p absent\"; fi; done")
+    return str(host.check_output(cmd))
