@@ -57,7 +57,12 @@ def labels(cfg: TritonStackConfig, svc: ModelService | None = None) -> dict[str,
 
 
 def selector(svc: ModelService) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "triton", "app.kubernetes.io/instance": name_of(svc)}
+    """The server pods of one model service (other pods of the service, e.g. jobs, set another component)."""
+    return {
+        "app.kubernetes.io/name": "triton",
+        "app.kubernetes.io/instance": name_of(svc),
+        "app.kubernetes.io/component": "inference-server",
+    }
 
 
 def _meta(name: str, cfg: TritonStackConfig, svc: ModelService | None = None, **extra: Any) -> Obj:

@@ -468,3 +468,24 @@ def test_gpu_operator_skips_driver_where_the_ami_ships_it(env: str) -> None:
     ops = _platform(env).gpu_operator
     if all(p.ami_type in GPU_AMI_TYPES for p in cluster.gpu_node_pools):  # type: ignore[union-attr]
         assert not ops.driver_enabled and not ops.toolkit_enabled
+
+
+def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "CronJob":
+        return [spec["jobTemplate"]["spec"]["template"]]
+    return [spec["template"]] if "template" in spec else []
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_selectors_match_only_the_server_pods(env: str) -> None:
+    """PDB, Service, NetworkPolicy and spread select the Deployment's pods and no other pod of the service."""
+    cfg = _triton(env)
+    for svc in cfg.model_services:
+        objs = triton.service_objects(cfg, svc)
+        sel = triton.selector(svc)
+        for obj in objs:
+            for tpl in _pod_templates(obj):
+                labels = tpl["metadata"]["labels"]
+                matches = all(labels.get(k) == v for k, v in sel.items())
+                assert matches == (obj["kind"] == "Deployment"), f"{obj['kind']} {obj['metadata']['name']}"

@@ -9,14 +9,26 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
+from k8s_harness import ROOT
 from typer.testing import CliRunner
 
-from infra.cli import app
+from infra.k8s.commands import render as render_cmd
 from infra.k8s.config import ENVIRONMENTS, STACKS, STACKS_DIR
 from infra.k8s.render import build, render
 
 runner = CliRunner()
+# The command as `tritonops` registers it, on its own app so other commands' imports do not matter here.
+app = typer.Typer()
+app.command("render")(render_cmd)
+app.command("noop")(lambda: None)  # two commands: typer then keeps the `render` subcommand name
+
+
+def test_tritonops_registers_render() -> None:
+    text = (ROOT / "infra" / "cli.py").read_text()
+    assert "from infra.k8s.commands import render as render_cmd" in text
+    assert 'app.command("render")(render_cmd)' in text
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
