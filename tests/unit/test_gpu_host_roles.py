@@ -4,6 +4,7 @@ argument_specs identical to defaults, and the pins their defaults repeat identic
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,22 @@ def test_debian_branch_is_valid_for_debian() -> None:
 
 def test_dcgm_image_is_not_floating() -> None:
     assert not versions.DCGM_EXPORTER_IMAGE.endswith(":latest")
+
+
+def variables_table(role: str) -> str:
+    """The README's Role Variables table, generated from meta/argument_specs.yml."""
+    rows = ["| Variable | Type | Default | Description |", "|---|---|---|---|"]
+    for name, spec in specs(role).items():
+        d = spec.get("default")
+        shown = (f'"{d}"' if d == "" else d) if isinstance(d, str) else json.dumps(d)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        desc = spec["description"] + (f" Choices: {', '.join(map(str, spec['choices']))}." if "choices" in spec else "")
+        rows.append(f"| `{name}` | {spec['type']} | `{shown}` | {desc.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("role", GPU_HOST_ROLES)
+def test_readme_variables_table_is_current(role: str) -> None:
+    readme = (ROLES / role / "README.md").read_text()
+    assert variables_table(role) in readme, f"regenerate the table in roles/{role}/README.md from argument_specs"
