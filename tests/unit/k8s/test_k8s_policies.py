@@ -211,3 +211,11 @@ def test_image_pinned() -> None:
     assert tp.image_pinned("registry:5000/triton@sha256:" + "0" * 64)
     assert not tp.image_pinned("registry:5000/triton")
     assert not tp.image_pinned("triton:latest")
+
+
+def test_policies_are_kebab_case_with_explicit_levels() -> None:
+    import re
+
+    for p in tp.POLICIES:
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", p.name), p.name
+        assert p.enforcement_level is not None and p.description
