@@ -8,7 +8,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl
 
-.PHONY: all demo test unit integration lint apt venv bench clean
+.PHONY: all demo test unit integration lint apt venv bench clean molecule
 
 all: test
 
@@ -41,7 +41,20 @@ integration: venv apt
 
 test: venv apt lint
 	$(BIN)/pytest -q -rs tests/unit tests/integration
+	$(MAKE) --no-print-directory molecule
 
+# Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
+# locally built Podman images (`tritonops hosts build` is a no-op while its inputs are unchanged).
+# Narrow it with MOLECULE_ROLES, e.g. `make molecule MOLECULE_ROLES="nvidia_driver jetson"`.
+MOLECULE_ROLES ?= $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
+molecule: venv apt
+	$(BIN)/tritonops hosts build --arch amd64
+	@if grep -qs systemd-arm64 $(foreach r,$(MOLECULE_ROLES),roles/$(r)/molecule/*/molecule.yml); then \
+	  $(BIN)/tritonops hosts build --arch arm64; fi
+	@set -e; for r in $(MOLECULE_ROLES); do for f in roles/$$r/molecule/*/molecule.yml; do \
+	  s=$$(basename $$(dirname $$f)); start=$$(date +%s); echo "== molecule test $$r/$$s"; \
+	  (cd roles/$$r && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s $$s); \
+	  echo "== $$r/$$s passed in $$(( $$(date +%s) - start ))s"; done; done
 demo: venv apt
 	$(BIN)/tritonops demo
 
