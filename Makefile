@@ -39,8 +39,9 @@ unit: venv
 integration: venv apt
 	$(BIN)/pytest -q tests/integration
 
+# tests/infra/drift_live: the live drift test on a local Podman node (converge, tamper, detect, converge).
 test: venv apt lint
-	$(BIN)/pytest -q -rs tests/unit tests/integration
+	$(BIN)/pytest -q -rs tests/unit tests/integration tests/infra/drift_live
 	$(MAKE) --no-print-directory molecule
 
 # Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
@@ -55,6 +56,7 @@ molecule: venv apt
 	  s=$$(basename $$(dirname $$f)); start=$$(date +%s); echo "== molecule test $$r/$$s"; \
 	  (cd roles/$$r && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s $$s); \
 	  echo "== $$r/$$s passed in $$(( $$(date +%s) - start ))s"; done; done
+
 demo: venv apt
 	$(BIN)/tritonops demo
 

@@ -86,13 +86,18 @@ def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dic
             out["manifest"] = dict(doc["files"]) if doc and isinstance(doc.get("files"), dict) else None
     state = read_json(releases / STATE_FILE)
     out["current"] = state.get("current") if state else None
-    try:
-        out["index"] = repository_index(url, header, secret)
-    except urllib.error.HTTPError as e:
-        out["index_error"] = f"HTTP {e.code} from {url}/v2/repository/index: {e.read().decode(errors='replace')[:200]}"
-    except (OSError, ValueError) as e:
-        out["index_error"] = f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
+    out["index"], out["index_error"] = index_or_error(url, header, secret)
     return out
+
+
+def index_or_error(url: str, header: str, secret: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """(index, None), or (None, why it could not be read)."""
+    try:
+        return repository_index(url, header, secret), None
+    except urllib.error.HTTPError as e:
+        return None, f"HTTP {e.code} from {url}/v2/repository/index: {e.read().decode(errors='replace')[:200]}"
+    except (OSError, ValueError) as e:
+        return None, f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
 
 
 # --- comparison (shared with the controller: infra.drift.models imports these) ------------------
@@ -222,11 +227,7 @@ def _check(args: argparse.Namespace, secret: str) -> int:
         url = args.url
         expected_files: dict[str, str] = {}
         actual: dict[str, str] | None = {}
-        index, index_error = None, None
-        try:
-            index = repository_index(url, args.header, secret)
-        except (OSError, ValueError) as e:
-            index_error = f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
+        index, index_error = index_or_error(url, args.header, secret)
         models: dict[str, list[str]] = {}
         for spec in args.expect:
             name, _, versions = spec.partition(":")
