@@ -132,7 +132,7 @@ class BenchReport:
     max_ms: float
     errors: dict[str, int] = field(default_factory=dict)
     server: ServerBreakdown = field(default_factory=ServerBreakdown)
-    stopped_by: str = "count"  # "count" or "time"
+    stopped_by: str = "count"  # "count", "time" or "caller" (should_stop returned True)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -269,8 +269,16 @@ class _Client:
         await self.client.close()
 
 
-async def run_async(cfg: BenchConfig, on_done: Callable[[int], None] | None = None) -> BenchReport:
-    """Run one bounded load test; ``on_done(n)`` is called as requests complete (progress)."""
+async def run_async(
+    cfg: BenchConfig,
+    on_done: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BenchReport:
+    """Run one bounded load test.
+
+    ``on_done(n)`` is called as requests complete (progress); ``should_stop()``, when given, is
+    polled before each request and ends the run early (in-flight requests still complete).
+    """
     check_target(cfg.url, cfg.allowed_hosts)
     client = _Client(cfg)
     try:
@@ -305,6 +313,9 @@ async def run_async(cfg: BenchConfig, on_done: Callable[[int], None] | None = No
                     if time.perf_counter() >= deadline:
                         stopped_by = "time"
                         return
+                    if should_stop is not None and should_stop():
+                        stopped_by = "caller"
+                        return
                     sent += 1
                     await one()
 
@@ -317,6 +328,9 @@ async def run_async(cfg: BenchConfig, on_done: Callable[[int], None] | None = No
                 next_at += rng.expovariate(cfg.rate)
                 if next_at >= deadline:
                     stopped_by = "time"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped_by = "caller"
                     break
                 delay = next_at - time.perf_counter()
                 if delay > 0:
@@ -333,7 +347,13 @@ async def run_async(cfg: BenchConfig, on_done: Callable[[int], None] | None = No
             if in_flight:
                 await asyncio.wait(in_flight, timeout=cfg.request_timeout_s + 1)
         elapsed = time.perf_counter() - start
+        # Triton records a request's statistics when it releases the request, which can be just
+        # after the client has its response: wait (briefly) until the server has counted them all.
         after = await client.stats()
+        settle = time.perf_counter() + 2.0
+        while breakdown(before, after, cfg.model).requests < len(latencies) and time.perf_counter() < settle:
+            await asyncio.sleep(0.05)
+            after = await client.stats()
     finally:
         await client.close()
     p50, p95, p99, mean, mx = _percentiles(latencies)
@@ -357,6 +377,10 @@ async def run_async(cfg: BenchConfig, on_done: Callable[[int], None] | None = No
     )
 
 
-def run(cfg: BenchConfig, on_done: Callable[[int], None] | None = None) -> BenchReport:
+def run(
+    cfg: BenchConfig,
+    on_done: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BenchReport:
     """Synchronous wrapper around :func:`run_async`."""
-    return asyncio.run(run_async(cfg, on_done))
+    return asyncio.run(run_async(cfg, on_done, should_stop))

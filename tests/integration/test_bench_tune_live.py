@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.TritonSe
     if TUNED != "faulty":
         shutil.copytree(SAMPLES / TUNED, repo / TUNED, ignore=shutil.ignore_patterns("__pycache__"))
     with server.running(repo, model_control_mode="explicit", load_models=["faulty", TUNED],
-                        workdir=work / "triton") as s:
+                        extra_args=["--exit-timeout-secs=5"], workdir=work / "triton") as s:
         yield s
 
 
@@ -135,3 +136,13 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         assert int(loaded["instance_group"][0]["count"]) == on_disk.instance_group[0].count
     finally:
         config.write_text(original)
+
+
+def test_bench_stops_when_the_caller_says_so(triton: server.TritonServer) -> None:
+    deadline = time.monotonic() + 0.5
+    r = bench.run(bench.BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=1_000_000,
+                                    max_seconds=30),
+                  should_stop=lambda: time.monotonic() > deadline)
+    assert r.stopped_by == "caller"
+    assert r.elapsed_s < 5
+    assert r.errors == {} and r.succeeded == r.sent

@@ -13,6 +13,7 @@ Tests in this module share one stack and run in file order (they are one scenari
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
 import shutil
@@ -58,6 +59,8 @@ SETTINGS = r.RuleSettings(
     scaling=SCALING,
 )
 SLOW_MS = 200
+# Fast GPU/CPU metric refresh; a short shutdown grace so stopping the server does not take 30 s.
+TRITON_ARGS = ["--metrics-interval-ms=500", "--exit-timeout-secs=5"]
 SLOW_CONCURRENCY = 9  # one executing, eight pending on the single instance
 
 if PROMETHEUS is None or ALERTMANAGER is None:
@@ -93,6 +96,7 @@ class Stack:
     am_url: str
     targets_file: Path
     procs: list[subprocess.Popen[bytes]]
+    drift_file: Path
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         url = f"{self.prom_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -112,6 +116,11 @@ class Stack:
     def set_fault(self, **fault: Any) -> None:
         (self.repo / "fault_control.json").write_text(json.dumps(fault))
 
+    def set_drift(self, text: str) -> None:
+        tmp = self.drift_file.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.drift_file)
+
     def point_prometheus_at(self, triton: server.TritonServer) -> None:
         targets = [{"targets": [f"127.0.0.1:{triton.metrics_port}"], "labels": {"instance": INSTANCE}}]
         tmp = self.targets_file.with_suffix(".tmp")
@@ -121,6 +130,27 @@ class Stack:
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _serve_textfile(path: Path) -> http.server.ThreadingHTTPServer:
+    """Serve ``path`` at /metrics: a stand-in for node-exporter's textfile collector, which is how
+    the drift checks' ``tritonops_drift_resources`` gauge reaches Prometheus on edge hosts."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            body = path.read_bytes() if path.exists() else b""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            return
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
 
 
 def _build_repo(dest: Path) -> list[str]:
@@ -142,8 +172,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     models = _build_repo(repo)
     procs: list[subprocess.Popen[bytes]] = []
     triton = server.start(repo, model_control_mode="explicit", load_models=models,
-                          extra_args=["--metrics-interval-ms=500"], workdir=work / "triton")
+                          extra_args=TRITON_ARGS, workdir=work / "triton")
     st: Stack | None = None
+    drift_file = work / "tritonops_drift.prom"
+    textfile = _serve_textfile(drift_file)
     try:
         am_port, prom_port = server.free_port(), server.free_port()
         (work / "am.yml").write_text(yaml.safe_dump({
@@ -162,10 +194,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
             "rule_files": [str(work / "rules.yml")],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{"job_name": SETTINGS.job, "file_sd_configs": [{"files": [str(targets)]}]}],
+            "scrape_configs": [
+                {"job_name": SETTINGS.job, "file_sd_configs": [{"files": [str(targets)]}]},
+                {"job_name": "node", "static_configs": [
+                    {"targets": [f"127.0.0.1:{textfile.server_address[1]}"]}]},
+            ],
         }))
         st = Stack(repo, work, triton, f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}",
-                   targets, procs)
+                   targets, procs, drift_file)
         st.point_prometheus_at(triton)
         procs.append(_start([
             PROMETHEUS, f"--config.file={work / 'prometheus.yml'}",
@@ -184,6 +220,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             except subprocess.TimeoutExpired:
                 p.kill()
         (st.triton if st else triton).stop()
+        textfile.shutdown()
 
 
 @contextmanager
@@ -199,7 +236,8 @@ def load(stack: Stack, model: str, *, seconds: float, chunk: float = 2.0, **cfg:
         while not stop.is_set() and time.monotonic() < deadline:
             try:
                 bench.run(replace(base, url=stack.triton.http_url,
-                                  max_seconds=max(0.2, min(chunk, deadline - time.monotonic()))))
+                                  max_seconds=max(0.2, min(chunk, deadline - time.monotonic()))),
+                          should_stop=stop.is_set)
             except Exception as e:  # noqa: BLE001 - the server may be stopped on purpose
                 errors.append(e)
                 time.sleep(0.5)
@@ -370,6 +408,15 @@ def test_stopped_server_raises_triton_down_then_resolves(stack: Stack) -> None:
     assert not stack.prom_alerts("TritonModelNotReady")
     models = [p.name for p in stack.repo.iterdir() if (p / "config.pbtxt").exists()]
     stack.triton = server.start(stack.repo, model_control_mode="explicit", load_models=models,
-                                extra_args=["--metrics-interval-ms=500"])
+                                extra_args=TRITON_ARGS)
     stack.point_prometheus_at(stack.triton)
     wait_for(f"{name} resolved", _resolved(stack, name, instance=INSTANCE), 40)
+
+
+def test_drift_gauge_raises_configuration_drift_then_resolves(stack: Stack) -> None:
+    name = "TritonopsConfigurationDrift"
+    stack.set_drift(f'# TYPE {m.DRIFT_METRIC} gauge\n{m.DRIFT_METRIC}{{source="ansible",host="edge-1"}} 3\n')
+    alerts = wait_for(f"{name} in Alertmanager", _alert_for(stack, name, source="ansible", host="edge-1"), 30)
+    assert alerts[0]["annotations"]["runbook"]
+    stack.set_drift(f'# TYPE {m.DRIFT_METRIC} gauge\n{m.DRIFT_METRIC}{{source="ansible",host="edge-1"}} 0\n')
+    wait_for(f"{name} resolved", _resolved(stack, name, source="ansible", host="edge-1"), 30)
