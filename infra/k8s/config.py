@@ -73,6 +73,16 @@ class GpuNodePoolConfig(_Cfg):
     gpu_sharing: str | None = None
 
 
+class ModelReader(_Cfg):
+    """An IRSA role a Triton ServiceAccount assumes to read its S3 model repository."""
+
+    role_name: str
+    namespace: str = "triton"
+    service_account: str  # triton-<model service>
+    bucket: str
+    prefix: str = ""
+
+
 class ClusterAwsConfig(_Cfg):
     environment: Literal["dev", "prod"]
     cluster_name: str
@@ -82,6 +92,7 @@ class ClusterAwsConfig(_Cfg):
     public_access_cidrs: list[str] = []
     system_node_pool: SystemNodePool = SystemNodePool()
     gpu_node_pools: list[GpuNodePoolConfig] = Field(min_length=1)
+    model_readers: list[ModelReader] = []
     tags: dict[str, str] = {}
 
 

@@ -130,6 +130,45 @@ def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> s
     return json.dumps(doc)
 
 
+def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, namespace: str, service_account: str) -> str:
+    """Only this ServiceAccount (through the cluster's OIDC provider) may assume the role."""
+    host = issuer_url.removeprefix("https://")
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{host}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def s3_read_policy(bucket: str, prefix: str = "") -> str:
+    """Read-only access to one model repository prefix (list the prefix, get its objects)."""
+    key = f"{prefix.strip('/')}/*" if prefix.strip("/") else "*"
+    statements: list[Obj] = [
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"arn:aws:s3:::{bucket}/{key}"]},
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{bucket}"],
+            **({"Condition": {"StringLike": {"s3:prefix": [prefix.strip("/"), key]}}} if prefix.strip("/") else {}),
+        },
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
 def node_pools_summary(cfg: ClusterAwsConfig) -> dict[str, Obj]:
     """What the triton stack's ``nodePools`` must agree with: pool -> instance type and GPU."""
     return {

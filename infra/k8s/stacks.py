@@ -7,6 +7,7 @@ program would create, from the same parsed configuration and the same builders, 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,17 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
             out.releases.append(platform.keda_release(cfg))
     elif isinstance(cfg, ClusterAwsConfig):
         out.aws.append({"type": "aws:eks/cluster:Cluster", "spec": eks.cluster_spec(cfg)})
+        out.aws += [
+            {
+                "type": "aws:iam/role:Role",
+                "spec": {
+                    "name": r.role_name,
+                    "trust": f"IRSA (cluster OIDC): system:serviceaccount:{r.namespace}:{r.service_account}",
+                    "policy": json.loads(eks.s3_read_policy(r.bucket, r.prefix)),
+                },
+            }
+            for r in cfg.model_readers
+        ]
         out.aws.append({"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.system_node_group_spec(cfg)})
         out.aws += [
             {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)} for p in cfg.gpu_node_pools
@@ -156,6 +168,13 @@ def kube_provider(name: str, source: ClusterSource) -> Any:
     return k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, context=source.context)
 
 
+def _reader_trust(namespace: str, service_account: str) -> Callable[[list[Any]], str]:
+    def build(values: list[Any]) -> str:
+        return eks.irsa_trust_policy(values[0], values[1], namespace, service_account)
+
+    return build
+
+
 def cluster_aws_program() -> dict[str, Any]:
     import pulumi
     import pulumi_aws as aws
@@ -213,6 +232,12 @@ def cluster_aws_program() -> dict[str, Any]:
         opts=pulumi.ResourceOptions(depends_on=sys_atts, ignore_changes=["scalingConfig.desiredSize"]),
     )
     pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in cfg.gpu_node_pools]
+    readers: dict[str, aws.iam.Role] = {}
+    for r in cfg.model_readers:
+        trust = pulumi.Output.all(oidc.arn, issuer).apply(_reader_trust(r.namespace, r.service_account))
+        role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"])
+        aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id, policy=eks.s3_read_policy(r.bucket, r.prefix))
+        readers[r.role_name] = role_
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)
     )
@@ -221,7 +246,8 @@ def cluster_aws_program() -> dict[str, Any]:
     pulumi.export("oidcProviderArn", oidc.arn)
     pulumi.export("oidcIssuer", issuer)
     pulumi.export("nodePools", eks.node_pools_summary(cfg))
-    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools}
+    pulumi.export("modelReaderRoleArns", {name: role_.arn for name, role_ in readers.items()})
+    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers}
 
 
 def _alertmanager_secrets(cfg: PlatformConfig) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -489,3 +490,28 @@ def test_selectors_match_only_the_server_pods(env: str) -> None:
                 labels = tpl["metadata"]["labels"]
                 matches = all(labels.get(k) == v for k, v in sel.items())
                 assert matches == (obj["kind"] == "Deployment"), f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def test_irsa_trust_policy_scoped_to_one_service_account() -> None:
+    doc = json.loads(
+        eks.irsa_trust_policy(
+            "arn:aws:iam::1:oidc-provider/oidc.eks.x/id/AB", "https://oidc.eks.x/id/AB", "triton", "triton-vision"
+        )
+    )
+    (stmt,) = doc["Statement"]
+    assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert stmt["Principal"] == {"Federated": "arn:aws:iam::1:oidc-provider/oidc.eks.x/id/AB"}
+    assert stmt["Condition"]["StringEquals"] == {
+        "oidc.eks.x/id/AB:sub": "system:serviceaccount:triton:triton-vision",
+        "oidc.eks.x/id/AB:aud": "sts.amazonaws.com",
+    }
+
+
+def test_s3_read_policy_is_read_only_and_prefix_scoped() -> None:
+    doc = json.loads(eks.s3_read_policy("models", "vision/"))
+    actions = {a for s in doc["Statement"] for a in s["Action"]}
+    assert actions == {"s3:GetObject", "s3:ListBucket"}
+    get, lst = doc["Statement"]
+    assert get["Resource"] == ["arn:aws:s3:::models/vision/*"]
+    assert lst["Condition"]["StringLike"]["s3:prefix"] == ["vision", "vision/*"]
+    assert json.loads(eks.s3_read_policy("models"))["Statement"][0]["Resource"] == ["arn:aws:s3:::models/*"]

@@ -178,3 +178,18 @@ def test_unknown_stack_and_env() -> None:
         read_stack_file("gke", "dev")
     with pytest.raises(ConfigError, match="--env"):
         read_stack_file("triton", "staging")
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_s3_model_services_use_a_cluster_irsa_role(env: str) -> None:
+    """Each S3 repository's roleArn is a cluster-aws modelReaders role for that very ServiceAccount and bucket."""
+    cluster = load_stack_config("cluster-aws", env)
+    triton = load_stack_config("triton", env)
+    readers = {r.role_name: r for r in cluster.model_readers}  # type: ignore[union-attr]
+    s3 = [s for s in triton.model_services if s.model_repository.type == "s3"]  # type: ignore[union-attr]
+    assert s3
+    for svc in s3:
+        role = svc.model_repository.role_arn.rsplit("/", 1)[1]
+        reader = readers[role]
+        assert (reader.namespace, reader.service_account) == (triton.namespace, f"triton-{svc.name}")
+        assert svc.model_repository.uri == f"s3://{reader.bucket}/{reader.prefix}"

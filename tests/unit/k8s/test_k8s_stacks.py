@@ -224,3 +224,17 @@ def test_stack_outside_the_engine_fails_clearly(stack: str) -> None:
     assert out.returncode != 0
     assert "PulumiEngineMissing" in out.stderr
     assert "needs the Pulumi engine" in out.stderr and f"tritonops render --stack {stack}" in out.stderr
+
+
+@ENVS
+def test_cluster_aws_irsa_model_reader_roles(env: str) -> None:
+    import json
+
+    mocks = committed("cluster-aws", env)
+    roles = {r.inputs.get("name"): r for r in mocks.of_type("aws:iam/role:Role")}
+    reader = roles[f"tritonops-{env}-model-reader"]
+    trust = json.loads(reader.inputs["assumeRolePolicy"])
+    cond = trust["Statement"][0]["Condition"]["StringEquals"]
+    assert cond["oidc.eks.us-west-2.amazonaws.com/id/ABCDEF:sub"] == "system:serviceaccount:triton:triton-vision"
+    (policy,) = mocks.of_type("aws:iam/rolePolicy:RolePolicy")
+    assert f"tritonops-models-{env}/vision/*" in policy.inputs["policy"]
