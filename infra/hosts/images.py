@@ -44,14 +44,16 @@ BASE_PACKAGES = (
     "procps",
 )
 
-# The Containerfile turns the imported rootfs into a bootable systemd image.
+# The Containerfile turns the imported rootfs into a bootable systemd image. The apt lists are emptied
+# and dated 1970, so Ansible's apt cache_valid_time refreshes them on first use, as on a stale host.
 CONTAINERFILE = """\
 FROM {base}
 ENV container=podman
 RUN printf 'APT::Install-Recommends "false";\\nAPT::Install-Suggests "false";\\n' \\
       > /etc/apt/apt.conf.d/90tritonops-no-recommends \\
  && printf 'deb {mirror} {suite} main\\ndeb {mirror} {suite}-updates main\\n' > /etc/apt/sources.list \\
- && apt-get clean && rm -rf /var/lib/apt/lists/* \\
+ && apt-get clean && rm -rf /var/lib/apt/lists/* && mkdir -p /var/lib/apt/lists/partial \\
+ && touch -d @0 /var/lib/apt/lists \\
  && systemctl mask getty@.service console-getty.service systemd-udevd.service \\
       systemd-udev-trigger.service systemd-remount-fs.service sys-kernel-debug.mount \\
       sys-kernel-tracing.mount dev-hugepages.mount systemd-firstboot.service \\

@@ -1,0 +1,69 @@
+"""Shared fixtures for the host checks in tests/infra (pytest-testinfra).
+
+The same checks run from molecule's verify step and against real fleets::
+
+    pytest tests/infra --hosts=ansible://edge -i ansible/inventories/example/hosts.yml
+
+Expectations come from the host's inventory variables when the Ansible backend is used (the role
+variables ``triton_server_*`` and optional ``tritonops_expect_*`` overrides), with the roles'
+defaults otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+import yaml
+from testinfra.utils import ansible_runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+# testinfra's Ansible backend runs every command through an Ansible module (seconds each) unless it
+# knows the host's connection type; it knows ssh/docker/lxc but not podman. Map Podman-connected hosts
+# (molecule's nodes and `tritonops hosts` nodes) to testinfra's own podman backend (`podman exec`).
+_get_ansible_host = ansible_runner.get_ansible_host
+PODMAN_CONNECTIONS = ("podman", "containers.podman.podman")
+
+
+def _get_ansible_host_with_podman(config: Any, inventory: Any, host: str, *args: Any, **kwargs: Any) -> Any:
+    hostvars = inventory.get("_meta", {}).get("hostvars", {}).get(host, {})
+    if hostvars.get("ansible_connection") in PODMAN_CONNECTIONS:
+        return testinfra.get_host(f"podman://{hostvars.get('ansible_host', host)}")
+    return _get_ansible_host(config, inventory, host, *args, **kwargs)
+
+
+ansible_runner.get_ansible_host = _get_ansible_host_with_podman
+
+
+def _role_defaults(role: str) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
+    return dict(data or {})
+
+
+@pytest.fixture(scope="session")
+def role_defaults() -> Callable[[str], dict[str, Any]]:
+    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing)."""
+    return _role_defaults
+
+
+@pytest.fixture(scope="module")
+def host_vars(host: Any) -> dict[str, Any]:
+    """Inventory variables of the host under test ({} without the Ansible backend)."""
+    if host.backend.NAME != "ansible":
+        return {}
+    return dict(host.ansible.get_variables())
+
+
+@pytest.fixture
+def journal(host: Any) -> Callable[[str], str]:
+    """The unit's recent journal, appended to failure messages so they explain themselves."""
+
+    def read(unit: str, lines: int = 60) -> str:
+        out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
+        return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"
+
+    return read
