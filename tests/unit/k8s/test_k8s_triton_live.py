@@ -2,7 +2,8 @@
 
 The args come from ``triton.deployment`` for a model service serving the sample ``mlp`` model; only
 what the pod environment supplies is swapped: the repository path and ports (loopback, free ports),
-and ``$(TRITON_ADMIN_KEY)``, which the kubelet expands from the Secret.
+and ``$(TRITON_ADMIN_KEY)``, which the kubelet expands from the Secret. The S3 model source is checked
+against ``moto_server`` (moto in server mode on loopback), the stand-in for AWS S3 here.
 """
 
 from __future__ import annotations
@@ -112,3 +113,93 @@ def test_grpc_admin_restricted(server: TritonServer) -> None:
 def test_inference_metadata_open(server: TritonServer) -> None:
     assert _status(f"http://{server.http_url}/v2/models/mlp") == 200
     assert _status(server.metrics_url) == 200
+
+
+# --- the S3 model source, with moto_server standing in for AWS S3 --------------------------------
+
+
+@pytest.fixture(scope="module")
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto in server mode on loopback: the stand-in for AWS S3 (no AWS account is reachable here)."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    binary = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if binary is None:
+        pytest.skip("moto[server] (the `dev` extra) is not installed")
+    from infra.triton.server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_model_repository_from_s3(moto_s3: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The Deployment's --model-repository=s3://... and env, against S3 (moto): Triton loads the model."""
+    import boto3
+
+    try:
+        find_install()
+    except TritonNotInstalled as exc:
+        pytest.skip(str(exc))
+    # Static test credentials for moto; on EKS the IRSA web identity provides them.
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(k, v)
+    s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-west-2")
+    s3.create_bucket(Bucket="tritonops-models-dev", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    repo = ROOT / "examples" / "model_repository"
+    for f in (repo / "mlp").rglob("*"):
+        if f.is_file() and "__pycache__" not in f.parts:
+            s3.upload_file(str(f), "tritonops-models-dev", f"vision/{f.relative_to(repo).as_posix()}")
+
+    raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    raw["modelServices"][0]["models"] = [{"name": "mlp", "sizeMib": 10}]
+    # Triton's form for a custom S3 endpoint: s3://<scheme>://<host>:<port>/<bucket>/<prefix>.
+    raw["modelServices"][0]["modelRepository"]["uri"] = f"s3://{moto_s3}/tritonops-models-dev/vision"
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
+    container = triton.deployment(cfg, cfg.model_services[0])["spec"]["template"]["spec"]["containers"][0]
+    for env in container["env"]:
+        if "value" in env:
+            monkeypatch.setenv(env["name"], env["value"])  # AWS_DEFAULT_REGION, HOME
+    args = container["args"][1:]
+    repo_args = [a for a in args if a.startswith("--model-repository=")]
+    assert repo_args == [f"--model-repository=s3://{moto_s3}/tritonops-models-dev/vision"]
+    extra = [
+        a.replace(f"$({triton.ADMIN_ENV})", TOKEN)
+        for a in args
+        if not a.startswith(SUPPLIED_BY_POD) or a.startswith("--model-repository=")
+    ]
+    empty = tmp_path / "empty-local-repo"  # start() always adds a local repository; keep it empty
+    empty.mkdir()
+    srv = start(
+        empty,
+        model_control_mode="explicit",
+        load_models=["mlp"],
+        extra_args=[*extra, "--exit-timeout-secs=2"],
+        ready_timeout=120,
+    )
+    try:
+        assert _status(f"http://{srv.http_url}/v2/models/mlp/ready") == 200
+        assert f"s3://{moto_s3}/tritonops-models-dev/vision" in srv.log()
+    finally:
+        srv.stop()
