@@ -211,6 +211,13 @@ def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None
         return
     if _num(fb.get("failureThreshold")) < 1 or _num(fb.get("replicas")) < 1:
         report_violation(f"{name}: fallback needs failureThreshold >= 1 and replicas >= 1")
+    for trig in spec.get("triggers") or []:
+        # KEDA 2.17 applies a fallback only to AverageValue metrics (the trigger default).
+        if trig.get("metricType", "AverageValue") != "AverageValue":
+            report_violation(
+                f"{name}: trigger {trig.get('name') or trig.get('type')!r} uses metricType "
+                f"{trig.get('metricType')}; KEDA ignores the fallback for it (use AverageValue)"
+            )
     if fb.get("behavior", "static") == "static" and _num(fb.get("replicas")) < _num(spec.get("maxReplicaCount", 100)):
         report_violation(
             f"{name}: static fallback to {fb.get('replicas')} replicas can scale serving down during "

@@ -150,6 +150,7 @@ DEP = tp.DEPLOYMENT
         ("triton-high-availability", tp.SCALED_OBJECT, lambda p: p["spec"].update({"minReplicaCount": 1})),
         ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"].pop("fallback")),
         ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"]["fallback"].pop("behavior")),
+        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"]["triggers"][0].update({"metricType": "Value"})),
         ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": ""})),
         ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": "^75.0.0"})),
         (
