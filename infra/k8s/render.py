@@ -8,6 +8,7 @@ Layout of ``--out DIR``::
     helm/<release>.values.yaml          the values Pulumi passes to each release
     aws/<NN>-<type>.yaml                AWS resources (cluster-aws): EKS cluster and node groups
     secrets-required.yaml               Secrets whose values live in Pulumi secret config: create them
+    .tritonops-render                   what this render wrote: the next render removes files it no longer writes
 """
 
 from __future__ import annotations
@@ -91,7 +92,26 @@ def write(rs: RenderSet, out: Path) -> list[Written]:
             written.append(
                 Written(out / "secrets-required.yaml", "Secret (not rendered)", f"{s['namespace']}/{s['name']}")
             )
+    _prune(out, {w.path for w in written})
     return written
+
+
+MANIFEST = ".tritonops-render"
+
+
+def _prune(out: Path, current: set[Path]) -> None:
+    """Remove files an earlier render wrote that this one did not (a deleted model service, say).
+
+    Only files listed in the previous manifest are touched; anything else in ``out`` is left alone.
+    """
+    manifest = out / MANIFEST
+    rel = sorted(p.relative_to(out).as_posix() for p in current)
+    if manifest.is_file():
+        for old in manifest.read_text().splitlines():
+            path = out / old
+            if old and old not in rel and path.is_file() and path.resolve().is_relative_to(out.resolve()):
+                path.unlink()
+    manifest.write_text("".join(f"{r}\n" for r in rel))
 
 
 def render(stack: str, env: str, out: Path, stacks_dir: Path = STACKS_DIR) -> list[Written]:

@@ -105,3 +105,16 @@ def test_render_needs_no_pulumi_engine(tmp_path: Path) -> None:
         "assert not any(m == 'pulumi' or m.startswith('pulumi.') for m in sys.modules), 'pulumi imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_rerender_removes_only_files_it_no_longer_writes(tmp_path: Path) -> None:
+    render("triton", "prod", tmp_path)
+    (tmp_path / "notes.md").write_text("mine")
+    stale = tmp_path / "99-deployment-triton-triton-retired.yaml"
+    stale.write_text("kind: Deployment\n")
+    manifest = tmp_path / ".tritonops-render"
+    manifest.write_text(manifest.read_text() + stale.name + "\n")  # as if an earlier render wrote it
+    render("triton", "prod", tmp_path)
+    assert not stale.exists()
+    assert (tmp_path / "notes.md").read_text() == "mine"
+    assert (tmp_path / "05-deployment-triton-triton-vision.yaml").is_file()
