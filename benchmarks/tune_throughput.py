@@ -9,6 +9,10 @@ Starts a CPU-only Triton (explicit model control) on a copy of the sample throug
 3. measures baseline and recommendation again, interleaved for ``--rounds`` rounds (the machine is
    shared: interleaving spreads any background noise over both), and prints the medians and ratios.
 
+Besides client-side throughput and latency it prints the server's CPU time per request (Triton and
+its Python-backend stub processes, from /proc): on a small machine where the load generator itself
+is the bottleneck, that is the figure that shows what batching saves.
+
 Prints figures; it is not a test. Everything runs on 127.0.0.1 and every load is bounded.
 
     .venv/bin/python benchmarks/tune_throughput.py [--concurrency 32] [--protocol grpc]
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -64,6 +69,14 @@ def main() -> int:
         def measure(setting: tune.Setting) -> bench.BenchReport:
             return tune.measure(s.http_url, spec, setting, load)
 
+        def measure_with_cpu(setting: tune.Setting) -> tuple[bench.BenchReport, float]:
+            tune.measure(s.http_url, spec, setting, replace(load, max_requests=200))  # reload + warm up
+            before = server_cpu(s.process.pid)
+            report = bench.run(load)
+            after = server_cpu(s.process.pid)
+            used = sum(t - before.get(pid, 0.0) for pid, t in after.items())
+            return report, used * 1000 / max(1, report.succeeded)
+
         base = measure(baseline)
         budget = base.p95_ms
         log(f"baseline {baseline.label}: {base.throughput_rps:.0f} req/s, p95 {base.p95_ms:.1f} ms "
@@ -84,13 +97,18 @@ def main() -> int:
         best = result.best.setting
         log(f"recommended: {best.label}")
         rounds: dict[str, list[bench.BenchReport]] = {"off": [], "tuned": []}
+        cpu: dict[str, list[float]] = {"off": [], "tuned": []}
         for i in range(args.rounds):
-            rounds["off"].append(measure(baseline))
-            rounds["tuned"].append(measure(best))
+            for key, setting in (("off", baseline), ("tuned", best)):
+                report, cpu_ms = measure_with_cpu(setting)
+                rounds[key].append(report)
+                cpu[key].append(cpu_ms)
             log(f"  round {i + 1}: off {rounds['off'][-1].throughput_rps:.0f} req/s "
-                f"p95 {rounds['off'][-1].p95_ms:.1f} ms | tuned {rounds['tuned'][-1].throughput_rps:.0f} req/s "
-                f"p95 {rounds['tuned'][-1].p95_ms:.1f} ms")
+                f"p95 {rounds['off'][-1].p95_ms:.1f} ms cpu {cpu['off'][-1]:.3f} ms/req | tuned "
+                f"{rounds['tuned'][-1].throughput_rps:.0f} req/s p95 {rounds['tuned'][-1].p95_ms:.1f} ms "
+                f"cpu {cpu['tuned'][-1]:.3f} ms/req")
     med = {k: {"throughput_rps": statistics.median(r.throughput_rps for r in v),
+               "server_cpu_ms_per_request": statistics.median(cpu[k]),
                "p95_ms": statistics.median(r.p95_ms for r in v),
                "p50_ms": statistics.median(r.p50_ms for r in v),
                "batch_size": statistics.median(r.server.batch_size for r in v),
@@ -100,6 +118,8 @@ def main() -> int:
         "baseline": baseline.label, "tuned": best.label, "median": med,
         "throughput_ratio": med["tuned"]["throughput_rps"] / med["off"]["throughput_rps"],
         "p95_ratio": med["tuned"]["p95_ms"] / med["off"]["p95_ms"],
+        "server_cpu_per_request_ratio": (med["tuned"]["server_cpu_ms_per_request"]
+                                         / med["off"]["server_cpu_ms_per_request"]),
         "plot": str(args.plot), "wall_s": round(time.monotonic() - t0, 1),
     }
     if args.json:
@@ -109,11 +129,32 @@ def main() -> int:
         for k in ("off", "tuned"):
             label = baseline.label if k == "off" else best.label
             print(f"  {k:<6} {label:<45} {med[k]['throughput_rps']:8.0f} req/s  p50 {med[k]['p50_ms']:7.1f} ms"
-                  f"  p95 {med[k]['p95_ms']:7.1f} ms  batch {med[k]['batch_size']:5.1f}  errors {med[k]['errors']}")
+                  f"  p95 {med[k]['p95_ms']:7.1f} ms  batch {med[k]['batch_size']:5.1f}"
+                  f"  server cpu {med[k]['server_cpu_ms_per_request']:.3f} ms/req  errors {med[k]['errors']}")
         print(f"  throughput ratio (tuned/off): {out['throughput_ratio']:.2f}x")
         print(f"  p95 ratio (tuned/off):        {out['p95_ratio']:.2f}")
+        print(f"  server CPU per request ratio: {out['server_cpu_per_request_ratio']:.2f}")
         print(f"  plot: {args.plot}   wall time: {out['wall_s']} s")
     return 0
+
+
+def server_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of ``pid`` and its direct children (the Python backend stubs)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    out = {}
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[p] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def _ints(text: str) -> list[int]:
