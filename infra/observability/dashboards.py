@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus as gp
 from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DataSourceRef
 
 from infra.observability import metrics as m
@@ -171,6 +173,9 @@ def _dashboard(uid: str, title: str, panels: list[PanelSpec]) -> dict[str, Any]:
             .height(8)
             .span(12)
             .fill_opacity(30 if p.stacked else 10)
+            .legend(gc.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST)
+                    .placement(cm.LegendPlacement.BOTTOM).show_legend(True))
+            .tooltip(gc.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.NONE))
         )
         for j, q in enumerate(p.queries):
             panel = panel.with_target(

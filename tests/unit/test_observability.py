@@ -154,6 +154,7 @@ def test_six_dashboards_with_panels_and_queries() -> None:
         assert dash["panels"], name
         for panel in dash["panels"]:
             assert panel["type"] == "timeseries"
+            assert panel["options"]["legend"]["showLegend"] is True
             assert panel["targets"], (name, panel["title"])
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         variables = {v["name"]: v for v in dash["templating"]["list"]}
