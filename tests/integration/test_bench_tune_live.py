@@ -146,3 +146,16 @@ def test_bench_stops_when_the_caller_says_so(triton: server.TritonServer) -> Non
     assert r.stopped_by == "caller"
     assert r.elapsed_s < 5
     assert r.errors == {} and r.succeeded == r.sent
+
+
+def test_tune_exits_1_when_no_setting_meets_the_budget(triton: server.TritonServer, tmp_path: Path) -> None:
+    config = triton.repository / TUNED / "config.pbtxt"
+    original = config.read_text()
+    result = CliRunner().invoke(app, [
+        "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
+        "--instances", "1", "--delays", "0", "--concurrency", "2", "--requests", "40", "--duration", "2",
+        "--budget-ms", "0.001", "--plot", str(tmp_path / "t.png"), "--json",
+    ])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["recommended"] is None
+    assert config.read_text() == original  # nothing written without a recommendation

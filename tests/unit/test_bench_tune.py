@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from tritonclient.utils import InferenceServerException
+from typer.testing import CliRunner
 
+from infra.cli import app
 from infra.model_repo import pbtxt
 from infra.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
 from infra.triton import bench, tune
@@ -157,3 +159,15 @@ def test_write_recommendation_and_plot(tmp_path: Path) -> None:
     result = tune.TuneResult("m", 50, trials, tune.recommend(trials))
     png = tune.plot(result, tmp_path / "t.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_cli_rejects_bad_bounds_before_sending_anything() -> None:
+    result = CliRunner().invoke(app, ["bench", "m", "--url", "127.0.0.1:1", "--concurrency", "0"])
+    assert result.exit_code == 2
+    assert "concurrency" in result.output
+
+
+def test_tune_cli_names_a_missing_config(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["tune", "nope", "--repository", str(tmp_path), "--url", "127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert "nope/config.pbtxt" in result.output
