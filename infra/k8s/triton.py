@@ -17,6 +17,7 @@ from infra.k8s.config import ModelService, TritonStackConfig
 from infra.observability.dashboards import dashboards
 from infra.observability.keda import ScalingPolicy, prometheus_trigger
 from infra.observability.rules import RuleSettings, rule_groups
+from infra.triton.admin import RESTRICTED, client_headers
 
 Obj = dict[str, Any]
 
@@ -28,17 +29,13 @@ NODE_POOL_LABEL = "tritonops.io/node-pool"
 PRIORITY_CLASS = "triton-serving"
 TRITON_UID = 1000  # triton-server user of the NGC image
 MODEL_DIR = "/models"
-# Admin APIs only callers with the header secret may use; inference, health and metadata stay open.
-RESTRICTED = "model-repository,model-config,shared-memory,statistics,trace,logging"
 ADMIN_ENV = "TRITON_ADMIN_KEY"
-# Triton checks gRPC metadata under this prefix: the HTTP header `k` is `triton-grpc-protocol-k` over gRPC.
-GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
 def admin_headers(cfg: TritonStackConfig, token: str) -> dict[str, dict[str, str]]:
     """What a client sends to reach the restricted APIs, per protocol."""
-    h = cfg.admin_api.header
-    return {"http": {h: token}, "grpc": {GRPC_HEADER_PREFIX + h: token}}
+    h = {cfg.admin_api.header: token}
+    return {"http": client_headers("http", h), "grpc": client_headers("grpc", h)}
 
 
 def name_of(svc: ModelService) -> str:

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.model_repo.golden import GOLDEN_FILE, Golden, compare
+from infra.triton.admin import client_headers
 
 # Families Triton exports once a model has been loaded (names from Triton's metrics documentation).
 EXPECTED_FAMILIES = (
@@ -116,10 +117,11 @@ def _short(e: Exception) -> str:
 
 def repository_models(client: Any, endpoint: Endpoint) -> list[str]:
     """Model names from the server's repository index (a restricted API on hardened servers)."""
+    headers = client_headers(endpoint.protocol, endpoint.headers)
     if endpoint.protocol == "grpc":
-        index = client.get_model_repository_index(headers=endpoint.headers, as_json=True).get("models", [])
+        index = client.get_model_repository_index(headers=headers, as_json=True).get("models", [])
     else:
-        index = client.get_model_repository_index(headers=endpoint.headers)
+        index = client.get_model_repository_index(headers=headers)
     return sorted({m["name"] for m in index})
 
 
