@@ -194,31 +194,82 @@ def status(link: Path, releases: Path, release: str | None = None) -> dict[str, 
     return out
 
 
-def install(releases: Path, staging: Path, release: str) -> dict[str, Any]:
-    """Verify a pushed staging copy and rename it to releases/<release> (atomic within one filesystem)."""
+def _safe_extract(tarball: Path, dest: Path) -> None:
+    """Unpack a release tarball: regular files and folders only, nothing outside ``dest``."""
+    import tarfile
+
+    with tarfile.open(tarball) as tf:
+        members = tf.getmembers()
+        for m in members:
+            target = (dest / m.name).resolve()
+            if not (m.isfile() or m.isdir()) or (target != dest.resolve() and dest.resolve() not in target.parents):
+                raise ReleaseError(f"{tarball}: member {m.name!r} is not a plain file inside the release")
+        for m in members:
+            m.uid = m.gid = 0
+            m.uname = m.gname = "root"
+        tf.extractall(dest, members=members)  # noqa: S202 - members checked above
+
+
+def _own(root: Path, owner: str | None, group: str | None) -> None:
+    """Folders 0750, files 0640, owner:group: the service's group reads, nobody else does."""
+    for p in [root, *root.rglob("*")]:
+        os.chmod(p, 0o750 if p.is_dir() else 0o640)
+        if owner and group:
+            shutil.chown(p, owner, group)
+        elif owner:
+            shutil.chown(p, user=owner)
+        elif group:
+            shutil.chown(p, group=group)
+
+
+def install(releases: Path, staging: Path, release: str, tarball: Path | None = None,
+            owner: str | None = None, group: str | None = None) -> dict[str, Any]:
+    """Verify a pushed release and rename it to releases/<release> (atomic within one filesystem).
+
+    The push is either a folder (``staging``) or a tarball unpacked into ``staging`` first; either
+    way every file is checked against the release's manifest before the rename.
+    """
     check_release_id(release)
     dest = releases / release
     if dest.is_dir():
-        try:
-            verify(dest)
-        except ReleaseError:
-            if not staging.is_dir():
-                raise
-            # Files of the installed copy were changed on the node (drift): replace it with the verified push.
-            verify(staging)
-            damaged = releases / f"{STAGING_PREFIX}damaged-{release}"
-            if damaged.exists():
-                shutil.rmtree(damaged)
-            os.rename(dest, damaged)
-            os.rename(staging, dest)
-            shutil.rmtree(damaged)
-            return {"changed": True, "repaired": True, "release": release, "path": str(dest)}
+        verify(dest)
+        for leftover in (staging, tarball):
+            if leftover is not None and leftover.is_dir():
+                shutil.rmtree(leftover)
+            elif leftover is not None and leftover.exists():
+                leftover.unlink()
+        return {"changed": False, "release": release, "path": str(dest)}
+    if tarball is not None:
         if staging.exists():
             shutil.rmtree(staging)
-        return {"changed": False, "release": release, "path": str(dest)}
+        staging.mkdir(parents=True)
+        _safe_extract(tarball, staging)
+    _own(staging, owner, group)
     files = verify(staging)
     os.rename(staging, dest)
+    if tarball is not None:
+        tarball.unlink()
     return {"changed": True, "release": release, "path": str(dest), "files": len(files)}
+
+
+def pack(staged: Path) -> Path:
+    """``<staged>.tar`` with the release's files in manifest order (one transfer to each node)."""
+    import tarfile
+
+    out = staged.with_name(staged.name + ".tar")
+    if out.is_file():
+        return out
+    files = [MANIFEST_FILE, *read_manifest(staged)]
+    tmp = out.with_name(out.name + ".partial")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
+        for rel in files:
+            info = tf.gettarinfo(str(staged / rel), arcname=rel)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            with (staged / rel).open("rb") as fh:
+                tf.addfile(info, fh)
+    os.rename(tmp, out)
+    return out
 
 
 def activate(link: Path, releases: Path, release: str) -> dict[str, Any]:
@@ -323,6 +374,7 @@ def prepare(source: Path, cache: Path, target: str | None = None, version: str |
                 raise ReleaseError(f"{staged}: release {version!r} is already staged with different "
                                    "content; give the new content a new model_repository_version")
             shutil.rmtree(staged)
+            staged.with_name(staged.name + ".tar").unlink(missing_ok=True)
     if not staged.is_dir():
         Path(cache).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=str(cache)))
@@ -342,6 +394,7 @@ def prepare(source: Path, cache: Path, target: str | None = None, version: str |
         "files": len(manifest.files),
         "models": model_digests(manifest.files),
         "ensembles": ensembles(staged),
+        "tarball": str(pack(staged)),
         "warnings": [f"{f.location()}: {f.message}" for f in report.warnings],
     }
 
@@ -437,6 +490,9 @@ def _parser() -> argparse.ArgumentParser:
     sp = node("install", "verify a pushed staging copy and rename it into place")
     sp.add_argument("--staging", type=Path, required=True)
     sp.add_argument("--release", required=True)
+    sp.add_argument("--tarball", type=Path, help="the pushed release tarball, unpacked into --staging")
+    sp.add_argument("--owner")
+    sp.add_argument("--group")
     sp = node("activate", "switch the models symlink to a release (atomic rename)")
     sp.add_argument("--release", required=True)
     sp = node("mark", "record a release as current (after the golden gate)")
@@ -473,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "status":
             out = status(args.link, args.releases, args.release)
         elif args.cmd == "install":
-            out = install(args.releases, args.staging, args.release)
+            out = install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
         elif args.cmd == "activate":
             out = activate(args.link, args.releases, args.release)
         elif args.cmd == "mark":

@@ -108,6 +108,30 @@ def test_version_reused_for_other_content_is_refused(tmp_path: Path) -> None:
         rel.prepare(other, tmp_path / "cache", "cpu", version="r1")
 
 
+def test_tarball_push_installs_with_modes(staged: dict, node: tuple[Path, Path]) -> None:
+    _, releases = node
+    tarball = releases / f"{rel.STAGING_PREFIX}{staged['release']}.tar"
+    shutil.copy(staged["tarball"], tarball)
+    out = rel.install(releases, releases / f"{rel.STAGING_PREFIX}{staged['release']}", staged["release"], tarball)
+    assert out["changed"] is True and not tarball.exists()
+    dest = releases / staged["release"]
+    assert rel.verify(dest) == build_manifest(SAMPLE).files
+    assert (dest / "mlp").stat().st_mode & 0o777 == 0o750
+    assert (dest / "mlp" / "config.pbtxt").stat().st_mode & 0o777 == 0o640
+    assert rel.install(releases, releases / "x", staged["release"])["changed"] is False
+
+
+def test_tarball_with_an_escaping_member_is_refused(tmp_path: Path, node: tuple[Path, Path]) -> None:
+    _, releases = node
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as tf:
+        f = tmp_path / "x"
+        f.write_text("x")
+        tf.add(f, arcname="../../etc/x")
+    with pytest.raises(rel.ReleaseError, match="not a plain file inside the release"):
+        rel.install(releases, releases / ".staging-r1", "r1", evil)
+
+
 def test_install_refuses_a_corrupt_push_naming_the_file(staged: dict, node: tuple[Path, Path]) -> None:
     _, releases = node
     staging = releases / f"{rel.STAGING_PREFIX}{staged['release']}"

@@ -37,7 +37,7 @@ from infra.model_repo.golden import Golden
 
 SAMPLE = REPO / "examples" / "model_repository"
 RATE = 20.0  # requests per second, split between mlp and pipeline
-PLAY_TIMEOUT = 600
+PLAY_TIMEOUT = 900
 
 
 class Load:
@@ -110,7 +110,17 @@ def publish(host: Any, config: Any, repository: Path, tmp: Path) -> subprocess.C
            "-e", json.dumps({"model_repository_local_path": str(repository), "model_repository_source": "local"})]
     if not Path(cmd[0]).exists():
         cmd[0] = "ansible-playbook"
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=PLAY_TIMEOUT)
+    log = tmp / f"publish-{repository.name}.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            rc = proc.wait(timeout=PLAY_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"ansible-playbook ran past {PLAY_TIMEOUT}s; log {log}:\n{log.read_text()[-4000:]}")
+    print(f"  ansible-playbook log: {log}")
+    return subprocess.CompletedProcess(cmd, rc, log.read_text(), "")
 
 
 def variant(tmp: Path, name: str, base: Path, edit: dict[str, tuple[str, str]]) -> Path:
