@@ -1,6 +1,6 @@
 """How long does rendering every stack for both environments take? Prints figures; asserts nothing.
 
-    .venv/bin/python benchmarks/k8s_render.py [--repeat N]
+    .venv/bin/python tests/benchmarks/bench_k8s_render.py [--repeat N]
 
 Each round parses every stacks/<stack>/Pulumi.<env>.yaml, builds all objects and writes them as YAML
 into a temporary directory: exactly what `tritonops render` does, once per stack and environment.
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.k8s.config import ENVIRONMENTS, STACKS  # noqa: E402
 from infra.k8s.render import render  # noqa: E402
