@@ -13,8 +13,9 @@ from infra.hosts.podman import HostsError, podman
 
 NODE_LABEL = "io.tritonops.node"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-# systemd's sandboxing (ProtectSystem=, PrivateTmp=, ...) needs mount namespaces inside the node.
-NODE_CAPS = ("SYS_ADMIN",)
+# systemd's sandboxing (ProtectSystem=, PrivateTmp=, ...) needs mount namespaces inside the node;
+# SYS_PTRACE lets host checks enter a service's namespaces (nsenter), as root can on a real host.
+NODE_CAPS = ("SYS_ADMIN", "SYS_PTRACE")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ defaults otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +38,10 @@ def _get_ansible_host_with_podman(config: Any, inventory: Any, host: str, *args:
 ansible_runner.get_ansible_host = _get_ansible_host_with_podman
 
 
-def _role_defaults(role: str) -> dict[str, Any]:
+def role_defaults(role: str) -> dict[str, Any]:
+    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing)."""
     data = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
     return dict(data or {})
-
-
-@pytest.fixture(scope="session")
-def role_defaults() -> Callable[[str], dict[str, Any]]:
-    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing)."""
-    return _role_defaults
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +52,7 @@ def host_vars(host: Any) -> dict[str, Any]:
     return dict(host.ansible.get_variables())
 
 
-@pytest.fixture
-def journal(host: Any) -> Callable[[str], str]:
+def journal(host: Any, unit: str, lines: int = 60) -> str:
     """The unit's recent journal, appended to failure messages so they explain themselves."""
-
-    def read(unit: str, lines: int = 60) -> str:
-        out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
-        return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"
-
-    return read
+    out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
+    return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"

@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import journal, role_defaults
 from tritonclient.utils import InferenceServerException
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
@@ -28,7 +29,7 @@ SPARE_MODEL = "mlp_batched"
 
 
 @pytest.fixture(scope="module")
-def cfg(host_vars: dict[str, Any], role_defaults: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+def cfg(host_vars: dict[str, Any]) -> dict[str, Any]:
     merged = role_defaults("triton_server")
     merged.update({k: v for k, v in host_vars.items() if k.startswith("triton_server_")})
     if os.environ.get("TRITONOPS_ADMIN_SECRET"):
@@ -120,7 +121,7 @@ def test_secret_not_in_unit_file(host: Any, cfg: dict[str, Any], unit: str) -> N
 # --- service and hardening -------------------------------------------------------------------
 
 
-def test_service_running(host: Any, unit: str, journal: Callable[[str], str]) -> None:
+def test_service_running(host: Any, unit: str) -> None:
     svc = host.service(unit)
     assert svc.is_running, journal(host, unit)
     assert svc.is_enabled
@@ -246,6 +247,15 @@ def test_smoke(cfg: dict[str, Any], address: str, served_model: str, args: dict[
 CLIENTS = {"http": (_http, httpclient), "grpc": (_grpc, grpcclient)}
 
 
+def admin_headers(cfg: dict[str, Any], mod: Any, secret: str | None = None) -> dict[str, str]:
+    """The admin header as each protocol wants it: tritonserver 2.51 matches gRPC metadata named
+    ``triton-grpc-protocol-<header>`` (checked against the binary), HTTP the header itself."""
+    name = cfg["triton_server_admin_header"]
+    if mod is grpcclient:
+        name = f"triton-grpc-protocol-{name}"
+    return {name: cfg["triton_server_admin_secret"] if secret is None else secret}
+
+
 @pytest.fixture(params=sorted(CLIENTS))
 def client(request: Any, cfg: dict[str, Any], address: str) -> Iterator[tuple[Any, Any]]:
     make, mod = CLIENTS[request.param]
@@ -288,7 +298,7 @@ def test_load_and_unload_with_header(client: tuple[Any, Any], cfg: dict[str, Any
     c, mod = client
     if not (EXAMPLES / SPARE_MODEL).is_dir():
         pytest.skip(f"{SPARE_MODEL} not in examples/model_repository")
-    headers = {cfg["triton_server_admin_header"]: cfg["triton_server_admin_secret"]}
+    headers = admin_headers(cfg, mod)
     c.load_model(SPARE_MODEL, headers=headers)
     try:
         assert c.is_model_ready(SPARE_MODEL)
@@ -304,8 +314,8 @@ def test_load_and_unload_with_header(client: tuple[Any, Any], cfg: dict[str, Any
 
 def test_wrong_secret_refused(client: tuple[Any, Any], cfg: dict[str, Any], served_model: str) -> None:
     _restricted(cfg)
-    c, _ = client
+    c, mod = client
     with pytest.raises(InferenceServerException, match="restricted"):
-        c.unload_model(served_model, headers={cfg["triton_server_admin_header"]: "not-the-secret"})
+        c.unload_model(served_model, headers=admin_headers(cfg, mod, "not-the-secret"))
     assert c.is_model_ready(served_model)
 
