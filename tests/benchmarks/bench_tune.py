@@ -15,7 +15,7 @@ is the bottleneck, that is the figure that shows what batching saves.
 
 Prints figures; it is not a test. Everything runs on 127.0.0.1 and every load is bounded.
 
-    .venv/bin/python benchmarks/tune_throughput.py [--concurrency 32] [--protocol grpc]
+    .venv/bin/python tests/benchmarks/bench_tune.py [--concurrency 32] [--protocol grpc]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from infra.model_repo import pbtxt  # noqa: E402
