@@ -32,11 +32,15 @@ class PlaybookRun:
 
 
 def podman_node(host: Any) -> str:
-    """The Podman container name behind a testinfra host (molecule nodes use the podman backend)."""
-    name = getattr(host.backend, "name", None)
-    if host.backend.NAME != "podman" or not name:
-        raise RuntimeError(f"preflight runs need a Podman node, got backend {host.backend.NAME}")
-    return str(name)
+    """The Podman container behind a testinfra host: molecule's nodes come through the Ansible backend
+    (inventory connection containers.podman.podman), `--hosts=podman://NAME` through the podman one."""
+    if host.backend.NAME == "podman":
+        return str(host.backend.name)
+    if host.backend.NAME == "ansible":
+        hostvars = host.ansible.get_variables()
+        if hostvars.get("ansible_connection") in ("podman", "containers.podman.podman"):
+            return str(hostvars.get("ansible_host", hostvars["inventory_hostname"]))
+    raise RuntimeError(f"preflight runs need a Podman node, got backend {host.backend.NAME}")
 
 
 def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: int = 600) -> PlaybookRun:

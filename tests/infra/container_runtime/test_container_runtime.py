@@ -9,9 +9,9 @@ import tomllib
 from typing import Any
 
 import pytest
-from conftest import journal, role_defaults
+from gpuhost_helpers import defaults, journal
 
-DEFAULTS = role_defaults("container_runtime")
+DEFAULTS = defaults("container_runtime")
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 DAEMON_JSON = "/etc/docker/daemon.json"
 TOOLKIT_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"

@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 import pytest
-from conftest import journal, role_defaults
+from gpuhost_helpers import defaults, journal
 from prometheus_client.parser import text_string_to_metric_families
 
-DEFAULTS = role_defaults("jetson")
+DEFAULTS = defaults("jetson")
 SOURCES = "/etc/apt/sources.list.d/nvidia-l4t-apt-source.sources"
 
 

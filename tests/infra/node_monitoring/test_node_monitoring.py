@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import journal, role_defaults
+from gpuhost_helpers import defaults, journal
 
 from infra.observability.rules import RuleSettings, rule_groups
 
-DEFAULTS = role_defaults("node_monitoring")
+DEFAULTS = defaults("node_monitoring")
 
 
 def _var(host_vars: dict[str, Any], name: str) -> Any:

@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 import pytest
-from conftest import journal, role_defaults
+from gpuhost_helpers import defaults, journal
 
-DEFAULTS = role_defaults("nvidia_driver")
+DEFAULTS = defaults("nvidia_driver")
 PREFS = "/etc/apt/preferences.d/tritonops-nvidia-driver"
 BLACKLIST = "/etc/modprobe.d/tritonops-blacklist-nouveau.conf"
 SOURCES = "/etc/apt/sources.list.d/tritonops-nvidia-nonfree.sources"
