@@ -8,7 +8,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl
 
-.PHONY: all demo test unit integration lint apt venv bench clean molecule
+.PHONY: all demo test unit integration lint apt venv bench clean molecule host-checks
 
 all: test
 
@@ -56,6 +56,15 @@ molecule: venv apt
 	  s=$$(basename $$(dirname $$f)); start=$$(date +%s); echo "== molecule test $$r/$$s"; \
 	  (cd roles/$$r && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s $$s); \
 	  echo "== $$r/$$s passed in $$(( $$(date +%s) - start ))s"; done; done
+
+# Host checks (tests/infra: gpu_facts + triton_server) against any inventory, the same checks molecule's
+# verify runs; e.g. the local fleet after `make demo`, or a real one with its vault secret exported:
+#   make host-checks INVENTORY=ansible/inventories/example HOSTS=edge TRITONOPS_ADMIN_SECRET=...
+INVENTORY ?= ansible/inventories/local
+HOSTS ?= edge
+host-checks: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -p no:cacheprovider -rs tests/infra/gpu_facts tests/infra/triton_server \
+	  --hosts=ansible://$(HOSTS) --ansible-inventory=$(INVENTORY)
 
 demo: venv apt
 	$(BIN)/tritonops demo

@@ -222,7 +222,10 @@ def _infer(client: Any, mod: Any, model: str) -> None:
 
 @pytest.fixture(scope="module")
 def served_model(cfg: dict[str, Any]) -> str:
-    models = [m for m in cfg["triton_server_startup_models"] if (EXAMPLES / m / "golden.json").is_file()]
+    startup = list(cfg["triton_server_startup_models"])
+    if startup == ["*"]:
+        startup = sorted(p.parent.name for p in EXAMPLES.glob("*/golden.json"))
+    models = [m for m in startup if (EXAMPLES / m / "golden.json").is_file() and m != SPARE_MODEL]
     if not models:
         pytest.skip("no startup model with a golden.json in examples/model_repository")
     return str(models[0])
@@ -288,28 +291,40 @@ def test_load_refused_without_header(client: tuple[Any, Any], cfg: dict[str, Any
     c, _ = client
     if not (EXAMPLES / SPARE_MODEL).is_dir():
         pytest.skip(f"{SPARE_MODEL} not in examples/model_repository")
+    before = c.is_model_ready(SPARE_MODEL)
     with pytest.raises(InferenceServerException, match="restricted"):
         c.load_model(SPARE_MODEL)
-    assert not c.is_model_ready(SPARE_MODEL)
+    assert c.is_model_ready(SPARE_MODEL) == before
+
+
+def _wait_ready(c: Any, model: str, want: bool, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while bool(c.is_model_ready(model)) != want and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return bool(c.is_model_ready(model)) == want
 
 
 def test_load_and_unload_with_header(client: tuple[Any, Any], cfg: dict[str, Any]) -> None:
+    """With the header the repository API works; the model ends in the state it started in."""
     _restricted(cfg)
     c, mod = client
     if not (EXAMPLES / SPARE_MODEL).is_dir():
         pytest.skip(f"{SPARE_MODEL} not in examples/model_repository")
     headers = admin_headers(cfg, mod)
+    if c.is_model_ready(SPARE_MODEL):  # e.g. --load-model=*: unload, then load it back
+        c.unload_model(SPARE_MODEL, headers=headers)
+        assert _wait_ready(c, SPARE_MODEL, False)
+        c.load_model(SPARE_MODEL, headers=headers)
+        assert _wait_ready(c, SPARE_MODEL, True)
+        _infer(c, mod, SPARE_MODEL)
+        return
     c.load_model(SPARE_MODEL, headers=headers)
     try:
-        assert c.is_model_ready(SPARE_MODEL)
+        assert _wait_ready(c, SPARE_MODEL, True)
         _infer(c, mod, SPARE_MODEL)
     finally:
         c.unload_model(SPARE_MODEL, headers=headers)
-    # Unloading finishes asynchronously; give it a bounded time to go.
-    deadline = time.monotonic() + 30
-    while c.is_model_ready(SPARE_MODEL) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not c.is_model_ready(SPARE_MODEL)
+    assert _wait_ready(c, SPARE_MODEL, False)
 
 
 def test_wrong_secret_refused(client: tuple[Any, Any], cfg: dict[str, Any], served_model: str) -> None:
