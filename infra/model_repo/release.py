@@ -231,14 +231,23 @@ def install(releases: Path, staging: Path, release: str, tarball: Path | None = 
     """
     check_release_id(release)
     dest = releases / release
+    pushed = staging.is_dir() or (tarball is not None and tarball.is_file())
+    damaged_copy = False
     if dest.is_dir():
-        verify(dest)
-        for leftover in (staging, tarball):
-            if leftover is not None and leftover.is_dir():
-                shutil.rmtree(leftover)
-            elif leftover is not None and leftover.exists():
-                leftover.unlink()
-        return {"changed": False, "release": release, "path": str(dest)}
+        try:
+            verify(dest)
+        except ReleaseError:
+            if not pushed:
+                raise
+            # Files of the installed copy were changed on the node (drift): replace it with the verified push.
+            damaged_copy = True
+        if not damaged_copy:
+            for leftover in (staging, tarball):
+                if leftover is not None and leftover.is_dir():
+                    shutil.rmtree(leftover)
+                elif leftover is not None and leftover.exists():
+                    leftover.unlink()
+            return {"changed": False, "release": release, "path": str(dest)}
     if tarball is not None:
         if staging.exists():
             shutil.rmtree(staging)
@@ -246,10 +255,21 @@ def install(releases: Path, staging: Path, release: str, tarball: Path | None = 
         _safe_extract(tarball, staging)
     _own(staging, owner, group)
     files = verify(staging)
-    os.rename(staging, dest)
+    if damaged_copy:
+        damaged = releases / f"{STAGING_PREFIX}damaged-{release}"
+        if damaged.exists():
+            shutil.rmtree(damaged)
+        os.rename(dest, damaged)
+        os.rename(staging, dest)
+        shutil.rmtree(damaged)
+    else:
+        os.rename(staging, dest)
     if tarball is not None:
         tarball.unlink()
-    return {"changed": True, "release": release, "path": str(dest), "files": len(files)}
+    out = {"changed": True, "release": release, "path": str(dest), "files": len(files)}
+    if damaged_copy:
+        out["repaired"] = True
+    return out
 
 
 def pack(staged: Path) -> Path:
