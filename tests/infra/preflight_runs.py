@@ -52,12 +52,12 @@ def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: 
         pb.write_text(yaml.safe_dump(play))
         ev = Path(tmp) / "vars.json"
         ev.write_text(json.dumps(extra_vars))
-        env = dict(os.environ)
+        # Not molecule's ansible.cfg or callbacks: only the JSON callback may write to stdout.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
         env.update({
             "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
             "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-            "ANSIBLE_CALLBACKS_ENABLED": "",
             "ANSIBLE_HOST_KEY_CHECKING": "0",
             "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
             "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(REPO / "infra/hosts/containers.conf")),
@@ -75,10 +75,11 @@ def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: 
     for play_doc in doc.get("plays", []):
         for task in play_doc.get("tasks", []):
             res = task.get("hosts", {}).get(node, {})
+            name = task["task"]["name"].split(" : ", 1)[-1]  # without the "role : " prefix
             if res.get("failed"):
-                run.failed.append({"task": task["task"]["name"], "msg": str(res.get("msg", ""))})
+                run.failed.append({"task": name, "msg": str(res.get("msg", ""))})
             if res.get("changed"):
-                run.changed_tasks.append(task["task"]["name"])
+                run.changed_tasks.append(name)
     return run
 
 

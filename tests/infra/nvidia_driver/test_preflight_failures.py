@@ -33,8 +33,8 @@ def _assert_stopped(host: Any, run: Any, before: str, task: str, words: list[str
 def test_invalid_branch_for_the_os(host: Any, node: str) -> None:
     before = snapshot(host, WATCHED)
     run = run_roles(node, ["nvidia_driver"], {"nvidia_driver_branch": "570", "nvidia_driver_install_without_gpu": True})
-    _assert_stopped(host, run, before, "Check the driver variables",
-                    ["driver branch 570 is not available on Debian 12", "valid: 535"])
+    _assert_stopped(host, run, before, "Check the driver branch for this OS",
+                    ["driver branch 570 is not available on Debian 12", "valid branches here: 535", "Nothing was changed"])
 
 
 def test_secure_boot_without_key(host: Any, node: str) -> None:
