@@ -23,8 +23,8 @@ def _var(host_vars: dict[str, Any], name: str) -> Any:
 
 def http_get(host: Any, url: str) -> str:
     """GET from inside the node (python3 is on every node; curl may not be)."""
-    script = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=10).read().decode())"
-    out = host.run(f"python3 -c '{script}'")
+    script = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+    out = host.run("python3 -c %s %s", script, url)  # testinfra quotes the arguments
     assert out.rc == 0, f"GET {url} failed: {out.stderr}"
     return str(out.stdout)
 
