@@ -292,14 +292,36 @@ def pack(staged: Path) -> Path:
     return out
 
 
-def activate(link: Path, releases: Path, release: str) -> dict[str, Any]:
-    """Point the models symlink at releases/<release> by renaming a fresh symlink over it."""
+def touch_models(release_dir: Path, models: list[str]) -> list[str]:
+    """Set the mtime of each model folder (and everything in it) to now.
+
+    Triton decides whether a load must re-read a model from the folder's modification time and only
+    reloads when it is newer than what it loaded; a release switched back to (rollback) or one staged
+    with preserved, older mtimes would otherwise keep the model in memory. Content is unchanged, so
+    manifests still verify.
+    """
+    touched = []
+    for m in models:
+        folder = release_dir / m
+        if folder.is_dir():
+            for p in [*sorted(folder.rglob("*"), reverse=True), folder]:
+                os.utime(p, None)
+            touched.append(m)
+    return touched
+
+
+def activate(link: Path, releases: Path, release: str, touch: list[str] | None = None) -> dict[str, Any]:
+    """Point the models symlink at releases/<release> by renaming a fresh symlink over it.
+
+    ``touch`` names the models about to be loaded from it (see ``touch_models``).
+    """
     check_release_id(release)
     if not (releases / release).is_dir():
         raise ReleaseError(f"{releases / release}: no such release on this node")
+    touched = touch_models(releases / release, touch or [])
     previous = active_release(link, releases)
     if previous == release:
-        return {"changed": False, "previous": previous, "active": release}
+        return {"changed": bool(touched), "previous": previous, "active": release, "touched": touched}
     target = os.path.relpath(releases / release, link.parent)
     if link.is_dir() and not link.is_symlink():
         # The empty directory triton_server creates before the first release (or a hand-made one).
@@ -313,7 +335,7 @@ def activate(link: Path, releases: Path, release: str) -> dict[str, Any]:
         tmp.unlink()
     os.symlink(target, tmp)
     os.replace(tmp, link)
-    return {"changed": True, "previous": previous, "active": release}
+    return {"changed": True, "previous": previous, "active": release, "touched": touched}
 
 
 def mark(releases: Path, release: str) -> dict[str, Any]:
@@ -515,6 +537,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--group")
     sp = node("activate", "switch the models symlink to a release (atomic rename)")
     sp.add_argument("--release", required=True)
+    sp.add_argument("--touch", action="append", default=[], help="a model about to be (re)loaded from it")
     sp = node("mark", "record a release as current (after the golden gate)")
     sp.add_argument("--release", required=True)
     sp = node("prune", "keep the last N releases")
@@ -551,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "install":
             out = install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
         elif args.cmd == "activate":
-            out = activate(args.link, args.releases, args.release)
+            out = activate(args.link, args.releases, args.release, args.touch)
         elif args.cmd == "mark":
             out = mark(args.releases, args.release)
         elif args.cmd == "prune":

@@ -147,7 +147,7 @@ def test_first_activation_replaces_the_empty_directory(staged: dict, node: tuple
     link.mkdir()  # what triton_server creates before the first release
     rid = push(staged, releases)
     out = rel.activate(link, releases, rid)
-    assert out == {"changed": True, "previous": None, "active": rid}
+    assert out == {"changed": True, "previous": None, "active": rid, "touched": []}
     assert link.is_symlink() and os.readlink(link) == f"releases/{rid}"
     assert (link / "mlp" / "config.pbtxt").is_file()
 
@@ -161,7 +161,7 @@ def test_switch_is_a_rename_and_idempotent(tmp_path: Path, staged: dict, node: t
     (v2 / "mlp" / "1" / "model.py").write_text((v2 / "mlp" / "1" / "model.py").read_text() + "# v2\n")
     r2 = push(rel.prepare(v2, tmp_path / "cache", "cpu"), releases)
     inode_before = os.lstat(link).st_ino
-    assert rel.activate(link, releases, r2) == {"changed": True, "previous": r1, "active": r2}
+    assert rel.activate(link, releases, r2) == {"changed": True, "previous": r1, "active": r2, "touched": []}
     assert os.lstat(link).st_ino != inode_before  # a new symlink renamed over the old one
     assert rel.activate(link, releases, r2)["changed"] is False
     assert not list(link.parent.glob(".models.tmp-*"))
@@ -273,3 +273,17 @@ def test_s3_source(tmp_path: Path, moto_s3: str, monkeypatch: pytest.MonkeyPatch
     assert rel.prepare(tmp_path / "s3", tmp_path / "cache", "cpu")["digest"] == build_manifest(SAMPLE).digest
     with pytest.raises(rel.ReleaseError, match="no objects under this prefix"):
         rel.fetch_s3("models", "edge/missing", tmp_path / "s3b", endpoint_url=moto_s3, region="us-east-1")
+
+
+def test_activate_touches_the_models_about_to_be_loaded(staged: dict, node: tuple[Path, Path]) -> None:
+    """Triton reloads a model only when its folder is newer than what it loaded: a rollback touches it."""
+    link, releases = node
+    rid = push(staged, releases)
+    old = time.time() - 3600
+    for p in (releases / rid / "mlp").rglob("*"):
+        os.utime(p, (old, old))
+    out = rel.activate(link, releases, rid, touch=["mlp", "absent"])
+    assert out["touched"] == ["mlp"]
+    assert (releases / rid / "mlp" / "1" / "model.py").stat().st_mtime > old + 3000
+    assert (releases / rid / "preprocess" / "config.pbtxt").stat().st_mtime < time.time() + 1
+    assert rel.verify(releases / rid)  # content unchanged

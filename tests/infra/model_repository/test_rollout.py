@@ -171,7 +171,8 @@ def test_rollout_under_load(host: Any, mr: dict[str, Any], url: str, request: py
     before, _ = state(host, mr)
     good = variant(tmp, "v2", SAMPLE, {
         "mlp/config.pbtxt": ("count: 1", "count: 2"),
-        "mlp/1/model.py": ("class TritonPythonModel:", "# release v2 (rollout test)\nclass TritonPythonModel:"),
+        # A unique line, so every run publishes a new release (re-runnable against a long-lived node).
+        "mlp/1/model.py": ("class TritonPythonModel:", f"# rollout test {time.time_ns()}\nclass TritonPythonModel:"),
     })
     v2 = rel.prepare(good, tmp / "staged", "cpu")["release"]
     assert v2 != before
