@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -101,8 +102,13 @@ def test_triton_target_configured(scraped_targets: dict[str, dict[str, Any]], ho
 
 
 def test_node_series_queryable(host: Any, prom_url: str, scraped_targets: dict[str, dict[str, Any]]) -> None:
-    doc = json.loads(http_get(host, f"{prom_url}/api/v1/query?query=tritonops_node_info"))
+    # Select the configured target: the package's first start (its stock config, before the role's)
+    # may leave a series under another instance name for the 5-minute lookback.
+    instance = scraped_targets["node"]["labels"]["instance"]
+    query = urllib.parse.quote(f'tritonops_node_info{{job="node",instance="{instance}"}}')
+    doc = json.loads(http_get(host, f"{prom_url}/api/v1/query?query={query}"))
     assert doc["status"] == "success" and len(doc["data"]["result"]) == 1, doc
+    assert doc["data"]["result"][0]["value"][1] == "1"
 
 
 def test_project_rules_loaded(host: Any, prom_url: str, host_vars: dict[str, Any]) -> None:
