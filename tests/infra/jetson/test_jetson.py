@@ -67,6 +67,21 @@ def test_zram_configured(host: Any, gpu: dict[str, Any], host_vars: dict[str, An
     assert host.service("zramswap").is_enabled
 
 
+def test_swapfile(host: Any, gpu: dict[str, Any], host_vars: dict[str, Any]) -> None:
+    if _var(host_vars, "jetson_swap") != "swapfile":
+        pytest.skip("not a swap file")
+    path = _var(host_vars, "jetson_swapfile_path")
+    f = host.file(path)
+    assert f.user == "root" and f.mode == 0o600
+    assert f.size == int(_var(host_vars, "jetson_swapfile_size_mb")) * 1024 * 1024
+    # mkswap's signature sits at the end of the first page.
+    page = int(host.check_output("getconf PAGESIZE"))
+    sig = host.check_output(f"dd if={path} bs=1 skip={page - 10} count=10 status=none")
+    assert sig == "SWAPSPACE2"
+    fstab = [line.split() for line in host.file("/etc/fstab").content_string.splitlines() if line.strip()]
+    assert [path, "none", "swap", "sw", "0", "0"] in fstab
+
+
 def test_exporter_running(host: Any, gpu: dict[str, Any]) -> None:
     svc = host.service("tegrastats-exporter")
     assert svc.is_enabled
