@@ -41,6 +41,14 @@ def nvidia_default(host_vars: dict[str, Any], gpu: dict[str, Any]) -> bool:
     return _flag(_var(host_vars, "container_runtime_nvidia_default"), gpu["platform"] == "jetson")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def applies(host: Any, gpu: dict[str, Any], host_vars: dict[str, Any]) -> None:
+    """edge.yml skips the role on CPU gateways that run Triton without a container: skip there too."""
+    engine = _var(host_vars, "container_runtime_engine")
+    if gpu["platform"] == "cpu" and not host.exists("containerd") and not host.exists("dockerd") and not host_vars:
+        pytest.skip(f"no {engine} on this CPU-only host (container_runtime not applied)")
+
+
 @pytest.fixture(scope="module")
 def engine(host_vars: dict[str, Any]) -> str:
     return str(_var(host_vars, "container_runtime_engine"))

@@ -29,6 +29,14 @@ def gpu(host: Any) -> dict[str, Any]:
     return dict(json.loads(host.check_output("/etc/ansible/facts.d/gpu.fact")))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def applies(gpu: dict[str, Any], host_vars: dict[str, Any]) -> None:
+    """The role installs on NVIDIA GPU hosts (and CPU-only ones only when asked): skip elsewhere."""
+    if gpu["platform"] == "jetson" or (
+            gpu["platform"] == "cpu" and not _var(host_vars, "nvidia_driver_install_without_gpu")):
+        pytest.skip(f"nvidia_driver does not apply to a {gpu['platform']} host")
+
+
 @pytest.fixture(scope="module")
 def branch(host_vars: dict[str, Any]) -> str:
     return str(_var(host_vars, "nvidia_driver_branch"))
