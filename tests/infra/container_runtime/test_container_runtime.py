@@ -45,7 +45,7 @@ def nvidia_default(host_vars: dict[str, Any], gpu: dict[str, Any]) -> bool:
 def applies(host: Any, gpu: dict[str, Any], host_vars: dict[str, Any]) -> None:
     """edge.yml skips the role on CPU gateways that run Triton without a container: skip there too."""
     engine = _var(host_vars, "container_runtime_engine")
-    if gpu["platform"] == "cpu" and not host.exists("containerd") and not host.exists("dockerd") and not host_vars:
+    if gpu["platform"] == "cpu" and not host.exists("containerd") and not host.exists("dockerd"):
         pytest.skip(f"no {engine} on this CPU-only host (container_runtime not applied)")
 
 
