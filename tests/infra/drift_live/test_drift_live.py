@@ -17,6 +17,7 @@ each playbook run has a timeout, the whole test stays well under ten minutes on 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,9 @@ from infra.drift.run import run
 from infra.hosts.podman import podman
 
 REPO = Path(__file__).resolve().parents[3]
-NODE = "drift-live-1"
+# TRITONOPS_DRIFT_NODE names an existing node to reuse (kept afterwards): a re-converge instead of a first one.
+NODE = os.environ.get("TRITONOPS_DRIFT_NODE", "drift-live-1")
+REUSE = "TRITONOPS_DRIFT_NODE" in os.environ
 LOCAL = REPO / "ansible" / "inventories" / "local"
 SECRET = yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
 HEADER = "triton-admin-key"
@@ -48,8 +51,6 @@ pytestmark = pytest.mark.hosts
 
 
 def _have_podman() -> bool:
-    import os
-
     return shutil.which("podman") is not None and os.geteuid() == 0
 
 
@@ -61,14 +62,16 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     from infra.hosts.nodes import node_down, node_up
 
     build_image(ImageSpec(arch="amd64"))
-    node_down(NODE)
+    if not REUSE:
+        node_down(NODE)
     node_up(NODE)
     inv = tmp_path_factory.mktemp("drift-live") / "hosts.yml"
     inv.write_text(json.dumps({"all": {"children": {"edge": {"children": {"cpu_gateways": {"hosts": {NODE: {}}}}}}}}))
     try:
         yield inv
     finally:
-        node_down(NODE)
+        if not REUSE:
+            node_down(NODE)
 
 
 def converge(inventory: Path) -> None:
