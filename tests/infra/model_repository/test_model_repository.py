@@ -57,7 +57,10 @@ def test_release_matches_its_manifest_on_the_node(host: Any, active: str, mr: di
 
 
 def test_release_is_the_source_repository(host: Any, active: str, mr: dict[str, Any]) -> None:
-    """The node holds exactly the files of the source the inventory names (checksums included)."""
+    """The node holds exactly the files of the source the inventory names (checksums included).
+
+    (After test_rollout.py has published its own releases to a node, the node serves those instead.)
+    """
     if not mr["source"]:
         pytest.skip("model_repository_local_path is not set for this host")
     on_node = json.loads(host.file(f"{mr['releases']}/{active}/{MANIFEST_FILE}").content_string)["files"]
