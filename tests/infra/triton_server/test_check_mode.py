@@ -18,10 +18,14 @@ INVENTORY = os.environ.get("MOLECULE_INVENTORY_FILE")
 
 
 @pytest.mark.skipif(not (SCENARIO and INVENTORY), reason="needs molecule's scenario (verify step)")
-def test_check_diff_reports_no_changes() -> None:
+def test_check_diff_reports_no_changes(tmp_path: Path) -> None:
     assert SCENARIO and INVENTORY
     playbook = Path(SCENARIO) / "converge.yml"
-    env = os.environ | {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_CALLBACKS_ENABLED": ""}
+    # JSON on stdout; replace molecule's extra callbacks (profile_tasks would print into the JSON) with
+    # one that only writes files.
+    env = os.environ | {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+                        "ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.tree",
+                        "ANSIBLE_CALLBACK_TREE_DIR": str(tmp_path / "tree")}
     exe = Path(sys.executable).with_name("ansible-playbook")
     res = subprocess.run(
         [str(exe), "--check", "--diff", "--skip-tags", "molecule-notest,notest",
