@@ -160,7 +160,7 @@ def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     ansible_expected = {
         ("ansible", NODE, "triton_server : Write the systemd unit"),
         ("ansible", NODE, "triton_server : Install the wheels into the venv (offline, hash-checked)"),
-        ("ansible", NODE, "model_repository : Push the release files"),
+        ("ansible", NODE, "model_repository : Push the release tarball"),
     }
     models_expected = {
         ("models", NODE, "file:preprocess/1/model.py"),

@@ -48,8 +48,13 @@ def test_recorded_check_finds_the_tampered_unit(recorded: dict[str, Any]) -> Non
     by_resource = {f.resource: f for f in findings}
     unit = by_resource["triton_server : Write the systemd unit"]
     assert unit.host == "drift-1"
-    assert "-# tampered by the drift test" in unit.diff or "+# tampered" not in unit.diff
-    assert unit.diff.startswith("--- before: /etc/systemd/system/tritonserver.service")
+    assert unit.diff.startswith("--- /etc/systemd/system/tritonserver.service\n")
+    assert "\n-RestartSec=30\n+RestartSec=5\n" in unit.diff
+    assert {f.resource for f in findings} == {
+        "triton_server : Install the wheels into the venv (offline, hash-checked)",
+        "triton_server : Write the systemd unit",
+        "model_repository : Push the release tarball",
+    }
 
 
 def test_recorded_check_reports_only_changed_tasks(recorded: dict[str, Any]) -> None:
