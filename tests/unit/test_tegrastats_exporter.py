@@ -91,3 +91,9 @@ def test_write_atomic_leaves_no_temp_files(exporter: ModuleType, tmp_path: Path)
     assert out.read_text() == "a 2\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jetson_tegrastats.prom"]
     assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_render_keeps_byte_counts_exact(exporter: ModuleType) -> None:
+    text = exporter.render(exporter.parse(ORIN_JP6), 1700000000.5)
+    assert f"jetson_ram_total_bytes {62840 * 1024 * 1024}\n" in text
+    assert "jetson_tegrastats_last_update_timestamp_seconds 1700000000.5" in text

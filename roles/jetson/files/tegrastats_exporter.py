@@ -83,6 +83,11 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _num(value: float) -> str:
+    """Exact text for a sample: integers without exponent or fraction (byte counts stay exact)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def render(stats: dict[str, object], now: float) -> str:
     """Prometheus text format for ``stats`` (from ``parse``)."""
     lines: list[str] = []
@@ -92,7 +97,7 @@ def render(stats: dict[str, object], now: float) -> str:
             return
         lines.append(f"# HELP {name} {help_}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+        lines.extend(f"{name}{labels} {_num(value)}" for labels, value in samples)
 
     def single(key: str, name: str, help_: str) -> None:
         if key in stats:
