@@ -47,7 +47,8 @@ PLAY_TIMEOUT = 900
 # Another version of a pinned wheel (triton_server_wheels pins packaging==26.4); nothing imports it at run time.
 OTHER_PACKAGING = "packaging==24.2"
 
-pytestmark = pytest.mark.hosts
+# Two converges and four checks: above the project-wide 900 s pytest-timeout on a busy 2-core machine.
+pytestmark = [pytest.mark.hosts, pytest.mark.timeout(2400)]
 
 
 def _have_podman() -> bool:
