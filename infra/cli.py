@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
