@@ -283,67 +283,31 @@ def validate_network_policy_coverage(args: Any, report_violation: Report) -> Non
 
 MANDATORY = EnforcementLevel.MANDATORY
 
+def _resource(name: str, validate: Any, **kw: Any) -> ResourceValidationPolicy:
+    """One rule: kebab-case name, the validator's docstring as description, mandatory by default
+    (environments lower it through policy config)."""
+    return ResourceValidationPolicy(name=name, description=validate.__doc__ or "", validate=validate,
+                                    enforcement_level=MANDATORY, **kw)
+
+
+def _stack(name: str, validate: Any) -> StackValidationPolicy:
+    return StackValidationPolicy(name=name, description=validate.__doc__ or "", validate=validate,
+                                 enforcement_level=MANDATORY)
+
+
 POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
-    ResourceValidationPolicy(
-        name="triton-gpu-resources",
-        description=validate_gpu_resources.__doc__ or "",
-        validate=validate_gpu_resources,
-        enforcement_level=MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="triton-health-probes",
-        description=validate_health_probes.__doc__ or "",
-        validate=validate_health_probes,
-        enforcement_level=MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="triton-non-root",
-        description=validate_non_root.__doc__ or "",
-        validate=validate_non_root,
-        enforcement_level=MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="triton-pinned-images",
-        description=validate_pinned_images.__doc__ or "",
-        validate=validate_pinned_images,
-        enforcement_level=MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="triton-high-availability",
-        description=validate_high_availability.__doc__ or "",
-        validate=validate_high_availability,
-        enforcement_level=MANDATORY,
-        config_schema=PolicyConfigSchema(
-            properties={
-                "requireHighAvailability": {"type": "boolean", "default": False},
-                "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
-            }
-        ),
-    ),
-    ResourceValidationPolicy(
-        name="scaledobject-fallback",
-        description=validate_scaled_object_fallback.__doc__ or "",
-        validate=validate_scaled_object_fallback,
-        enforcement_level=MANDATORY,
-    ),
-    ResourceValidationPolicy(
-        name="helm-chart-pinned",
-        description=validate_helm_pinned.__doc__ or "",
-        validate=validate_helm_pinned,
-        enforcement_level=MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="triton-pdb-coverage",
-        description=validate_pdb_coverage.__doc__ or "",
-        validate=validate_pdb_coverage,
-        enforcement_level=MANDATORY,
-    ),
-    StackValidationPolicy(
-        name="triton-network-policy-coverage",
-        description=validate_network_policy_coverage.__doc__ or "",
-        validate=validate_network_policy_coverage,
-        enforcement_level=MANDATORY,
-    ),
+    _resource("triton-gpu-resources", validate_gpu_resources),
+    _resource("triton-health-probes", validate_health_probes),
+    _resource("triton-non-root", validate_non_root),
+    _resource("triton-pinned-images", validate_pinned_images),
+    _resource("triton-high-availability", validate_high_availability, config_schema=PolicyConfigSchema(properties={
+        "requireHighAvailability": {"type": "boolean", "default": False},
+        "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
+    })),
+    _resource("scaledobject-fallback", validate_scaled_object_fallback),
+    _resource("helm-chart-pinned", validate_helm_pinned),
+    _stack("triton-pdb-coverage", validate_pdb_coverage),
+    _stack("triton-network-policy-coverage", validate_network_policy_coverage),
 ]
 RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-gpu-resources": validate_gpu_resources,
