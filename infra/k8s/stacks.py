@@ -179,7 +179,7 @@ def cluster_aws_program() -> dict[str, Any]:
     import pulumi
     import pulumi_aws as aws
 
-    from infra.k8s.components import GpuNodePool, GpuNodePoolArgs
+    from infra.k8s.components import GpuNodePool, GpuNodePoolArgs, managed_node_group
 
     cfg = pulumi_config("cluster-aws")
     assert isinstance(cfg, ClusterAwsConfig)
@@ -206,31 +206,7 @@ def cluster_aws_program() -> dict[str, Any]:
     issuer = cluster.identities.apply(lambda ids: ids[0]["oidcs"][0]["issuer"] if ids else "")
     oidc = aws.iam.OpenIdConnectProvider("oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=spec["tags"])
     sys_spec = eks.system_node_group_spec(cfg)
-    sys_role = aws.iam.Role(
-        "system-nodes-role",
-        assume_role_policy=eks.assume_role_policy("ec2.amazonaws.com"),
-        tags=sys_spec["tags"],
-    )
-    sys_atts = [
-        aws.iam.RolePolicyAttachment(f"system-nodes-{arn.rsplit('/', 1)[1]}", role=sys_role.name, policy_arn=arn)
-        for arn in eks.NODE_POLICIES
-    ]
-    system = aws.eks.NodeGroup(
-        "system-nodes",
-        cluster_name=cluster.name,
-        node_role_arn=sys_role.arn,
-        node_group_name=sys_spec["node_group_name"],
-        subnet_ids=sys_spec["subnet_ids"],
-        instance_types=sys_spec["instance_types"],
-        ami_type=sys_spec["ami_type"],
-        capacity_type=sys_spec["capacity_type"],
-        disk_size=sys_spec["disk_size"],
-        scaling_config=aws.eks.NodeGroupScalingConfigArgs(**sys_spec["scaling_config"]),
-        update_config=aws.eks.NodeGroupUpdateConfigArgs(**sys_spec["update_config"]),
-        labels=sys_spec["labels"],
-        tags=sys_spec["tags"],
-        opts=pulumi.ResourceOptions(depends_on=sys_atts, ignore_changes=["scalingConfig.desiredSize"]),
-    )
+    _, system = managed_node_group("system-nodes", "system-nodes", sys_spec, cluster.name)
     pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in cfg.gpu_node_pools]
     readers: dict[str, aws.iam.Role] = {}
     for r in cfg.model_readers:
