@@ -32,6 +32,7 @@ apt:
 lint: venv
 	$(BIN)/ruff check infra tests examples
 	$(BIN)/mypy
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
