@@ -43,7 +43,7 @@ integration: venv apt
 # `make test` (what CI runs): lint, unit and integration tests (a real Triton, Prometheus and
 # Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64 for Jetson), and the
 # live drift test on a Podman node (tests/infra/drift_live: converge, tamper, detect exactly that,
-# converge, clean; about 16 min).
+# converge, clean; about 15 min).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
 
 test: venv apt lint

@@ -11,8 +11,8 @@
 4. converge again: no drift, by every source and by the node's own check.
 
 Needs root, Podman and the image ``tritonops hosts build`` makes (built here when missing). Bounded:
-each playbook run has a timeout. At low load on 2 cores it takes about 16 minutes: converge 201 s,
-each of the four drift checks 130-141 s, re-converge 170 s.
+each playbook run has a timeout. At low load on 2 cores it takes about 15 minutes: converge 205 s,
+clean drift checks about 105 s, tampered ones 135-140 s, re-converge 160 s.
 """
 
 from __future__ import annotations
