@@ -336,3 +336,34 @@ def test_install_repairs_a_tampered_release_from_a_verified_push(staged: dict[st
     assert rel.verify(dest) == rel.read_manifest(Path(staged["path"]))
     assert sorted(p.name for p in releases.iterdir()) == [staged["release"]]
     assert rel.install(releases, staging, staged["release"])["changed"] is False
+
+
+def test_pulumi_events_become_findings_and_unchanged_resources_do_not() -> None:
+    from pulumi.automation import events as ev
+
+    def event(op: ev.OpType, urn: str, diffs: list[str] | None = None) -> ev.EngineEvent:
+        meta = ev.StepEventMetadata(op=op, urn=urn, type="kubernetes:apps/v1:Deployment", provider="", diffs=diffs)
+        return ev.EngineEvent(sequence=1, timestamp=0, resource_pre_event=ev.ResourcePreEvent(metadata=meta))
+
+    found: list[Finding] = []
+    on_event = pulumi_check._events("triton", "prod", "preview", found)
+    on_event(event(ev.OpType.SAME, "urn:same"))
+    on_event(event(ev.OpType.READ, "urn:read"))
+    on_event(event(ev.OpType.UPDATE, "urn:deploy", ["spec.replicas", "spec.template"]))
+    on_event(ev.EngineEvent(sequence=2, timestamp=0))  # no resource event: ignored
+    assert [(f.host, f.resource, f.detail) for f in found] == [
+        ("triton/prod", "urn:deploy", "preview: update (spec.replicas, spec.template)")]
+
+
+def test_pulumi_one_failing_stack_is_an_error_and_the_others_still_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pulumi_check.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+    def preview(stack: str, env: str) -> list[Finding]:
+        if stack == "platform":
+            raise RuntimeError("backend unreachable")
+        return [Finding(source="pulumi", host=f"{stack}/{env}", resource="urn:x", detail="refresh: update")]
+
+    result = pulumi_check.check(["platform", "triton"], ["dev"], preview=preview)
+    assert [(f.host, f.resource) for f in result.findings] == [("triton/dev", "urn:x")]
+    assert result.error == "platform/dev: RuntimeError: backend unreachable"
+    assert result.hosts == ["platform/dev", "triton/dev"]
