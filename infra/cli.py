@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from infra.agent import manifest as manifests
+from infra.agent.manifest import MANIFEST_FILE, ReleaseError
 from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
 from infra.k8s.commands import render as render_cmd
-from infra.model_repo.manifest import MANIFEST_FILE, Manifest
-from infra.model_repo.manifest import build as build_manifest
-from infra.model_repo.manifest import compare as compare_manifests
+from infra.model_repo.commands import agent_app, release_app
 from infra.model_repo.validate import Target, UsageError
 from infra.model_repo.validate import validate as validate_repo
 from infra.observability.commands import obs_app
@@ -31,6 +31,8 @@ app.command("render")(render_cmd)
 app.command("bench")(bench_cmd)
 app.command("tune")(tune_cmd)
 app.command("drift")(drift_cmd)
+app.add_typer(release_app, name="release")
+app.add_typer(agent_app, name="agent")
 
 
 # --- model repository and inference checks -------------------------------------------------------
@@ -84,14 +86,19 @@ def manifest(
     if not path.is_dir():
         err_console.print(f"[red]error:[/] {path}: not a directory")
         raise typer.Exit(EXIT_USAGE)
-    current = build_manifest(path)
+    current = manifests.tree_files(path)
     if compare_to is not None:
-        diff = compare_manifests(Manifest.load(compare_to), current)
-        _print_json(diff.model_dump())
-        raise typer.Exit(EXIT_OK if diff.clean else EXIT_FINDINGS)
+        try:
+            saved = manifests.parse(compare_to.read_bytes(), str(compare_to))
+        except (OSError, ReleaseError) as e:
+            err_console.print(f"[red]error:[/] {escape(str(e))}")
+            raise typer.Exit(EXIT_USAGE) from None
+        diff = manifests.compare(saved, current)
+        _print_json(diff)
+        raise typer.Exit(EXIT_FINDINGS if any(diff.values()) else EXIT_OK)
     if write:
-        (path / MANIFEST_FILE).write_text(current.to_json())
-    typer.echo(current.to_json(), nl=False)
+        (path / MANIFEST_FILE).write_text(manifests.text(current))
+    typer.echo(manifests.text(current), nl=False)
 
 
 @app.command()

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,3 +37,35 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     srv = server.start(repo, model_control_mode="explicit", load_models=["*"], workdir=workdir)
     yield srv
     srv.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[str]:
+    """moto_server (moto[server]) on 127.0.0.1: a stand-in for AWS S3, started and stopped here."""
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.skip("moto_server is not installed (pip install 'moto[server]', in the dev extra)")
+    port = _free_port()
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

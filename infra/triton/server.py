@@ -126,7 +126,7 @@ def start(
     ports = [free_port() for _ in range(3)]
     args = [
         str(install.binary),
-        f"--model-repository={Path(repository).resolve()}",
+        f"--model-repository={Path(repository).absolute()}",  # a symlink stays one (release switches)
         f"--backend-directory={backends}",
         "--http-address=127.0.0.1",
         "--grpc-address=127.0.0.1",

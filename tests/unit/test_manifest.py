@@ -1,9 +1,13 @@
+"""infra.agent.manifest: the one manifest format and hashing (nodes, pods, controller and drift use it)."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from infra.model_repo import manifest
+import pytest
+
+from infra.agent import manifest
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -16,27 +20,42 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_manifest_hashes_every_file_with_stable_json(tmp_path: Path) -> None:
     root = _tree(tmp_path / "r", {"b/config.pbtxt": "x", "a/1/model.py": "y", "a/1/__pycache__/m.pyc": "z"})
-    m = manifest.build(root)
-    assert list(m.files) == ["a/1/model.py", "b/config.pbtxt"]
-    assert m.files["b/config.pbtxt"] == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
-    text = m.to_json()
-    assert text == manifest.build(root).to_json()
+    files = manifest.tree_files(root)
+    assert list(files) == ["a/1/model.py", "b/config.pbtxt"]
+    assert files["b/config.pbtxt"] == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
+    text = manifest.text(files)
+    assert text == manifest.text(manifest.tree_files(root))
     assert json.loads(text)["algorithm"] == "sha256"
     assert text.endswith("\n")
+    assert manifest.parse(text.encode(), "m") == files
 
 
 def test_manifest_ignores_itself_so_writing_it_changes_nothing(tmp_path: Path) -> None:
     root = _tree(tmp_path / "r", {"m/config.pbtxt": "x"})
-    before = manifest.build(root)
-    (root / manifest.MANIFEST_FILE).write_text(before.to_json())
-    assert manifest.build(root) == before
+    before = manifest.tree_files(root)
+    (root / manifest.MANIFEST_FILE).write_text(manifest.text(before))
+    assert manifest.tree_files(root) == before
+    assert manifest.verify(root) == before
 
 
 def test_compare_reports_added_removed_changed(tmp_path: Path) -> None:
-    old = manifest.build(_tree(tmp_path / "old", {"keep": "1", "gone": "2", "edit": "3"}))
-    new = manifest.build(_tree(tmp_path / "new", {"keep": "1", "edit": "4", "fresh": "5"}))
-    diff = manifest.compare(old, new)
-    assert (diff.added, diff.removed, diff.changed) == (["fresh"], ["gone"], ["edit"])
-    assert not diff.clean
-    assert manifest.compare(old, old).clean
-    assert old.digest != new.digest
+    old = manifest.tree_files(_tree(tmp_path / "old", {"keep": "1", "gone": "2", "edit": "3"}))
+    new = manifest.tree_files(_tree(tmp_path / "new", {"keep": "1", "edit": "4", "fresh": "5"}))
+    assert manifest.compare(old, new) == {"added": ["fresh"], "removed": ["gone"], "changed": ["edit"]}
+    assert manifest.compare(old, old) == {"added": [], "removed": [], "changed": []}
+    assert manifest.digest(old) != manifest.digest(new)
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "/abs", "m/../../x", "m$(touch${IFS}PWNED)x/config.pbtxt",
+                                  "-rf/config.pbtxt", "m/ spaced", "", "m//x", "m/\u0661/model.py"])
+def test_parse_refuses_paths_outside_the_safe_set(path: str) -> None:
+    raw = json.dumps({"algorithm": "sha256", "files": {path: "0" * 64}}).encode()
+    with pytest.raises(manifest.ReleaseError, match="is not allowed"):
+        manifest.parse(raw, "remote manifest")
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe", b"[]", b'{"algorithm": "md5", "files": {}}', b"{",
+                                 b'{"algorithm": "sha256", "files": {"m/config.pbtxt": "abc"}}'])
+def test_parse_refuses_malformed_manifests_with_the_source_named(raw: bytes) -> None:
+    with pytest.raises(manifest.ReleaseError, match="^remote manifest: "):
+        manifest.parse(raw, "remote manifest")

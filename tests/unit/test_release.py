@@ -1,8 +1,8 @@
-"""infra.model_repo.release: staging, checksum verification, atomic switch, marking, pruning, sources.
+"""Releases: controller staging (infra.model_repo.release) and the agent's node steps (infra.agent.releases).
 
-The node-side commands run here on temporary folders exactly as the role runs them on a node; the S3
-source is exercised against moto_server (the moto[server] package) on 127.0.0.1, a plainly named
-stand-in for AWS S3.
+The node-side commands run here on temporary folders exactly as the role runs them on a node (the
+agent zipapp with a bare python3); the S3 source is exercised against moto_server (the moto[server]
+package) on 127.0.0.1, a plainly named stand-in for AWS S3.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.agent import bundle, manifest
+from infra.agent import releases as node_rel
+from infra.agent.manifest import MANIFEST_FILE
 from infra.model_repo import release as rel
-from infra.model_repo.manifest import MANIFEST_FILE
-from infra.model_repo.manifest import build as build_manifest
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 
@@ -42,21 +43,21 @@ def node(tmp_path: Path) -> tuple[Path, Path]:
 
 def push(staged: dict, releases: Path) -> str:
     """What the role's copy task does: the staged folder lands in releases/.staging-<id>."""
-    shutil.copytree(staged["path"], releases / f"{rel.STAGING_PREFIX}{staged['release']}")
-    rel.install(releases, releases / f"{rel.STAGING_PREFIX}{staged['release']}", staged["release"])
+    shutil.copytree(staged["path"], releases / f"{node_rel.STAGING_PREFIX}{staged['release']}")
+    node_rel.install(releases, releases / f"{node_rel.STAGING_PREFIX}{staged['release']}", staged["release"])
     return str(staged["release"])
 
 
 def test_release_id_is_the_manifest_digest(staged: dict) -> None:
     assert staged["release"] == staged["digest"][:16]
-    assert staged["digest"] == build_manifest(SAMPLE).digest
-    assert rel.manifest_digest(build_manifest(SAMPLE).files) == staged["digest"]
+    assert staged["digest"] == manifest.digest(manifest.tree_files(SAMPLE))
+    assert manifest.digest(manifest.tree_files(SAMPLE)) == staged["digest"]
 
 
 def test_staged_release_carries_its_manifest(staged: dict) -> None:
     path = Path(staged["path"])
-    assert json.loads((path / MANIFEST_FILE).read_text())["files"] == build_manifest(SAMPLE).files
-    assert rel.verify(path) == build_manifest(SAMPLE).files
+    assert json.loads((path / MANIFEST_FILE).read_text())["files"] == manifest.tree_files(SAMPLE)
+    assert manifest.verify(path) == manifest.tree_files(SAMPLE)
 
 
 def test_models_and_ensembles(staged: dict) -> None:
@@ -93,9 +94,9 @@ def test_invalid_config_stops_prepare_naming_the_file(tmp_path: Path) -> None:
 def test_source_with_a_wrong_manifest_stops_prepare_naming_the_file(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(SAMPLE, src)
-    (src / MANIFEST_FILE).write_text(build_manifest(src).to_json())
+    (src / MANIFEST_FILE).write_text(manifest.text(manifest.tree_files(src)))
     (src / "mlp" / "1" / "model.py").write_text("tampered\n")
-    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.py: sha256 .* does not match"):
+    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.py: sha256 does not match"):
         rel.prepare(src, tmp_path / "cache", "cpu")
 
 
@@ -110,15 +111,15 @@ def test_version_reused_for_other_content_is_refused(tmp_path: Path) -> None:
 
 def test_tarball_push_installs_with_modes(staged: dict, node: tuple[Path, Path]) -> None:
     _, releases = node
-    tarball = releases / f"{rel.STAGING_PREFIX}{staged['release']}.tar"
+    tarball = releases / f"{node_rel.STAGING_PREFIX}{staged['release']}.tar"
     shutil.copy(staged["tarball"], tarball)
-    out = rel.install(releases, releases / f"{rel.STAGING_PREFIX}{staged['release']}", staged["release"], tarball)
+    out = node_rel.install(releases, releases / f"{node_rel.STAGING_PREFIX}{staged['release']}", staged["release"], tarball)
     assert out["changed"] is True and not tarball.exists()
     dest = releases / staged["release"]
-    assert rel.verify(dest) == build_manifest(SAMPLE).files
+    assert manifest.verify(dest) == manifest.tree_files(SAMPLE)
     assert (dest / "mlp").stat().st_mode & 0o777 == 0o750
     assert (dest / "mlp" / "config.pbtxt").stat().st_mode & 0o777 == 0o640
-    assert rel.install(releases, releases / "x", staged["release"])["changed"] is False
+    assert node_rel.install(releases, releases / "x", staged["release"])["changed"] is False
 
 
 def test_tarball_with_an_escaping_member_is_refused(tmp_path: Path, node: tuple[Path, Path]) -> None:
@@ -129,24 +130,24 @@ def test_tarball_with_an_escaping_member_is_refused(tmp_path: Path, node: tuple[
         f.write_text("x")
         tf.add(f, arcname="../../etc/x")
     with pytest.raises(rel.ReleaseError, match="not a plain file inside the release"):
-        rel.install(releases, releases / ".staging-r1", "r1", evil)
+        node_rel.install(releases, releases / ".staging-r1", "r1", evil)
 
 
 def test_install_refuses_a_corrupt_push_naming_the_file(staged: dict, node: tuple[Path, Path]) -> None:
     _, releases = node
-    staging = releases / f"{rel.STAGING_PREFIX}{staged['release']}"
+    staging = releases / f"{node_rel.STAGING_PREFIX}{staged['release']}"
     shutil.copytree(staged["path"], staging)
     (staging / "mlp" / "1" / "model.onnx").write_bytes(b"truncated")
-    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.onnx: sha256"):
-        rel.install(releases, staging, staged["release"])
-    assert rel.list_releases(releases) == []
+    with pytest.raises(rel.ReleaseError, match=r"mlp/1/model.onnx: sha256 does not match"):
+        node_rel.install(releases, staging, staged["release"])
+    assert node_rel.list_releases(releases) == []
 
 
 def test_first_activation_replaces_the_empty_directory(staged: dict, node: tuple[Path, Path]) -> None:
     link, releases = node
     link.mkdir()  # what triton_server creates before the first release
     rid = push(staged, releases)
-    out = rel.activate(link, releases, rid)
+    out = node_rel.activate(link, releases, rid)
     assert out == {"changed": True, "previous": None, "active": rid, "touched": []}
     assert link.is_symlink() and os.readlink(link) == f"releases/{rid}"
     assert (link / "mlp" / "config.pbtxt").is_file()
@@ -155,31 +156,31 @@ def test_first_activation_replaces_the_empty_directory(staged: dict, node: tuple
 def test_switch_is_a_rename_and_idempotent(tmp_path: Path, staged: dict, node: tuple[Path, Path]) -> None:
     link, releases = node
     r1 = push(staged, releases)
-    rel.activate(link, releases, r1)
+    node_rel.activate(link, releases, r1)
     v2 = tmp_path / "v2"
     shutil.copytree(SAMPLE, v2)
     (v2 / "mlp" / "1" / "model.py").write_text((v2 / "mlp" / "1" / "model.py").read_text() + "# v2\n")
     r2 = push(rel.prepare(v2, tmp_path / "cache", "cpu"), releases)
     inode_before = os.lstat(link).st_ino
-    assert rel.activate(link, releases, r2) == {"changed": True, "previous": r1, "active": r2, "touched": []}
+    assert node_rel.activate(link, releases, r2) == {"changed": True, "previous": r1, "active": r2, "touched": []}
     assert os.lstat(link).st_ino != inode_before  # a new symlink renamed over the old one
-    assert rel.activate(link, releases, r2)["changed"] is False
+    assert node_rel.activate(link, releases, r2)["changed"] is False
     assert not list(link.parent.glob(".models.tmp-*"))
 
 
 def test_status_reports_active_current_and_verification(staged: dict, node: tuple[Path, Path]) -> None:
     link, releases = node
     rid = push(staged, releases)
-    before = rel.status(link, releases, rid)
+    before = node_rel.status(link, releases, rid)
     assert (before["active"], before["current"], before["release_verified"]) == (None, None, True)
-    rel.activate(link, releases, rid)
-    assert rel.mark(releases, rid)["changed"] is True
-    assert rel.mark(releases, rid)["changed"] is False
-    after = rel.status(link, releases, rid)
+    node_rel.activate(link, releases, rid)
+    assert node_rel.mark(releases, rid)["changed"] is True
+    assert node_rel.mark(releases, rid)["changed"] is False
+    after = node_rel.status(link, releases, rid)
     assert (after["active"], after["current"]) == (rid, rid)
     assert after["active_models"] == staged["models"]
     (releases / rid / "mlp" / "config.pbtxt").write_text("changed on the node\n")
-    assert rel.status(link, releases, rid)["release_verified"] is False
+    assert node_rel.status(link, releases, rid)["release_verified"] is False
 
 
 def test_prune_keeps_the_last_n_and_the_active(tmp_path: Path, node: tuple[Path, Path]) -> None:
@@ -190,22 +191,22 @@ def test_prune_keeps_the_last_n_and_the_active(tmp_path: Path, node: tuple[Path,
         shutil.copytree(SAMPLE, src)
         (src / "mlp" / "1" / "model.py").write_text((src / "mlp" / "1" / "model.py").read_text() + f"# {i}\n")
         rid = push(rel.prepare(src, tmp_path / "cache", "cpu"), releases)
-        rel.activate(link, releases, rid)
-        rel.mark(releases, rid)
+        node_rel.activate(link, releases, rid)
+        node_rel.mark(releases, rid)
         ids.append(rid)
-    out = rel.prune(link, releases, keep=2)
+    out = node_rel.prune(link, releases, keep=2)
     assert sorted(out["removed"]) == sorted(ids[:2])
-    assert rel.list_releases(releases) == sorted(ids[2:])
-    assert rel.prune(link, releases, keep=2)["changed"] is False
-    rel.activate(link, releases, ids[2])  # rolled back to an older one: it is never pruned
-    assert ids[2] in rel.prune(link, releases, keep=1)["kept"]
+    assert node_rel.list_releases(releases) == sorted(ids[2:])
+    assert node_rel.prune(link, releases, keep=2)["changed"] is False
+    node_rel.activate(link, releases, ids[2])  # rolled back to an older one: it is never pruned
+    assert ids[2] in node_rel.prune(link, releases, keep=1)["kept"]
 
 
 def test_node_side_cli_runs_with_a_bare_python(staged: dict, node: tuple[Path, Path]) -> None:
-    """The role pushes the file alone and runs it with the node's python3: no project imports."""
+    """The role pushes the agent as one file and runs it with the node's python3: no project imports."""
     link, releases = node
     rid = push(staged, releases)
-    script = Path(rel.__file__)
+    script = bundle.build(releases.parent / "tritonops-agent.pyz")
     env = {"PATH": os.environ["PATH"]}
     out = subprocess.run([sys.executable, "-I", str(script), "activate", "--link", str(link), "--releases",
                           str(releases), "--release", rid], capture_output=True, text=True, env=env, cwd="/")
@@ -222,39 +223,7 @@ def test_tarball_source(tmp_path: Path) -> None:
         tf.add(SAMPLE, arcname="model_repository")
     root = rel.extract_tarball(tarball, tmp_path / "unpacked")
     out = rel.prepare(root, tmp_path / "cache", "cpu")
-    assert out["digest"] == build_manifest(SAMPLE).digest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_s3() -> Iterator[str]:
-    """moto_server (moto[server]) on 127.0.0.1: a stand-in for AWS S3, started and stopped here."""
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        pytest.skip("moto_server is not installed (pip install 'moto[server]', in the dev extra)")
-    port = _free_port()
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    assert out["digest"] == manifest.digest(manifest.tree_files(SAMPLE))
 
 
 def test_s3_source(tmp_path: Path, moto_s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,8 +238,8 @@ def test_s3_source(tmp_path: Path, moto_s3: str, monkeypatch: pytest.MonkeyPatch
             s3.upload_file(str(p), "models", f"edge/r7/{p.relative_to(SAMPLE).as_posix()}")
     s3.put_object(Bucket="models", Key="edge/r8/other/config.pbtxt", Body=b"not this release")
     out = rel.fetch_s3("models", "edge/r7/", tmp_path / "s3", endpoint_url=moto_s3, region="us-east-1")
-    assert out["objects"] == len(build_manifest(SAMPLE).files)
-    assert rel.prepare(tmp_path / "s3", tmp_path / "cache", "cpu")["digest"] == build_manifest(SAMPLE).digest
+    assert out["objects"] == len(manifest.tree_files(SAMPLE))
+    assert rel.prepare(tmp_path / "s3", tmp_path / "cache", "cpu")["digest"] == manifest.digest(manifest.tree_files(SAMPLE))
     with pytest.raises(rel.ReleaseError, match="no objects under this prefix"):
         rel.fetch_s3("models", "edge/missing", tmp_path / "s3b", endpoint_url=moto_s3, region="us-east-1")
 
@@ -282,8 +251,8 @@ def test_activate_touches_the_models_about_to_be_loaded(staged: dict, node: tupl
     old = time.time() - 3600
     for p in (releases / rid / "mlp").rglob("*"):
         os.utime(p, (old, old))
-    out = rel.activate(link, releases, rid, touch=["mlp", "absent"])
+    out = node_rel.activate(link, releases, rid, touch=["mlp", "absent"])
     assert out["touched"] == ["mlp"]
     assert (releases / rid / "mlp" / "1" / "model.py").stat().st_mtime > old + 3000
     assert (releases / rid / "preprocess" / "config.pbtxt").stat().st_mtime < time.time() + 1
-    assert rel.verify(releases / rid)  # content unchanged
+    assert manifest.verify(releases / rid)  # content unchanged

@@ -1,58 +1,27 @@
-"""What a node holds and what its Triton has loaded: the node side of the model-repository drift check.
+"""The node side of the model-repository drift check: what a node holds and what its Triton has loaded.
 
-Standard library only, Python 3.8 compatible: it runs with the node's own python3, either pushed by
-``tritonops drift`` (``ansible.builtin.script``, JSON on stdout) or installed by the ``drift_check``
-role and run by a systemd timer (``--textfile``: Prometheus textfile for node-exporter). The same
-comparison runs in the Kubernetes CronJob (``--url`` against the Triton Service, ``--expect``).
-
-    node_check.py probe --link /var/lib/triton/models --releases /var/lib/triton/releases --port 8000
-    node_check.py check --link ... --releases ... --port 8000 --host NAME [--textfile DIR]
-    node_check.py check --url http://triton:8000 --expect mlp:1 --expect pipeline:1 --host NAME
-
-The admin header's value comes from the environment (``TRITONOPS_ADMIN_SECRET``), never from argv.
-``check`` exits 0 clean, 2 drift found, 1 the check itself failed.
+Runs on the node (``tritonops-agent probe`` pushed by ``tritonops drift``; ``tritonops-agent check
+--textfile`` from the drift_check role's timer) and in the Kubernetes CronJob (``check --url`` against
+the Triton Service with ``--expect``). ``check`` exits 0 clean, 2 drift found, 1 the check itself failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import re
-import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-MANIFEST_FILE = "MANIFEST.sha256.json"
-STATE_FILE = "current.json"
-DRIFT_METRIC = "tritonops_drift_resources"  # kept identical to infra.observability.metrics.DRIFT_METRIC
-SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
+from .manifest import MANIFEST_FILE, ReleaseError, tree_files
+from .releases import STATE_FILE, write_atomic
+from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
+
+DRIFT_METRIC = "tritonops_drift_resources"  # infra.observability.metrics.DRIFT_METRIC imports this one
 TEXTFILE_NAME = "tritonops_drift_node.prom"
-_CHUNK = 1 << 20
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def tree_files(root: Path) -> dict[str, str]:
-    """sha256 of every regular file under root (as infra.model_repo.manifest.build hashes them)."""
-    files = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if p.is_file() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
-            files[rel.as_posix()] = _sha256(p)
-    return files
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -60,17 +29,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
-
-
-def repository_index(url: str, header: str, secret: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """POST /v2/repository/index (a restricted API: the admin header goes with it)."""
-    headers = {"Content-Type": "application/json"}
-    if secret:
-        headers[header] = secret
-    req = urllib.request.Request(url.rstrip("/") + "/v2/repository/index", data=b"{}", headers=headers,
-                                 method="POST")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the node's own Triton
-        return list(json.loads(resp.read().decode()))
 
 
 def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dict[str, Any]:
@@ -93,11 +51,9 @@ def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dic
 def index_or_error(url: str, header: str, secret: str) -> tuple[list[dict[str, Any]] | None, str | None]:
     """(index, None), or (None, why it could not be read)."""
     try:
-        return repository_index(url, header, secret), None
-    except urllib.error.HTTPError as e:
-        return None, f"HTTP {e.code} from {url}/v2/repository/index: {e.read().decode(errors='replace')[:200]}"
-    except (OSError, ValueError) as e:
-        return None, f"{url}/v2/repository/index: {getattr(e, 'reason', None) or e}"
+        return Triton(url, header, secret, timeout=10).index(), None
+    except ReleaseError as e:
+        return None, str(e)
 
 
 # --- comparison (shared with the controller: infra.drift.models imports these) ------------------
@@ -202,24 +158,6 @@ def textfile(rows: list[dict[str, Any]], ok: dict[str, bool]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(directory: Path, name: str, text: str) -> Path:
-    """Write, fsync and rename in the same folder: node-exporter never reads a half-written file."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=str(directory))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / name)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return directory / name
-
-
 # --- command line ---------------------------------------------------------------------------------
 
 def _check(args: argparse.Namespace, secret: str) -> int:
@@ -247,21 +185,21 @@ def _check(args: argparse.Namespace, secret: str) -> int:
     result = {"host": args.host, "source": args.source, "findings": findings}
     print(json.dumps(result, indent=2, sort_keys=True))
     if args.textfile:
-        write_atomic(Path(args.textfile), TEXTFILE_NAME,
+        write_atomic(Path(args.textfile) / TEXTFILE_NAME,
                      textfile([{"source": args.source, "host": args.host, "count": len(findings)}],
                               {args.source: True}))
     return 2 if findings else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_commands(sub: Any) -> None:
+    """``probe`` and ``check`` on the agent's command line."""
     for name in ("probe", "check"):
-        sp = sub.add_parser(name)
+        sp = sub.add_parser(name, help="drift: " + ("the node's state as JSON" if name == "probe" else
+                                                     "compare the node with its release (exit 2 on drift)"))
         sp.add_argument("--link", default="/var/lib/triton/models")
         sp.add_argument("--releases", default="/var/lib/triton/releases")
         sp.add_argument("--port", type=int, default=8000)
-        sp.add_argument("--header", default="triton-admin-key")
+        sp.add_argument("--header", default=DEFAULT_HEADER)
         if name == "check":
             sp.add_argument("--host", default=os.uname().nodename)
             sp.add_argument("--source", default="models")
@@ -269,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             sp.add_argument("--expect", action="append", default=[],
                             help="MODEL[:V1,V2] that must be READY (any version when none is given)")
             sp.add_argument("--textfile", help="write Prometheus textfile metrics into this folder")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     secret = os.environ.get(SECRET_ENV, "")
     try:
         if args.cmd == "probe":
@@ -281,9 +221,5 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
         if getattr(args, "textfile", None):
             with contextlib.suppress(OSError):
-                write_atomic(Path(args.textfile), TEXTFILE_NAME, textfile([], {args.source: False}))
+                write_atomic(Path(args.textfile) / TEXTFILE_NAME, textfile([], {args.source: False}))
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

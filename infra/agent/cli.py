@@ -1,0 +1,144 @@
+"""``tritonops-agent``: the release agent's command line (one JSON object on stdout per command).
+
+Push mode (the model_repository role runs these on a node): status, install, activate, mark, prune,
+verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the sidecar, or an edge
+node's service). Drift: probe, check. Exit 0 ok, 1 a step failed (the message names the file and
+the step), 2 usage error; ``check`` exits 2 on drift. Secrets come from the environment only:
+TRITONOPS_ADMIN_SECRET (Triton's admin header), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_SESSION_TOKEN (an S3 store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import drift, manifest, releases
+from .manifest import ReleaseError
+from .metrics import serve
+from .pull import Agent
+from .store import Store
+from .triton import DEFAULT_HEADER, Triton
+
+
+def _layout(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--link", type=Path, required=True, help="the models symlink (tritonserver --model-repository)")
+    sp.add_argument("--releases", type=Path, required=True, help="folder holding one folder per release")
+
+
+def _pull_args(sp: argparse.ArgumentParser) -> None:
+    _layout(sp)
+    sp.add_argument("--store", required=True, help="s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+    sp.add_argument("--channel", required=True)
+    sp.add_argument("--trusted-key", type=Path, action="append", default=[], required=True,
+                    help="a public key (PEM) whose signature a release must carry; repeat while rotating")
+    sp.add_argument("--s3-endpoint", help="an S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL_S3)")
+    sp.add_argument("--cache", type=Path, help="a node-local blob cache shared by the pods on a node")
+    sp.add_argument("--keep", type=int, default=3, help="releases to keep (default 3)")
+    sp.add_argument("--owner")
+    sp.add_argument("--group")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tritonops-agent", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sp = sub.add_parser("status", help="what is active, current and present (read only)")
+    _layout(sp)
+    sp.add_argument("--release")
+    sp.add_argument("--digest", help="the content the release id must have (a reused id is reported)")
+    sp = sub.add_parser("install", help="verify a pushed copy (folder or tarball) and rename it into place")
+    _layout(sp)
+    sp.add_argument("--staging", type=Path, required=True)
+    sp.add_argument("--release", required=True)
+    sp.add_argument("--tarball", type=Path)
+    sp.add_argument("--owner")
+    sp.add_argument("--group")
+    sp = sub.add_parser("activate", help="switch the models symlink to a release (atomic rename)")
+    _layout(sp)
+    sp.add_argument("--release", required=True)
+    sp.add_argument("--touch", action="append", default=[], help="a model about to be (re)loaded from it")
+    sp = sub.add_parser("mark", help="record a release as current (after the golden gate)")
+    _layout(sp)
+    sp.add_argument("--release", required=True)
+    sp = sub.add_parser("prune", help="keep the last N releases")
+    _layout(sp)
+    sp.add_argument("--keep", type=int, required=True)
+    sp = sub.add_parser("recover", help="point the link back at the last gated release (boot, before Triton)")
+    _layout(sp)
+    sp = sub.add_parser("verify", help="check a release folder against its manifest")
+    sp.add_argument("path", type=Path)
+    sp = sub.add_parser("sync", help="pull: put the channel's release in place (a pod's init container)")
+    _pull_args(sp)
+    sp = sub.add_parser("pull", help="pull: keep this target on its channel (sidecar or node service)")
+    _pull_args(sp)
+    sp.add_argument("--triton", default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
+    sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
+    sp.add_argument("--interval", type=float, default=30.0, help="seconds between polls (default 30)")
+    sp.add_argument("--jitter", type=float, default=0.2, help="fraction of the interval to randomise (0.2)")
+    sp.add_argument("--listen", help="HOST:PORT for /metrics, /ready and /status")
+    sp.add_argument("--textfile", type=Path, help="write the metrics into this node-exporter textfile folder")
+    sp.add_argument("--load-timeout", type=float, default=600.0)
+    sp.add_argument("--golden-timeout", type=float, default=120.0)
+    sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
+    drift.add_commands(sub)
+    return p
+
+
+def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
+    return Agent(Store(args.store, s3_endpoint=args.s3_endpoint), args.channel, args.link, args.releases,
+                 args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
+                 group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True),
+                 **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout} if triton else {}))
+
+
+def _pull(args: argparse.Namespace) -> int:
+    agent = _agent(args, Triton(args.triton, args.header))
+    if args.listen:
+        serve(args.listen, agent.metrics, agent.ready, agent.status)
+    if args.once:
+        agent.gate_active()
+        out = agent.poll()
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 1 if out["result"] in ("failed", "error") else 0
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent.run(args.interval, args.jitter, stop=stop, textfile=args.textfile)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.cmd in ("probe", "check"):
+        return drift.run(args)
+    out: Any
+    try:
+        if args.cmd == "status":
+            out = releases.status(args.link, args.releases, args.release, args.digest)
+        elif args.cmd == "install":
+            out = releases.install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
+        elif args.cmd == "activate":
+            out = releases.activate(args.link, args.releases, args.release, args.touch)
+        elif args.cmd == "mark":
+            out = releases.mark(args.releases, args.release)
+        elif args.cmd == "prune":
+            out = releases.prune(args.link, args.releases, args.keep)
+        elif args.cmd == "recover":
+            out = releases.recover(args.link, args.releases)
+        elif args.cmd == "verify":
+            out = {"files": len(manifest.verify(args.path)), "path": str(args.path)}
+        elif args.cmd == "sync":
+            out = _agent(args).sync()
+        else:
+            return _pull(args)
+    except ReleaseError as e:
+        print(json.dumps({"error": str(e)}))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,133 @@
+"""The manifest of a release: the sha256 of every file, as stable JSON. Written once, here.
+
+A manifest is what a release *is*: its digest (the sha256 of the manifest's text) names the
+release in a store, the signature covers that text, and nodes verify every file against it.
+
+    {"algorithm": "sha256", "files": {"mlp/config.pbtxt": "<hex>", ...}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+MANIFEST_FILE = "MANIFEST.sha256.json"
+GOLDEN_FILE = "golden.json"
+_CHUNK = 1 << 20
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
+_SAFE_PART = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}$")
+
+
+class ReleaseError(Exception):
+    """A release step failed; the message names the file, the field or the step."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_files(root: Path) -> dict[str, str]:
+    """sha256 of every regular file under ``root`` (not the manifest itself, not __pycache__)."""
+    root = Path(root)
+    files = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and not p.is_symlink() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
+            files[rel.as_posix()] = sha256_file(p)
+    return files
+
+
+def text(files: dict[str, str]) -> str:
+    """The manifest's stable text: sorted keys, two-space indentation, a trailing newline."""
+    return json.dumps({"algorithm": "sha256", "files": files}, sort_keys=True, indent=2) + "\n"
+
+
+def digest(files: dict[str, str]) -> str:
+    """sha256 of the manifest's text: changes when any file does; names the release in a store."""
+    return hashlib.sha256(text(files).encode()).hexdigest()
+
+
+def check_path(rel: str, where: str = "manifest") -> str:
+    """A file path inside a release: relative, no '..', each part from a safe character set."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
+        raise ReleaseError(f"{where}: file path {rel!r} is not allowed (use letters, digits and '._+-' in each "
+                           "part, not starting with '-')")
+    return rel
+
+
+def parse(raw: bytes, where: str) -> dict[str, str]:
+    """The files of a manifest's text, checked: sha256 values and safe relative paths only."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ReleaseError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("algorithm") != "sha256" or not isinstance(doc.get("files"), dict):
+        raise ReleaseError(f"{where}: expected {{'algorithm': 'sha256', 'files': {{PATH: SHA256, ...}}}}")
+    files = {}
+    for k, v in doc["files"].items():
+        if not isinstance(v, str) or not _HEX64.match(v):
+            raise ReleaseError(f"{where}: files[{k!r}] is not a sha256 hex digest")
+        files[check_path(str(k), where)] = v
+    return files
+
+
+def read(release_dir: Path) -> dict[str, str]:
+    path = Path(release_dir) / MANIFEST_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReleaseError(f"{path}: missing (every release carries its manifest)") from None
+    return parse(raw, str(path))
+
+
+def compare(expected: dict[str, str], actual: dict[str, str]) -> dict[str, list[str]]:
+    """added / removed / changed paths of ``actual`` against ``expected``."""
+    return {
+        "added": sorted(actual.keys() - expected.keys()),
+        "removed": sorted(expected.keys() - actual.keys()),
+        "changed": sorted(k for k in expected.keys() & actual.keys() if expected[k] != actual[k]),
+    }
+
+
+def verify(release_dir: Path) -> dict[str, str]:
+    """Check a folder against its manifest; raise naming every file that differs."""
+    release_dir = Path(release_dir)
+    expected = read(release_dir)
+    diff = compare(expected, tree_files(release_dir))
+    problems = [f"{release_dir / k}: missing" for k in diff["removed"]]
+    problems += [f"{release_dir / k}: not in the manifest" for k in diff["added"]]
+    problems += [f"{release_dir / k}: sha256 does not match the manifest" for k in diff["changed"]]
+    if problems:
+        raise ReleaseError("checksum verification failed:\n  " + "\n  ".join(problems))
+    return expected
+
+
+def models(files: dict[str, str]) -> list[str]:
+    """Model folders: top-level folders that hold a config.pbtxt."""
+    return sorted({k.split("/", 1)[0] for k in files if k.count("/") == 1 and k.endswith("/config.pbtxt")})
+
+
+def model_digests(files: dict[str, str]) -> dict[str, str]:
+    """One digest per model folder: tells which models a release changes."""
+    out = {}
+    for m in models(files):
+        entries = {k: v for k, v in files.items() if k.startswith(m + "/")}
+        out[m] = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:16]
+    return out
+
+
+_ENSEMBLE = re.compile(r'^\s*platform\s*:\s*"ensemble"', re.M)
+
+
+def ensembles(root: Path) -> list[str]:
+    """Models whose config.pbtxt declares the ensemble platform (loaded after their steps)."""
+    return sorted(p.parent.name for p in Path(root).glob("*/config.pbtxt")
+                  if _ENSEMBLE.search(p.read_text(errors="replace")))

@@ -1,0 +1,342 @@
+"""Pull mode: keep one target (a pod, an edge node) on its channel, by itself.
+
+Each poll reads the channel pointer with a conditional request (an idle poll is one small request
+answered 304). When the pointer names a new release the agent applies it, step by step:
+
+    fetch manifest + signature -> verify (digest, trusted key) -> fetch files (reusing local copies
+    and the node cache) -> install (sha256 of every file) -> activate (atomic symlink) -> load
+    (repository API, admin header) -> golden gate -> unload dropped models -> mark -> prune
+
+Any failure rolls back to the last gated release (symlink back, its models reloaded side by side,
+models only the failed release had unloaded), counts the step in the metrics, and refuses that
+digest until the pointer moves again. A release not signed by a trusted key never reaches Triton:
+nothing is downloaded before the manifest's signature verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import manifest, releases, signing
+from .manifest import MANIFEST_FILE, ReleaseError
+from .metrics import Metrics
+from .store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
+from .triton import Triton, golden_gate
+
+
+class StepFailed(ReleaseError):
+    def __init__(self, step: str, reason: str) -> None:
+        super().__init__(f"{step}: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _step(name: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except StepFailed:
+        raise
+    except (ReleaseError, OSError) as e:
+        raise StepFailed(name, str(e)) from None
+
+
+def parse_pointer(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+        release, digest = str(doc["release"]), str(doc["digest"])
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise ReleaseError(f"{where}: expected a channel pointer {{'release': ID, 'digest': SHA256}}") from None
+    releases.check_release_id(release)
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ReleaseError(f"{where}: digest {digest[:80]!r} is not a sha256 hex digest")
+    return dict(doc)
+
+
+class Agent:
+    def __init__(self, store: Store, channel: str, link: Path, releases_dir: Path, trusted_keys: list[Path],
+                 triton: Triton | None = None, keep: int = 3, cache: Path | None = None,
+                 owner: str | None = None, group: str | None = None, load_timeout: float = 600.0,
+                 golden_timeout: float = 120.0, log: Callable[[str], None] = print) -> None:
+        self.store, self.channel = store, channel
+        self.link, self.releases = Path(link), Path(releases_dir)
+        self.trusted_keys = [Path(k) for k in trusted_keys]
+        self.triton, self.keep, self.cache = triton, keep, Path(cache) if cache else None
+        self.owner, self.group = owner, group
+        self.load_timeout, self.golden_timeout = load_timeout, golden_timeout
+        self.log = log
+        self.metrics = Metrics()
+        self.refused: dict[str, str] = {}
+        self.pointer: dict[str, Any] | None = None
+        self.polled = False
+        self.lock = threading.Lock()
+        channel_key(channel)
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        st = releases.state(self.releases)
+        return {"channel": self.channel, "pointer": self.pointer, "current": st.get("current"),
+                "active": releases.active_release(self.link, self.releases), "digest": st.get("digest"),
+                "refused": self.refused}
+
+    def gated(self) -> bool:
+        st = releases.state(self.releases)
+        return bool(st.get("current")) and releases.active_release(self.link, self.releases) == st.get("current")
+
+    def up_to_date(self) -> bool:
+        if not self.pointer or not self.gated():
+            return False
+        digest = self.pointer["digest"]
+        return releases.state(self.releases).get("digest") == digest or digest in self.refused
+
+    def ready(self) -> bool:
+        """Serving a gated release, the channel tried, and Triton answering."""
+        return self.polled and self.gated() and (self.triton is None or self.triton.ready())
+
+    def _export(self) -> None:
+        st = releases.state(self.releases)
+        if self.gated():
+            self.metrics.replace("tritonops_release_info", 1, channel=self.channel, release=str(st["current"]),
+                                 digest=str(st.get("digest") or ""))
+        if self.pointer:
+            self.metrics.replace("tritonops_release_channel_info", 1, channel=self.channel,
+                                 release=self.pointer["release"], digest=self.pointer["digest"])
+        ok = self.up_to_date()
+        self.metrics.set("tritonops_release_up_to_date", 1 if ok else 0, channel=self.channel)
+        if ok:
+            self.metrics.set("tritonops_release_last_success_timestamp_seconds", time.time(), channel=self.channel)
+        self.metrics.set("tritonops_release_store_requests_total", self.store.requests)
+
+    # --- fetch and install ------------------------------------------------------------------------
+
+    def _local_copies(self) -> dict[str, Path]:
+        """sha256 -> a file of an installed release with that content (no download needed)."""
+        out: dict[str, Path] = {}
+        for name in releases.list_releases(self.releases):
+            try:
+                for rel, h in manifest.read(self.releases / name).items():
+                    out.setdefault(h, self.releases / name / rel)
+            except ReleaseError:
+                continue
+        return out
+
+    def _copy_checked(self, src: Path, dest: Path, sha256: str) -> bool:
+        h = hashlib.sha256()
+        try:
+            with open(src, "rb") as f, open(dest, "wb") as out:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+        except OSError:
+            return False
+        return h.hexdigest() == sha256
+
+    def fetch(self, release: str, digest: str) -> dict[str, Any]:
+        """Verify the signed manifest, then fetch and install the release's files. Nothing reaches the
+        releases folder (let alone Triton) before the signature verifies."""
+        where = f"{self.store}/{manifest_key(digest)}"
+        raw = _step("fetch", lambda: self.store.get(manifest_key(digest)))
+        sig = _step("fetch", lambda: self.store.get(manifest_key(digest) + signing.SIGNATURE_SUFFIX, limit=4096))
+        if hashlib.sha256(raw).hexdigest() != digest:
+            raise StepFailed("verify", f"{where}: sha256 of the manifest is not the digest the channel names")
+        key = _step("verify", lambda: signing.verify(raw, sig, self.trusted_keys, where))
+        files = _step("verify", lambda: manifest.parse(raw, where))
+        dest = self.releases / release
+        if dest.is_dir():
+            _step("verify", lambda: releases._refuse_reuse(dest, files))
+        staging = self.releases / f"{releases.STAGING_PREFIX}{release}"
+        downloaded = reused = 0
+        try:
+            if dest.is_dir():
+                try:
+                    manifest.verify(dest)
+                    return {"release": release, "downloaded": 0, "reused": len(files), "key": str(key)}
+                except ReleaseError:
+                    pass  # damaged on disk: fetch again and replace
+            releases._remove(staging)
+            staging.mkdir(parents=True)
+            local = self._local_copies()
+            for rel, h in files.items():
+                out = staging / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                cached = self.cache / h if self.cache else None
+                if (h in local and self._copy_checked(local[h], out, h)) or (
+                        cached and cached.is_file() and self._copy_checked(cached, out, h)):
+                    reused += 1
+                    continue
+                n = _step("fetch", lambda: self.store.download(blob_key(h), out, h))  # noqa: B023
+                downloaded += n
+                self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
+                if cached is not None:
+                    self.cache.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+                    tmp = cached.with_name(f".{h}.{os.getpid()}")
+                    shutil.copyfile(out, tmp)
+                    os.replace(tmp, cached)
+            (staging / MANIFEST_FILE).write_bytes(raw)
+            _step("install", lambda: releases.install(self.releases, staging, release, owner=self.owner,
+                                                      group=self.group))
+        except OSError as e:
+            raise StepFailed("fetch", f"{staging}: {e.strerror or e}") from None
+        finally:
+            releases._remove(staging)
+        return {"release": release, "downloaded": downloaded, "reused": reused, "key": str(key)}
+
+    # --- switch -----------------------------------------------------------------------------------
+
+    def apply(self, release: str, digest: str) -> dict[str, Any]:
+        """Activate, load, gate, unload, mark, prune; on failure roll back and raise StepFailed."""
+        prev = releases.active_release(self.link, self.releases)
+        if prev and not releases.state(self.releases).get("current"):
+            prev = None  # never gated: nothing to go back to
+        prev_models = manifest.model_digests(manifest.read(self.releases / prev)) if prev else {}
+        new_dir = self.releases / release
+        new_models = manifest.model_digests(manifest.read(new_dir))
+        ready = set(_step("load", self.triton.ready_models)) if self.triton else set()
+        changed = {m for m in new_models if prev_models.get(m) != new_models[m]} | (set(new_models) - ready)
+        want = sorted(changed) if self.triton else []  # without Triton (an init step) nothing is loaded
+        ens = set(manifest.ensembles(new_dir))
+        to_load = [m for m in want if m not in ens] + [m for m in want if m in ens]
+        to_unload = sorted(ready - set(new_models))
+        try:
+            _step("activate", lambda: releases.activate(self.link, self.releases, release, touch=to_load))
+            if self.triton:
+                for m in to_load:
+                    _step("load", lambda: self.triton.load(m, timeout=self.load_timeout))  # type: ignore  # noqa: B023
+                gate = _step("golden", lambda: golden_gate(self.triton, new_dir, sorted(new_models),  # type: ignore
+                                                           timeout=self.golden_timeout))
+                if not gate["ok"]:
+                    raise StepFailed("golden", "; ".join(gate["failed"]))
+                for m in to_unload:
+                    _step("unload", lambda: self.triton.unload(m))  # type: ignore  # noqa: B023
+            _step("mark", lambda: releases.mark(self.releases, release, digest))
+        except StepFailed:
+            self._rollback(prev, to_load, prev_models)
+            raise
+        pruned = releases.prune(self.link, self.releases, self.keep)
+        return {"release": release, "loaded": to_load, "unloaded": to_unload, "pruned": pruned["removed"]}
+
+    def _rollback(self, prev: str | None, loaded: list[str], prev_models: dict[str, str]) -> None:
+        """Back to the last gated release: link, its models reloaded side by side, new-only models unloaded."""
+        try:
+            if prev:
+                back = [m for m in loaded if m in prev_models]
+                releases.activate(self.link, self.releases, prev, touch=back)
+                if self.triton:
+                    for m in back:
+                        self.triton.load(m, timeout=self.load_timeout)
+            if self.triton:
+                for m in loaded:
+                    if m not in prev_models:
+                        self.triton.unload(m)
+        except (ReleaseError, OSError) as e:
+            self.log(f"rollback to {prev} incomplete: {e}")
+
+    # --- one poll, the loop, and the pod's init step -----------------------------------------------
+
+    def poll(self) -> dict[str, Any]:
+        """Read the pointer; apply a new release. Returns what happened (never raises on a failed step)."""
+        with self.lock:
+            self.metrics.set("tritonops_release_last_poll_timestamp_seconds", time.time(), channel=self.channel)
+            try:
+                raw = self.store.get(channel_key(self.channel), limit=POINTER_MAX, conditional=True)
+                if raw is not None:
+                    self.pointer = parse_pointer(raw, f"{self.store}/{channel_key(self.channel)}")
+            except ReleaseError as e:
+                self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result="error")
+                self._export()
+                return {"result": "error", "error": str(e)}
+            finally:
+                self.polled = True
+            result = "not_modified" if raw is None else "unchanged"
+            out: dict[str, Any] = {"result": result}
+            if self.pointer and not self.up_to_date() and self.pointer["digest"] not in self.refused:
+                out = self._attempt(self.pointer["release"], self.pointer["digest"])
+                result = "changed"
+            self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
+            self._export()
+            return out
+
+    def _attempt(self, release: str, digest: str) -> dict[str, Any]:
+        start = time.monotonic()
+        try:
+            fetched = self.fetch(release, digest)
+            applied = self.apply(release, digest)
+        except StepFailed as e:
+            self.refused[digest] = str(e)
+            self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
+            self.log(f"release {release} ({digest[:12]}) refused at {e}")
+            return {"result": "failed", "release": release, "step": e.step, "error": e.reason}
+        seconds = time.monotonic() - start
+        self.metrics.set("tritonops_release_apply_seconds", seconds, channel=self.channel)
+        self.log(f"release {release} ({digest[:12]}) serving after {seconds:.1f}s: "
+                 f"{json.dumps({**fetched, **applied}, sort_keys=True)}")
+        return {"result": "applied", "seconds": round(seconds, 3), **fetched, **applied}
+
+    def gate_active(self) -> dict[str, Any]:
+        """At start: revert an un-gated switch (deadman); gate what an init step installed but nobody gated."""
+        with self.lock:
+            recovered = releases.recover(self.link, self.releases)
+            if recovered["changed"]:
+                self.log(f"reverted the un-gated release {recovered['reverted']} to {recovered['active']}")
+                if self.triton:
+                    # Triton may have loaded the un-gated files: reload what the gated release has.
+                    self.triton.wait_ready(self.load_timeout)
+                    for m in manifest.models(manifest.read(self.releases / recovered["active"])):
+                        self.triton.load(m, timeout=self.load_timeout)
+            active = releases.active_release(self.link, self.releases)
+            if not active or self.gated() or self.triton is None:
+                return {"gated": self.gated(), **recovered}
+            try:
+                self.triton.wait_ready(self.load_timeout)
+                models = manifest.models(manifest.read(self.releases / active))
+                gate = golden_gate(self.triton, self.releases / active, models, timeout=self.golden_timeout)
+                if not gate["ok"]:
+                    raise StepFailed("golden", "; ".join(gate["failed"]))
+                releases.mark(self.releases, active)
+            except (StepFailed, ReleaseError) as e:
+                step = e.step if isinstance(e, StepFailed) else "golden"
+                self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=step)
+                self.refused[releases.release_digest(self.releases, active) or active] = str(e)
+                self.log(f"release {active} installed at start failed its gate: {e}")
+                return {"gated": False, "error": str(e)}
+            self._export()
+            return {"gated": True, "release": active}
+
+    def sync(self) -> dict[str, Any]:
+        """The pod's init step: put the channel's release in place (fetched, verified, activated).
+
+        Triton is not running yet; the sidecar gates the release once Triton has loaded it.
+        """
+        raw = self.store.get(channel_key(self.channel), limit=POINTER_MAX)
+        assert raw is not None
+        self.pointer = parse_pointer(raw, f"{self.store}/{channel_key(self.channel)}")
+        release, digest = self.pointer["release"], self.pointer["digest"]
+        fetched = self.fetch(release, digest)
+        releases.activate(self.link, self.releases, release)
+        return {"result": "synced", **fetched}
+
+    def run(self, interval: float, jitter: float = 0.2, stop: threading.Event | None = None,
+            textfile: Path | None = None) -> None:
+        """Poll every ``interval`` seconds (+- ``jitter`` of it, and a random first delay) until ``stop``."""
+        stop = stop or threading.Event()
+        self.gate_active()
+        self._write_textfile(textfile)
+        stop.wait(random.uniform(0, interval * jitter))
+        while not stop.is_set():
+            out = self.poll()
+            if out["result"] not in ("not_modified", "unchanged"):
+                self.log(json.dumps(out, sort_keys=True))
+            self._write_textfile(textfile)
+            stop.wait(interval * random.uniform(1 - jitter, 1 + jitter))
+
+    def _write_textfile(self, textfile: Path | None) -> None:
+        if textfile:
+            releases.write_atomic(Path(textfile) / "tritonops_release.prom", self.metrics.render())

@@ -1,0 +1,327 @@
+"""Releases on a node or in a pod: install (verified), activate (atomic symlink switch), mark, prune.
+
+Layout (paths come from the caller)::
+
+    <releases>/<release-id>/...              one folder per release, MANIFEST.sha256.json inside
+    <releases>/.staging-<release-id>/        an install in progress (renamed when verified)
+    <releases>/current.json                  {"current": id, "digest": ..., "history": [...]} after the gate
+    <link> -> releases/<release-id>          what tritonserver --model-repository points at
+
+``active`` (where the link points) and ``current`` (the last release that passed its golden gate)
+differ only while a release is being switched; ``recover`` puts the link back on ``current`` when
+whoever switched it died before the gate (the node stays safe without its controller).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import manifest
+from .manifest import MANIFEST_FILE, ReleaseError
+
+STATE_FILE = "current.json"
+STAGING_PREFIX = ".staging-"
+
+
+def check_release_id(release: str) -> str:
+    ok = bool(release) and release[0].isalnum() and all(c.isalnum() or c in "._-" for c in release)
+    if not ok or len(release) > 100 or not release.isascii():
+        raise ReleaseError(f"release id {release!r}: use letters, digits, '.', '_' or '-' (starting alphanumeric)")
+    return release
+
+
+def write_atomic(path: Path, content: str, mode: int = 0o644) -> Path:
+    """Write, fsync and rename in the same folder: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def state(releases: Path) -> dict[str, Any]:
+    path = Path(releases) / STATE_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"current": None, "digest": None, "history": []}
+    except ValueError as e:
+        raise ReleaseError(f"{path}: not valid JSON ({e})") from None
+    doc.setdefault("digest", None)
+    doc.setdefault("history", [])
+    return dict(doc)
+
+
+def _write_state(releases: Path, doc: dict[str, Any]) -> None:
+    write_atomic(Path(releases) / STATE_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def active_release(link: Path, releases: Path) -> str | None:
+    """The release the models symlink points at (None when absent or not a link into ``releases``)."""
+    link = Path(link)
+    if not link.is_symlink():
+        return None
+    target = (link.parent / os.readlink(link)).resolve()
+    if target.parent != Path(releases).resolve():
+        return None
+    return target.name
+
+
+def list_releases(releases: Path) -> list[str]:
+    """Release folders: those that carry a manifest (nothing else is ever pruned)."""
+    releases = Path(releases)
+    if not releases.is_dir():
+        return []
+    return sorted(p.name for p in releases.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file())
+
+
+def release_digest(releases: Path, release: str) -> str | None:
+    try:
+        return manifest.digest(manifest.read(Path(releases) / release))
+    except ReleaseError:
+        return None
+
+
+def status(link: Path, releases: Path, release: str | None = None, digest: str | None = None) -> dict[str, Any]:
+    link, releases = Path(link), Path(releases)
+    active = active_release(link, releases)
+    st = state(releases)
+    out: dict[str, Any] = {
+        "link": str(link),
+        "link_kind": "symlink" if link.is_symlink() else ("directory" if link.is_dir() else "absent"),
+        "active": active,
+        "current": st.get("current"),
+        "current_digest": st.get("digest"),
+        "releases": list_releases(releases),
+        "active_models": {},
+    }
+    if active:
+        try:
+            out["active_models"] = manifest.model_digests(manifest.read(releases / active))
+        except ReleaseError as e:
+            out["active_error"] = str(e)
+    if release is not None:
+        check_release_id(release)
+        rdir = releases / release
+        out.update(release=release, release_present=rdir.is_dir(), release_verified=False, release_conflict=False)
+        if rdir.is_dir():
+            try:
+                files = manifest.verify(rdir)
+                out["release_verified"] = True
+                if digest and manifest.digest(files) != digest:
+                    out["release_verified"] = False
+                    out["release_conflict"] = True
+                    out["release_error"] = (f"{rdir}: release id {release!r} is installed with other content "
+                                            f"(digest {manifest.digest(files)[:16]}, wanted {digest[:16]})")
+            except ReleaseError as e:
+                out["release_error"] = str(e)
+    return out
+
+
+def safe_extract(tarball: Path, dest: Path) -> None:
+    """Unpack a release tarball: regular files and folders only, nothing outside ``dest``."""
+    root = Path(dest).resolve()
+    try:
+        with tarfile.open(tarball) as tf:
+            members = tf.getmembers()
+            for m in members:
+                target = (root / m.name).resolve()
+                if not (m.isfile() or m.isdir()) or (target != root and root not in target.parents):
+                    raise ReleaseError(f"{tarball}: member {m.name!r} is not a plain file inside the release")
+                m.uid = m.gid = 0
+                m.uname = m.gname = "root"
+                m.mode = 0o750 if m.isdir() else 0o640
+            tf.extractall(dest, members=members)  # noqa: S202 - members checked above
+    except (tarfile.TarError, EOFError) as e:
+        raise ReleaseError(f"{tarball}: not a readable tar archive ({e})") from None
+
+
+def own(root: Path, owner: str | None = None, group: str | None = None) -> None:
+    """Folders 0750, files 0640, owner:group: the service's group reads, nobody else does."""
+    for p in [Path(root), *Path(root).rglob("*")]:
+        os.chmod(p, 0o750 if p.is_dir() else 0o640)
+        if owner or group:
+            shutil.chown(p, user=owner, group=group)
+
+
+def _remove(path: Path | None) -> None:
+    if path is None:
+        return
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _refuse_reuse(dest: Path, files: dict[str, str]) -> None:
+    old = manifest.read(dest)
+    if old != files:
+        raise ReleaseError(f"{dest}: release id {dest.name!r} is already installed with other content "
+                           f"(digest {manifest.digest(old)[:16]}, new {manifest.digest(files)[:16]}); "
+                           "a release id names one content for ever: publish the new content under a new id")
+
+
+def install(releases: Path, staging: Path, release: str, tarball: Path | None = None,
+            owner: str | None = None, group: str | None = None) -> dict[str, Any]:
+    """Verify a pushed or fetched release in ``staging`` and rename it to releases/<release>.
+
+    The push is either a folder (``staging``) or a tarball unpacked into ``staging`` first; either
+    way every file is checked against the release's manifest before the rename. An installed copy
+    whose files were changed on the node is replaced; one with another manifest is refused.
+    """
+    check_release_id(release)
+    releases, staging = Path(releases), Path(staging)
+    dest = releases / release
+    try:
+        if tarball is not None and Path(tarball).is_file():
+            _remove(staging)
+            staging.mkdir(parents=True)
+            safe_extract(Path(tarball), staging)
+        if not staging.is_dir():
+            if not dest.is_dir():
+                raise ReleaseError(f"{staging}: nothing was pushed and {dest} is not installed")
+            manifest.verify(dest)
+            return {"changed": False, "release": release, "path": str(dest)}
+        files = manifest.read(staging)
+        if dest.is_dir():
+            _refuse_reuse(dest, files)
+            try:
+                manifest.verify(dest)
+                return {"changed": False, "release": release, "path": str(dest)}
+            except ReleaseError:
+                pass  # files of the installed copy were changed on the node (drift): replace it
+        own(staging, owner, group)
+        manifest.verify(staging)
+        repaired = dest.is_dir()
+        if repaired:
+            aside = releases / f"{STAGING_PREFIX}damaged-{release}"
+            _remove(aside)
+            os.rename(dest, aside)
+            os.rename(staging, dest)
+            shutil.rmtree(aside)
+        else:
+            os.rename(staging, dest)
+    except OSError as e:
+        raise ReleaseError(f"{dest}: install failed ({e.strerror or e}); the active release is untouched") from None
+    finally:
+        _remove(staging)
+        _remove(Path(tarball) if tarball is not None else None)
+    out = {"changed": True, "release": release, "path": str(dest), "files": len(files)}
+    if repaired:
+        out["repaired"] = True
+    return out
+
+
+def touch_models(release_dir: Path, models: list[str]) -> list[str]:
+    """Set the mtime of each model folder (and everything in it) to now.
+
+    Triton re-reads a model on load only when its folder is newer than what it loaded; a release
+    switched back to (rollback) would otherwise keep the model in memory. Content is unchanged.
+    """
+    touched = []
+    for m in models:
+        folder = Path(release_dir) / m
+        if folder.is_dir():
+            for p in [*sorted(folder.rglob("*"), reverse=True), folder]:
+                os.utime(p, None)
+            touched.append(m)
+    return touched
+
+
+def activate(link: Path, releases: Path, release: str, touch: list[str] | None = None) -> dict[str, Any]:
+    """Point the models symlink at releases/<release> by renaming a fresh symlink over it.
+
+    A hand-made model folder found at the link path is moved beside it (``<link>.preexisting-<time>``),
+    outside ``releases`` so that pruning never removes it.
+    """
+    check_release_id(release)
+    link, releases = Path(link), Path(releases)
+    if not (releases / release).is_dir():
+        raise ReleaseError(f"{releases / release}: no such release on this node")
+    touched = touch_models(releases / release, touch or [])
+    previous = active_release(link, releases)
+    if previous == release:
+        return {"changed": bool(touched), "previous": previous, "active": release, "touched": touched}
+    target = os.path.relpath(releases / release, link.parent)
+    if link.is_dir() and not link.is_symlink():
+        if any(link.iterdir()):
+            os.rename(link, link.with_name(f"{link.name}.preexisting-{time.strftime('%Y%m%dT%H%M%S')}"))
+        else:
+            link.rmdir()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.parent / f".{link.name}.tmp-{os.getpid()}"
+    _remove(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+    return {"changed": True, "previous": previous, "active": release, "touched": touched}
+
+
+def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, Any]:
+    """Record the release as current (after the golden gate) and append it to the history."""
+    check_release_id(release)
+    st = state(releases)
+    digest = digest or release_digest(releases, release)
+    if st.get("current") == release and st.get("digest") == digest:
+        return {"changed": False, "current": release}
+    history = [h for h in st.get("history", []) if h.get("release") != release]
+    history.append({"release": release, "digest": digest,
+                    "activated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-50:]})
+    return {"changed": True, "previous": st.get("current"), "current": release}
+
+
+def prune(link: Path, releases: Path, keep: int) -> dict[str, Any]:
+    """Keep the ``keep`` most recently current releases (always the active and current ones).
+
+    Only release folders (with a manifest) and this module's staging folders are ever removed.
+    """
+    if keep < 1:
+        raise ReleaseError(f"keep: {keep} must be at least 1")
+    releases = Path(releases)
+    st = state(releases)
+    order = [h["release"] for h in reversed(st.get("history", []))]
+    protect = {r for r in (active_release(link, releases), st.get("current")) if r}
+    present = list_releases(releases)
+    ranked = [r for r in order if r in present] + sorted(set(present) - set(order))  # never-current go last
+    kept = protect | set(ranked[:keep])
+    removed = []
+    for name in present:
+        if name not in kept:
+            shutil.rmtree(releases / name)
+            removed.append(name)
+    for p in releases.glob(STAGING_PREFIX + "*") if releases.is_dir() else []:
+        _remove(p)
+        removed.append(p.name)
+    return {"changed": bool(removed), "removed": removed, "kept": sorted(kept & set(present))}
+
+
+def recover(link: Path, releases: Path) -> dict[str, Any]:
+    """Deadman: the link names a release that never passed its gate -> point it back at ``current``.
+
+    Run at boot before Triton starts (and by the pull agent when it starts): a controller or agent
+    that died between ``activate`` and ``mark`` must not leave Triton loading an un-gated release.
+    """
+    active = active_release(link, releases)
+    current = state(releases).get("current")
+    if not current or active == current or not (Path(releases) / current).is_dir():
+        return {"changed": False, "active": active, "current": current}
+    activate(link, releases, current)
+    return {"changed": True, "active": current, "reverted": active}

@@ -1,0 +1,79 @@
+"""Ed25519 signatures over a release's manifest, with the openssl command line (OpenSSL 3).
+
+openssl ships with every target (Debian 12, Ubuntu 22.04, slim images: ca-certificates needs it),
+so nodes verify with no Python package, and the controller signs with the same tool. Keys are files
+the operator owns: ``tritonops release keygen`` writes a private key (0600) and its public key; nodes
+trust one or more public keys (several while a key is rotated).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .manifest import ReleaseError
+
+SIGNATURE_SUFFIX = ".sig"
+
+
+def _openssl(args: list[str], what: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise ReleaseError(f"{what}: the openssl command is not installed (apt-get install openssl)")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+
+
+def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
+    """A new Ed25519 key pair; refuses to overwrite an existing private key."""
+    private_key, public_key = Path(private_key), Path(public_key)
+    if private_key.exists():
+        raise ReleaseError(f"{private_key}: exists; remove it first if you really mean to replace the key")
+    private_key.parent.mkdir(parents=True, exist_ok=True)
+    old = os.umask(0o077)
+    try:
+        r = _openssl(["genpkey", "-algorithm", "ed25519", "-out", str(private_key)], str(private_key))
+    finally:
+        os.umask(old)
+    if r.returncode != 0:
+        raise ReleaseError(f"{private_key}: openssl genpkey failed: {r.stderr.strip()}")
+    r = _openssl(["pkey", "-in", str(private_key), "-pubout", "-out", str(public_key)], str(public_key))
+    if r.returncode != 0:
+        raise ReleaseError(f"{public_key}: openssl pkey failed: {r.stderr.strip()}")
+    os.chmod(public_key, 0o644)
+    return private_key, public_key
+
+
+def sign(data: bytes, private_key: Path) -> bytes:
+    """The Ed25519 signature of ``data`` (64 bytes)."""
+    if not Path(private_key).is_file():
+        raise ReleaseError(f"{private_key}: signing key not found (tritonops release keygen writes one)")
+    with tempfile.TemporaryDirectory(prefix="tritonops-sign-") as tmp:
+        src, out = Path(tmp) / "data", Path(tmp) / "sig"
+        src.write_bytes(data)
+        r = _openssl(["pkeyutl", "-sign", "-inkey", str(private_key), "-rawin", "-in", str(src), "-out", str(out)],
+                     str(private_key))
+        if r.returncode != 0:
+            raise ReleaseError(f"{private_key}: cannot sign with this key: {r.stderr.strip()[:300]}")
+        return out.read_bytes()
+
+
+def verify(data: bytes, signature: bytes, trusted_keys: list[Path], what: str) -> Path:
+    """The trusted public key that signed ``data``; raise when none did."""
+    if not trusted_keys:
+        raise ReleaseError(f"{what}: no trusted public key configured: an unsigned release never reaches Triton")
+    with tempfile.TemporaryDirectory(prefix="tritonops-verify-") as tmp:
+        src, sig = Path(tmp) / "data", Path(tmp) / "sig"
+        src.write_bytes(data)
+        sig.write_bytes(signature)
+        for key in trusted_keys:
+            if not Path(key).is_file():
+                raise ReleaseError(f"{key}: trusted public key not found")
+            r = _openssl(["pkeyutl", "-verify", "-pubin", "-inkey", str(key), "-rawin", "-in", str(src),
+                          "-sigfile", str(sig)], str(key))
+            if r.returncode == 0:
+                return Path(key)
+    raise ReleaseError(f"{what}: signature does not verify with any trusted key "
+                       f"({', '.join(str(k) for k in trusted_keys)})")

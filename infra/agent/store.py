@@ -1,0 +1,206 @@
+"""Reading a release store: S3 (SigV4 from environment credentials, or anonymous), HTTP(S), or a folder.
+
+A store holds, under one prefix::
+
+    blobs/sha256/<hex>                  every file of every release, once, by content
+    releases/<digest>/manifest.json     the manifest (its sha256 is <digest>) ...
+    releases/<digest>/manifest.json.sig ... and its Ed25519 signature
+    ids/<release-id>.json               {"release", "digest"}: an id names one content for ever
+    channels/<name>.json                the pointer: {"channel", "release", "digest", "history": [...]}
+
+Everything but the pointers is immutable. Pointers are read with conditional requests (ETag /
+If-None-Match, Last-Modified / If-Modified-Since; a size+mtime stamp for folders), so an idle poll
+costs one small request that answers 304. Every read is bounded in size and time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import hashlib
+import hmac
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from .manifest import ReleaseError
+
+POINTER_MAX = 256 << 10
+MANIFEST_MAX = 64 << 20
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def channel_key(channel: str) -> str:
+    if not channel or not all(c.isalnum() or c in "._-" for c in channel) or channel[0] in ".-":
+        raise ReleaseError(f"channel {channel!r}: use letters, digits, '.', '_' or '-'")
+    return f"channels/{channel}.json"
+
+
+def manifest_key(digest: str) -> str:
+    return f"releases/{digest}/manifest.json"
+
+
+def blob_key(sha256: str) -> str:
+    return f"blobs/sha256/{sha256}"
+
+
+class Store:
+    """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
+
+    def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._validators: dict[str, dict[str, str]] = {}
+        self.requests = 0
+        parts = urllib.parse.urlsplit(url)
+        self.kind = parts.scheme or "file"
+        if self.kind == "s3":
+            self.bucket, self.prefix = parts.netloc, parts.path.strip("/")
+            if not self.bucket:
+                raise ReleaseError(f"{url}: expected s3://BUCKET/PREFIX")
+            self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            endpoint = s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            # Path-style on a given endpoint (S3-compatible stores), virtual-hosted on AWS.
+            self.base = (f"{endpoint.rstrip('/')}/{self.bucket}" if endpoint
+                         else f"https://{self.bucket}.s3.{self.region}.amazonaws.com")
+        elif self.kind in ("http", "https"):
+            self.base = url.rstrip("/")
+        elif self.kind == "file":
+            self.root = Path(parts.path if parts.scheme else url)
+        else:
+            raise ReleaseError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+
+    def __str__(self) -> str:
+        return self.url
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def _http_url(self, key: str) -> str:
+        if self.kind == "s3":
+            return f"{self.base}/{urllib.parse.quote('/'.join(p for p in (self.prefix, key) if p))}"
+        return f"{self.base}/{urllib.parse.quote(key)}"
+
+    def _open(self, key: str, headers: dict[str, str]):  # type: ignore[no-untyped-def]
+        url = self._http_url(key)
+        if self.kind == "s3":
+            headers = {**headers, **sigv4_headers(url, self.region)}
+        self.requests += 1
+        req = urllib.request.Request(url, headers=headers)
+        return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - the operator's store
+
+    def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
+        """The object's bytes; None when ``conditional`` and unchanged since the last read."""
+        where = f"{self.url}/{key}"
+        if self.kind == "file":
+            path = self.root / key
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                raise ReleaseError(f"{path}: not found") from None
+            except OSError as e:
+                raise ReleaseError(f"{path}: {e.strerror}") from None
+            self.requests += 1
+            stamp = f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}"
+            if conditional and self._validators.get(key, {}).get("stamp") == stamp:
+                return None
+            if st.st_size > limit:
+                raise ReleaseError(f"{path}: {st.st_size} bytes, more than {limit}")
+            data = path.read_bytes()
+            self._validators[key] = {"stamp": stamp}
+            return data
+        headers: dict[str, str] = {}
+        old = self._validators.get(key, {}) if conditional else {}
+        if "etag" in old:  # If-None-Match wins; some servers misread both together
+            headers["If-None-Match"] = old["etag"]
+        elif "modified" in old:
+            headers["If-Modified-Since"] = old["modified"]
+        try:
+            with self._open(key, headers) as resp:
+                data = resp.read(limit + 1)
+                if len(data) > limit:
+                    raise ReleaseError(f"{where}: more than {limit} bytes")
+                validators = {}
+                if resp.headers.get("ETag"):
+                    validators["etag"] = resp.headers["ETag"]
+                if resp.headers.get("Last-Modified") and _settled(resp.headers["Last-Modified"]):
+                    validators["modified"] = resp.headers["Last-Modified"]
+                self._validators[key] = validators
+                return bytes(data)
+        except urllib.error.HTTPError as e:
+            if e.code == 304:
+                return None
+            raise ReleaseError(f"{where}: HTTP {e.code} {e.reason}") from None
+        except (OSError, ValueError) as e:
+            raise ReleaseError(f"{where}: {getattr(e, 'reason', None) or e}") from None
+
+    def download(self, key: str, dest: Path, sha256: str) -> int:
+        """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written."""
+        h = hashlib.sha256()
+        size = 0
+        where = f"{self.url}/{key}"
+        try:
+            src = open(self.root / key, "rb") if self.kind == "file" else self._open(key, {})  # noqa: SIM115
+            with src, open(dest, "wb") as out:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+        except urllib.error.HTTPError as e:
+            raise ReleaseError(f"{where}: HTTP {e.code} {e.reason}") from None
+        except OSError as e:
+            raise ReleaseError(f"{where}: {getattr(e, 'reason', None) or e.strerror or e}") from None
+        if h.hexdigest() != sha256:
+            os.unlink(dest)
+            raise ReleaseError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
+        return size
+
+
+def _settled(last_modified: str) -> bool:
+    """Last-Modified has one-second resolution: trust it for If-Modified-Since only when the object has
+    not changed in the last two seconds (a second write in the same second would otherwise be missed)."""
+    try:
+        when = email.utils.parsedate_to_datetime(last_modified).timestamp()
+    except (TypeError, ValueError):
+        return False
+    return when < time.time() - 2
+
+
+def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
+                  env: dict[str, str] | None = None) -> dict[str, str]:
+    """AWS Signature Version 4 headers for an S3 GET of ``url``, from environment credentials.
+
+    No credentials in the environment: no headers (an anonymous read of a public bucket or mirror).
+    """
+    env = os.environ if env is None else env
+    key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if not key_id or not secret:
+        return {}
+    now = now or datetime.datetime.now(datetime.UTC)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    parts = urllib.parse.urlsplit(url)
+    headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}
+    if env.get("AWS_SESSION_TOKEN"):
+        headers["x-amz-security-token"] = env["AWS_SESSION_TOKEN"]
+    names = sorted(headers)
+    query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+                     for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True)))
+    canonical = "\n".join(["GET", parts.path or "/", query, "".join(f"{n}:{headers[n]}\n" for n in names),
+                           ";".join(names), _EMPTY_SHA256])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    k = ("AWS4" + secret).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {n: v for n, v in headers.items() if n != "host"}
+    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, SignedHeaders={';'.join(names)}, "
+                            f"Signature={signature}")
+    return out
+
+
+def split_s3(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.netloc, parts.path.strip("/")

@@ -1,0 +1,151 @@
+"""``tritonops release`` (publish, promote, rollback, status, keygen) and ``tritonops agent build``.
+
+Exit codes: 0 done, 1 the operation failed (the message names the file, object or step), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from infra.agent import bundle, signing
+from infra.agent.manifest import ReleaseError
+from infra.model_repo import publish as pub
+
+release_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Publish signed model releases to a store and move channel pointers.")
+agent_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
+
+console = Console()
+err_console = Console(stderr=True)
+
+Store = Annotated[str, typer.Option("--to", help="s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+def _run(fn: Any, as_json: bool, render: Any = None) -> None:
+    try:
+        out = fn()
+    except ReleaseError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(1) from None
+    if as_json or render is None:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        render(out)
+
+
+@release_app.command("keygen")
+def keygen_cmd(
+    private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret")],
+    public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust")],
+) -> None:
+    """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
+    _run(lambda: dict(zip(("private_key", "public_key"),
+                          map(str, signing.keygen(private_key, public_key)), strict=True)), True)
+
+
+@release_app.command("publish")
+def publish_cmd(
+    repository: Annotated[Path, typer.Argument(help="The model repository folder to release")],
+    to: Store,
+    channel: Annotated[str | None, typer.Option(help="Move this channel to the release (none: upload only)")] = None,
+    key: Annotated[Path, typer.Option("--key", help="The private signing key")] = Path("release-signing.key"),
+    target: Annotated[str | None, typer.Option(help="Validate for this hardware: cpu, gpu or jetson")] = None,
+    version: Annotated[str | None, typer.Option(help="Release id (default: the digest's first 16 hex digits)")] = None,
+    config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
+    def progress(i: int, n: int, rel: str) -> None:
+        if not as_json:
+            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False)
+
+    def render(out: dict) -> None:
+        console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {out['files']} files, "
+                      f"{out['uploaded']} uploaded, {out['already_there']} already in {escape(to)}")
+        if channel:
+            moved = f"moved from {out['previous']}" if out.get("changed") else "already there"
+            console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
+
+    _run(lambda: pub.publish(repository, to, channel, key, target, version, config_name, s3_endpoint, progress),
+         as_json, render)
+
+
+@release_app.command("promote")
+def promote_cmd(
+    source_channel: Annotated[str, typer.Argument(help="The channel whose release moves on (e.g. canary)")],
+    channel: Annotated[str, typer.Argument(help="The channel to move (e.g. stable)")],
+    to: Store,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Point CHANNEL at SOURCE_CHANNEL's release."""
+    _run(lambda: pub.promote(to, source_channel, channel, s3_endpoint), as_json,
+         lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+
+
+@release_app.command("rollback")
+def rollback_cmd(
+    channel: Annotated[str, typer.Argument(help="The channel to move back")],
+    to: Store,
+    release: Annotated[str | None, typer.Option(help="An earlier release from the channel's history")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move CHANNEL back to its previous release (or to --release from its history)."""
+    _run(lambda: pub.rollback(to, channel, release, s3_endpoint), as_json,
+         lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+
+
+@release_app.command("status")
+def status_cmd(
+    to: Store,
+    channel: Annotated[list[str], typer.Option(help="A channel to show (repeatable)")],
+    target: Annotated[list[str] | None, typer.Option(help="An agent's /metrics URL (repeatable)")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Which release each channel names, and which release each target serves. Exit 1 when a target lags."""
+    def render(out: dict) -> None:
+        t = Table(title=f"channels in {escape(to)}")
+        for col in ("channel", "release", "digest", "published", "note"):
+            t.add_column(col)
+        for name, p in out["channels"].items():
+            p = p or {}
+            t.add_row(name, p.get("release") or "(none)", (p.get("digest") or "")[:16], p.get("published") or "",
+                      escape(p.get("note") or ""))
+        console.print(t)
+        if out["targets"]:
+            t = Table(title="targets")
+            for col in ("target", "channel", "serves", "up to date", "error"):
+                t.add_column(col)
+            for r in out["targets"]:
+                t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
+                          {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))
+            console.print(t)
+
+    out: dict = {}
+
+    def run() -> dict:
+        out.update(pub.status(to, channel, target or [], s3_endpoint))
+        return out
+
+    _run(run, as_json, render)
+    if any(r.get("error") or not r.get("up_to_date") for r in out.get("targets", [])):
+        raise typer.Exit(1)
+
+
+@agent_app.command("build")
+def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)")]) -> None:
+    """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
+    path = bundle.build(out)
+    typer.echo(json.dumps({"path": str(path), "bytes": path.stat().st_size}))

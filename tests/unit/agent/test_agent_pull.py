@@ -1,0 +1,225 @@
+"""The release agent without Triton: stores, signatures, fetch/install/switch, refusals, the deadman.
+
+Uses a folder store and an http.server mirror on 127.0.0.1 (the air-gapped path); the S3 path runs in
+tests/integration/test_release_pull.py against moto_server.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import http.server
+import json
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.agent import manifest, releases, signing
+from infra.agent.pull import Agent
+from infra.agent.store import Store, blob_key, sigv4_headers
+from infra.agent.triton import read_golden
+from infra.model_repo import publish as pub
+
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("keys")
+    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
+    rogue, _ = signing.keygen(d / "rogue.key", d / "rogue.pub")
+    return {"key": key, "pub": pubkey, "rogue": rogue}
+
+
+def _repo(tmp_path: Path, name: str, note: str = "") -> Path:
+    src = tmp_path / "src" / name
+    shutil.copytree(SAMPLE, src, ignore=shutil.ignore_patterns("__pycache__"))
+    if note:
+        with (src / "mlp" / "1" / "model.py").open("a") as f:
+            f.write(f"\n# {note}\n")
+    return src
+
+
+def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node") -> Agent:
+    root = tmp_path / name
+    (root / "releases").mkdir(parents=True, exist_ok=True)
+    return Agent(Store(store), "stable", root / "models", root / "releases", [keys["pub"]], log=lambda m: None)
+
+
+def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    out = pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    assert (out["uploaded"], out["changed"]) == (out["files"] - out["already_there"], True)
+    agent = _agent(tmp_path, store, keys)
+    result = agent.poll()
+    assert result["result"] == "applied" and result["release"] == "r1"
+    assert os.readlink(agent.link) == "releases/r1"
+    assert releases.state(agent.releases)["digest"] == out["digest"]
+    assert manifest.verify(agent.releases / "r1") == manifest.tree_files(_repo(tmp_path, "again"))
+    assert agent.poll()["result"] == "not_modified"
+    assert 'tritonops_release_up_to_date{channel="stable"} 1' in agent.metrics.render()
+
+
+def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    out = pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    assert out["uploaded"] == 1
+    result = agent.poll()
+    assert (result["result"], result["reused"], result["loaded"]) == ("applied", out["files"] - 1, [])
+    assert result["downloaded"] == (tmp_path / "src" / "b" / "mlp" / "1" / "model.py").stat().st_size
+
+
+def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
+        tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    before = agent.store.requests
+    pub.publish(_repo(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2")
+    result = agent.poll()
+    assert (result["result"], result["step"]) == ("failed", "verify")
+    assert "does not verify with any trusted key" in result["error"]
+    assert agent.store.requests - before == 3  # pointer, manifest, signature: no blob
+    assert not (agent.releases / "r2").exists() and releases.active_release(agent.link, agent.releases) == "r1"
+    assert agent.poll()["result"] == "not_modified"  # refused once, not retried every poll
+    assert 'tritonops_release_failures_total{channel="stable",step="verify"} 1' in agent.metrics.render()
+
+
+def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    pub.publish(_repo(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, str(store), keys)
+    agent.poll()
+    src = _repo(tmp_path, "b", "tampered")
+    (store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))).write_text("import os\n")
+    pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
+    result = agent.poll()
+    assert (result["result"], result["step"]) == ("failed", "fetch")
+    assert "content sha256" in result["error"]
+    assert sorted(p.name for p in agent.releases.iterdir()) == ["current.json", "r1"]
+
+
+def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    with pytest.raises(manifest.ReleaseError, match="release id 'r1' was published with other content"):
+        pub.publish(_repo(tmp_path, "b", "other"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    # A second store (another team, a restored bucket) reusing the id with other content:
+    other = str(tmp_path / "other-store")
+    pub.publish(_repo(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
+    agent.store = Store(other)
+    result = agent.poll()
+    assert (result["result"], result["step"]) == ("failed", "verify")
+    assert "already installed with other content" in result["error"]
+
+
+def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    r1 = pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    back = pub.rollback(store, "stable")
+    assert (back["release"], back["digest"], back["previous"]) == ("r1", r1["digest"], "r2")
+    with pytest.raises(manifest.ReleaseError, match="no earlier release r9"):
+        pub.rollback(store, "stable", release="r9")
+    assert pub.promote(store, "stable", "canary")["release"] == "r1"
+    with pytest.raises(manifest.ReleaseError, match="channel 'nope' does not exist"):
+        pub.promote(store, "nope", "stable")
+
+
+def test_deadman_reverts_a_release_that_never_passed_its_gate(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
+    releases.activate(agent.link, agent.releases, "r2")  # ...and the controller dies before the gate
+    assert releases.recover(agent.link, agent.releases) == {"changed": True, "active": "r1", "reverted": "r2"}
+    assert os.readlink(agent.link) == "releases/r1"
+    assert releases.recover(agent.link, agent.releases)["changed"] is False
+
+
+def test_hand_made_models_at_the_link_are_kept_outside_releases_and_never_pruned(
+        tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    (agent.link / "handmade").mkdir(parents=True)
+    (agent.releases / "notes").mkdir()
+    agent.poll()
+    aside = list(agent.link.parent.glob("models.preexisting-*"))
+    assert len(aside) == 1 and (aside[0] / "handmade").is_dir()
+    assert releases.prune(agent.link, agent.releases, keep=1)["removed"] == []
+    assert (agent.releases / "notes").is_dir()
+
+
+def test_http_mirror_idle_poll_is_one_conditional_request(tmp_path: Path, keys: dict[str, Path]) -> None:
+    mirror = tmp_path / "mirror"
+    pub.publish(_repo(tmp_path, "a"), str(mirror), "stable", keys["key"], target="cpu", version="r1")
+    old = (datetime.datetime.now() - datetime.timedelta(minutes=5)).timestamp()
+    os.utime(mirror / "channels" / "stable.json", (old, old))
+    codes: list[int] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            codes.append(int(code))
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(mirror)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        agent = _agent(tmp_path, f"http://127.0.0.1:{srv.server_port}", keys)
+        assert agent.poll()["result"] == "applied"
+        codes.clear()
+        assert agent.poll()["result"] == "not_modified"
+        assert codes == [304]
+    finally:
+        srv.shutdown()
+
+
+def test_sigv4_signature_matches_botocore() -> None:
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    now = datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=datetime.UTC)
+    env = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+           "AWS_SESSION_TOKEN": "token/with+chars="}
+    url = "https://models.s3.eu-west-1.amazonaws.com/fleet/channels/stable.json"
+    ours = sigv4_headers(url, "eu-west-1", now=now, env=env)
+    req = AWSRequest(method="GET", url=url, headers={"x-amz-content-sha256": ours["x-amz-content-sha256"],
+                                                     "X-Amz-Date": ours["x-amz-date"],
+                                                     "X-Amz-Security-Token": env["AWS_SESSION_TOKEN"]})
+    req.context["timestamp"] = ours["x-amz-date"]
+    auth = S3SigV4Auth(Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]), "s3", "eu-west-1")
+    signature = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
+    assert ours["Authorization"].endswith(f"Signature={signature}")
+    assert sigv4_headers(url, "eu-west-1", now=now, env={}) == {}
+
+
+def test_golden_files_are_read_bounded(tmp_path: Path) -> None:
+    fifo = tmp_path / "golden.json"
+    os.mkfifo(fifo)
+    with pytest.raises(manifest.ReleaseError, match="not a regular file"):
+        read_golden(fifo)  # returns at once: no hang on a FIFO
+    link = tmp_path / "zero.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(manifest.ReleaseError, match="cannot open"):
+        read_golden(link)
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(17 << 20)
+    with pytest.raises(manifest.ReleaseError, match="more than"):
+        read_golden(big)
+    (tmp_path / "bad.json").write_text(json.dumps({"cases": "x"}))
+    with pytest.raises(manifest.ReleaseError, match="expected"):
+        read_golden(tmp_path / "bad.json")
