@@ -19,6 +19,7 @@ from infra.observability.keda import ScalingPolicy
 RECORDING_GROUP = "tritonops.triton.recording"
 ALERT_GROUP = "tritonops.triton.alerts"
 DRIFT_GROUP = "tritonops.drift.alerts"
+RELEASE_GROUP = "tritonops.release.alerts"
 
 # Recording-rule names (level:metric:operations).
 REQUESTS_RATE = "model:tritonops_requests:rate"
@@ -58,6 +59,8 @@ ALERTS = (
     "TritonGpuMemoryHigh",
     "TritonScalerAtMaxReplicas",
     "TritonopsConfigurationDrift",
+    "TritonopsReleaseBehindChannel",
+    "TritonopsReleaseFailed",
 )
 
 
@@ -285,13 +288,51 @@ def drift_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
     ]
 
 
+def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
+    """Alerts on the release agents' metrics (pods' sidecars and edge nodes' pull agents)."""
+    s = s or RuleSettings()
+    return [
+        _alert(
+            "TritonopsReleaseBehindChannel",
+            "max by (instance, channel) (tritonops_release_up_to_date) == 0",
+            s.for_("30m"), "warning",
+            "{{ $labels.instance }} does not serve the release of channel {{ $labels.channel }}",
+            "The release agent on {{ $labels.instance }} has not reached the release its channel names "
+            "(neither serving it nor having refused it) for 30 minutes: the store may be unreachable, the "
+            "node's disk full, or Triton not answering.",
+            """
+1. `tritonops release status --to STORE --channel CHANNEL --target http://INSTANCE/metrics` shows what it serves.
+2. The agent's log (`journalctl -u tritonops-release-agent` on a node, the `release-agent` container in a pod)
+   names the step that is failing; `curl INSTANCE/status` shows its state.
+3. It keeps serving its last gated release meanwhile; nothing needs rolling back.
+""",
+        ),
+        _alert(
+            "TritonopsReleaseFailed",
+            "sum by (instance, channel, step) (increase(tritonops_release_failures_total[30m])) > 0",
+            s.for_("0m"), "warning",
+            "A release was refused on {{ $labels.instance }} at step {{ $labels.step }}",
+            "The release agent on {{ $labels.instance }} (channel {{ $labels.channel }}) refused a release at "
+            "step {{ $labels.step }} and kept serving the last gated release.",
+            """
+1. verify: the release is not signed by a trusted key or its manifest does not match the channel: do not
+   override; find out who published it.
+2. fetch/install: a file in the store does not match its sha256, or the node lacks disk space.
+3. load/golden: the model does not load or answers differently from its golden.json: fix the model and publish
+   a new release, or `tritonops release rollback CHANNEL --to STORE`.
+""",
+        ),
+    ]
+
+
 def rule_groups(settings: RuleSettings | None = None) -> list[dict[str, Any]]:
-    """All rule groups: recording rules, Triton alerts, drift alerts."""
+    """All rule groups: recording rules, Triton alerts, drift alerts, release alerts."""
     s = settings or RuleSettings()
     return [
         {"name": RECORDING_GROUP, "rules": recording_rules(s)},
         {"name": ALERT_GROUP, "rules": alert_rules(s)},
         {"name": DRIFT_GROUP, "rules": drift_rules(s)},
+        {"name": RELEASE_GROUP, "rules": release_rules(s)},
     ]
 
 

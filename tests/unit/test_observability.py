@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from infra.agent import metrics as agent_metrics
 from infra.cli import app
 from infra.observability import dashboards as d
 from infra.observability import keda
@@ -16,7 +17,7 @@ from infra.observability import metrics as m
 from infra.observability import rules as r
 from infra.observability.export import DASHBOARDS_DIR, RULES_FILE, export
 
-ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC}
+ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
 
 
 def _alerts() -> dict[str, dict]:

@@ -123,6 +123,23 @@ SCENARIOS = [
         "25m",
         {"source": "ansible", "host": "edge-1"},
     ),
+    Scenario(
+        "TritonopsReleaseBehindChannel",
+        {'tritonops_release_up_to_date{channel="stable",instance="edge-1:9105",job="release-agent"}': f"0x{STEPS}"},
+        {'tritonops_release_up_to_date{channel="stable",instance="edge-1:9105",job="release-agent"}':
+         f"0x60 1x{STEPS - 60}"},  # behind for 15 minutes while a release downloads: quiet
+        "45m",
+        {"channel": "stable", "instance": "edge-1:9105"},
+    ),
+    Scenario(
+        "TritonopsReleaseFailed",
+        {'tritonops_release_failures_total{channel="stable",step="golden",instance="edge-1:9105",'
+         'job="release-agent"}': f"0x100 1x{STEPS - 100}"},
+        {'tritonops_release_failures_total{channel="stable",step="golden",instance="edge-1:9105",'
+         'job="release-agent"}': f"0x{STEPS}"},
+        "26m",
+        {"channel": "stable", "instance": "edge-1:9105", "step": "golden"},
+    ),
 ]
 
 
