@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -76,6 +77,7 @@ class Agent:
         self.refused: dict[str, str] = {}
         self.pointer: dict[str, Any] | None = None
         self.polled = False
+        self.switching = False
         self.lock = threading.Lock()
         channel_key(channel)
 
@@ -98,8 +100,10 @@ class Agent:
         return releases.state(self.releases).get("digest") == digest or digest in self.refused
 
     def ready(self) -> bool:
-        """Serving a gated release, the channel tried, and Triton answering."""
-        return self.polled and self.gated() and (self.triton is None or self.triton.ready())
+        """The channel tried, a gated release serving (also while the next one is being switched in:
+        the old models serve until the new ones pass), and Triton answering."""
+        serving = self.gated() or (self.switching and bool(releases.state(self.releases).get("current")))
+        return self.polled and serving and (self.triton is None or self.triton.ready())
 
     def _export(self) -> None:
         st = releases.state(self.releases)
@@ -139,6 +143,20 @@ class Agent:
             return False
         return h.hexdigest() == sha256
 
+    def _cache_put(self, src: Path, cached: Path) -> None:
+        """Keep a copy for the next pod on this node; best effort (a cache never fails a release)."""
+        tmp = None
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{cached.name}.", dir=str(cached.parent))
+            os.close(fd)
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, cached)
+        except OSError as e:
+            self.log(f"node cache {cached.parent}: not written ({e.strerror or e})")
+            if tmp and os.path.exists(tmp):
+                os.unlink(tmp)
+
     def fetch(self, release: str, digest: str) -> dict[str, Any]:
         """Verify the signed manifest, then fetch and install the release's files. Nothing reaches the
         releases folder (let alone Triton) before the signature verifies."""
@@ -176,10 +194,7 @@ class Agent:
                 downloaded += n
                 self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
                 if cached is not None:
-                    self.cache.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-                    tmp = cached.with_name(f".{h}.{os.getpid()}")
-                    shutil.copyfile(out, tmp)
-                    os.replace(tmp, cached)
+                    self._cache_put(out, cached)
             (staging / MANIFEST_FILE).write_bytes(raw)
             _step("install", lambda: releases.install(self.releases, staging, release, owner=self.owner,
                                                       group=self.group))
@@ -268,12 +283,15 @@ class Agent:
         start = time.monotonic()
         try:
             fetched = self.fetch(release, digest)
+            self.switching = True
             applied = self.apply(release, digest)
         except StepFailed as e:
             self.refused[digest] = str(e)
             self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
             self.log(f"release {release} ({digest[:12]}) refused at {e}")
             return {"result": "failed", "release": release, "step": e.step, "error": e.reason}
+        finally:
+            self.switching = False
         seconds = time.monotonic() - start
         self.metrics.set("tritonops_release_apply_seconds", seconds, channel=self.channel)
         self.log(f"release {release} ({digest[:12]}) serving after {seconds:.1f}s: "

@@ -159,7 +159,7 @@ def own(root: Path, owner: str | None = None, group: str | None = None) -> None:
     for p in [Path(root), *Path(root).rglob("*")]:
         os.chmod(p, 0o750 if p.is_dir() else 0o640)
         if owner or group:
-            shutil.chown(p, user=owner, group=group)
+            shutil.chown(p, user=owner, group=group)  # type: ignore[arg-type]  # either may be None
 
 
 def _remove(path: Path | None) -> None:

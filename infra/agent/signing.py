@@ -32,6 +32,7 @@ def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
     if private_key.exists():
         raise ReleaseError(f"{private_key}: exists; remove it first if you really mean to replace the key")
     private_key.parent.mkdir(parents=True, exist_ok=True)
+    public_key.parent.mkdir(parents=True, exist_ok=True)
     old = os.umask(0o077)
     try:
         r = _openssl(["genpkey", "-algorithm", "ed25519", "-out", str(private_key)], str(private_key))

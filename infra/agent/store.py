@@ -25,6 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .manifest import ReleaseError
 
@@ -83,7 +84,7 @@ class Store:
             return f"{self.base}/{urllib.parse.quote('/'.join(p for p in (self.prefix, key) if p))}"
         return f"{self.base}/{urllib.parse.quote(key)}"
 
-    def _open(self, key: str, headers: dict[str, str]):  # type: ignore[no-untyped-def]
+    def _open(self, key: str, headers: dict[str, str]) -> Any:
         url = self._http_url(key)
         if self.kind == "s3":
             headers = {**headers, **sigv4_headers(url, self.region)}
@@ -174,11 +175,11 @@ def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
 
     No credentials in the environment: no headers (an anonymous read of a public bucket or mirror).
     """
-    env = os.environ if env is None else env
+    env = dict(os.environ) if env is None else env
     key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
     if not key_id or not secret:
         return {}
-    now = now or datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 on nodes
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     parts = urllib.parse.urlsplit(url)
     headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}

@@ -44,6 +44,7 @@ _CORE: dict[tuple[str, str], Any] = {
 }
 _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "stringData": "string_data",
+    "binaryData": "binary_data",
     "automountServiceAccountToken": "automount_service_account_token",
     "globalDefault": "global_default",
     "preemptionPolicy": "preemption_policy",

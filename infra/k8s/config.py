@@ -14,12 +14,15 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from infra import versions
+from infra.agent.manifest import ReleaseError
+from infra.agent.store import channel_key
 from infra.k8s.catalog import GPU_AMI_TYPES, gpu_family
 
 STACKS = ("cluster-aws", "platform", "triton")
@@ -28,6 +31,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STACKS_DIR = REPO_ROOT / "stacks"
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
 def project_name(stack: str) -> str:
@@ -186,6 +192,45 @@ class ModelRepository(_Cfg):
     sub_path: str = ""
 
 
+class TrustedKeys(_Cfg):
+    """Public keys (PEM) a release's signature must verify with: keys of one ConfigMap or one Secret.
+
+    Every listed key becomes one ``--trusted-key`` file of the release agent (list two while rotating).
+    The object lives in the stack's namespace and is created outside the stack (public keys only).
+    """
+
+    config_map: str | None = None
+    secret: str | None = None
+    keys: list[str] = Field(default=["release.pub"], min_length=1)
+
+
+class ReleaseSource(_Cfg):
+    """Pull mode: the release agent keeps the pods of a model service on a channel of a release store.
+
+    An init container (agent ``sync``) puts the channel's release in place before Triton starts; a
+    sidecar (agent ``pull``) applies new releases through Triton's repository API with the golden gate
+    and rollback, and exports ``tritonops_release_*`` metrics. Triton then runs in explicit mode on
+    the agent's models link instead of ``--model-repository=s3://...``.
+    """
+
+    store: str  # s3://BUCKET/PREFIX or http(s)://MIRROR/PATH (what `tritonops release publish` wrote)
+    channel: str
+    trusted_keys: TrustedKeys
+    poll_seconds: int = Field(default=30, ge=5, le=3600)
+    # A hostPath blob cache shared by the pods on a node (content-addressed, verified on every copy).
+    # The namespace must admit hostPath volumes (podSecurity: privileged), and the node folder must be
+    # writable by the pods' uid (1000): kubelet creates a missing one owned by root.
+    node_cache: bool = False
+    s3_endpoint: str | None = None  # an S3-compatible endpoint (MinIO, Ceph RGW); default AWS
+    region: str | None = None  # AWS_REGION of an s3 store
+    # Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN) for an
+    # s3 store; none: anonymous reads (a public bucket or mirror).
+    credentials_secret: str | None = None
+    volume_size: str = "20Gi"  # emptyDir holding the releases the pod keeps (the active one and 2 more)
+    agent_cpu: str = "100m"  # requests of the init container and the sidecar
+    agent_memory: str = "256Mi"  # requests = limits
+
+
 class MemoryConfig(_Cfg):
     cuda_context_mib: int = Field(default=600, ge=0)  # CUDA context + cuDNN/cuBLAS handles per GPU
     cuda_pool_mib: int = Field(default=256, ge=0)  # --cuda-memory-pool-byte-size (I/O buffers on the GPU)
@@ -218,7 +263,8 @@ class ModelService(_Cfg):
     pdb_min_available: int | None = Field(default=None, ge=1)  # None: maxUnavailable 1
     spread: bool = False  # required anti-affinity + DoNotSchedule spread across nodes
     image: str = versions.TRITON_IMAGE
-    model_repository: ModelRepository
+    model_repository: ModelRepository | None = None  # Triton reads it itself (s3 or a PVC) ...
+    release: ReleaseSource | None = None  # ... or the release agent puts signed releases in place
     model_control_mode: Literal["explicit", "poll", "none"] = "explicit"
     repository_poll_secs: int = Field(default=30, ge=5)
     memory: MemoryConfig = MemoryConfig()
@@ -256,6 +302,9 @@ class TritonStackConfig(_Cfg):
     priority: int = Field(default=100000, ge=0, le=1000000000)
     ingress: IngressConfig = IngressConfig()
     admin_api: AdminApiConfig = AdminApiConfig()
+    # Pod Security Standard the namespace enforces (warn and audit stay restricted). Only a model
+    # service with release.nodeCache (a hostPath volume) needs privileged.
+    pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
 
 
 MODELS: dict[str, type[_Cfg]] = {
@@ -371,6 +420,101 @@ def _check_platform(cfg: Any, source: str | None) -> None:
             )
 
 
+def _check_repository(repo: ModelRepository, loc: tuple[int | str, ...], source: str | None) -> None:
+    if repo.type == "s3" and not (repo.uri or "").startswith("s3://"):
+        raise ConfigError(_key("triton", (*loc, "uri")), "an s3 repository needs uri s3://...", source)
+    if repo.type == "s3" and not repo.role_arn:
+        raise ConfigError(
+            _key("triton", (*loc, "roleArn")),
+            "an s3 repository needs the IRSA role ARN its ServiceAccount assumes",
+            source,
+        )
+    if repo.type == "pvc" and not repo.claim_name:
+        raise ConfigError(_key("triton", (*loc, "claimName")), "a pvc repository needs claimName", source)
+
+
+def _check_object_name(loc: tuple[int | str, ...], name: str, what: str, source: str | None) -> None:
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise ConfigError(
+            _key("triton", loc), f"{name!r} is not a valid {what} name (lowercase, digits, '-', '.')", source
+        )
+
+
+def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
+    """A model service's release source: the store, channel and keys the agent will be started with."""
+    rel: ReleaseSource = svc.release
+    parts = urlsplit(rel.store)
+    if parts.scheme not in ("s3", "http", "https") or not parts.netloc:
+        raise ConfigError(
+            _key("triton", (*loc, "store")),
+            f"{rel.store!r}: a pod pulls from s3://BUCKET/PREFIX or http(s)://MIRROR/PATH",
+            source,
+        )
+    try:
+        channel_key(rel.channel)
+    except ReleaseError as exc:
+        raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    tk = rel.trusted_keys
+    if (tk.config_map is None) == (tk.secret is None):
+        raise ConfigError(
+            _key("triton", (*loc, "trustedKeys")),
+            "name the ConfigMap or the Secret holding the trusted public keys (one of configMap, secret)",
+            source,
+        )
+    if tk.config_map is not None:
+        _check_object_name((*loc, "trustedKeys", "configMap"), tk.config_map, "ConfigMap", source)
+    if tk.secret is not None:
+        _check_object_name((*loc, "trustedKeys", "secret"), tk.secret, "Secret", source)
+    for j, key in enumerate(tk.keys):
+        if key in (".", "..") or len(key) > 253 or not _OBJECT_KEY.match(key):
+            raise ConfigError(
+                _key("triton", (*loc, "trustedKeys", "keys", j)),
+                f"{key!r} is not a ConfigMap/Secret key (letters, digits, '-', '_', '.')",
+                source,
+            )
+        if key in tk.keys[:j]:
+            raise ConfigError(_key("triton", (*loc, "trustedKeys", "keys", j)), f"duplicate key {key!r}", source)
+    if parts.scheme != "s3":
+        for field, value in (
+            ("s3Endpoint", rel.s3_endpoint),
+            ("region", rel.region),
+            ("credentialsSecret", rel.credentials_secret),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    _key("triton", (*loc, field)), f"only for an s3:// store (store is {rel.store!r})", source
+                )
+    if rel.s3_endpoint is not None:
+        ep = urlsplit(rel.s3_endpoint)
+        if ep.scheme not in ("http", "https") or not ep.netloc:
+            raise ConfigError(
+                _key("triton", (*loc, "s3Endpoint")), f"{rel.s3_endpoint!r}: expected http(s)://HOST[:PORT]", source
+            )
+    if rel.credentials_secret is not None:
+        _check_object_name((*loc, "credentialsSecret"), rel.credentials_secret, "Secret", source)
+    for field, value in (
+        ("volumeSize", rel.volume_size),
+        ("agentCpu", rel.agent_cpu),
+        ("agentMemory", rel.agent_memory),
+    ):
+        if not _QUANTITY.match(value):
+            raise ConfigError(_key("triton", (*loc, field)), f"{value!r} is not a Kubernetes quantity", source)
+    if rel.node_cache and cfg.pod_security != "privileged":
+        raise ConfigError(
+            _key("triton", (*loc, "nodeCache")),
+            f"the node cache is a hostPath volume, which Pod Security {cfg.pod_security!r} refuses: set "
+            "podSecurity: privileged for the namespace (warn and audit stay restricted) or drop nodeCache",
+            source,
+        )
+    if svc.model_control_mode != "explicit":
+        raise ConfigError(
+            _key("triton", (*loc[:-1], "modelControlMode")),
+            f"{svc.model_control_mode!r}: with release the agent loads models through Triton's repository API, "
+            "which needs explicit",
+            source,
+        )
+
+
 def _check_triton(cfg: Any, source: str | None) -> None:
     from infra.k8s.budget import check_budget  # local: budget imports this module's types
 
@@ -417,23 +561,22 @@ def _check_triton(cfg: Any, source: str | None) -> None:
                 "must be >= replicas and autoscaling.minReplicas",
                 source,
             )
-        repo = svc.model_repository
-        if repo.type == "s3" and not (repo.uri or "").startswith("s3://"):
+        if svc.model_repository is None and svc.release is None:
             raise ConfigError(
-                _key("triton", (*k, "modelRepository", "uri")), "an s3 repository needs uri s3://...", source
-            )
-        if repo.type == "s3" and not repo.role_arn:
-            raise ConfigError(
-                _key("triton", (*k, "modelRepository", "roleArn")),
-                "an s3 repository needs the IRSA role ARN its ServiceAccount assumes",
+                _key("triton", (*k, "modelRepository")),
+                "set modelRepository (Triton reads s3 or a PVC) or release (the release agent pulls a channel)",
                 source,
             )
-        if repo.type == "pvc" and not repo.claim_name:
+        if svc.model_repository is not None and svc.release is not None:
             raise ConfigError(
-                _key("triton", (*k, "modelRepository", "claimName")),
-                "a pvc repository needs claimName",
+                _key("triton", (*k, "release")),
+                "set modelRepository or release, not both (with release the agent provides Triton's repository)",
                 source,
             )
+        if svc.release is not None:
+            _check_release(cfg, svc, (*k, "release"), source)
+        if svc.model_repository is not None:
+            _check_repository(svc.model_repository, (*k, "modelRepository"), source)
         if ":" not in svc.image or svc.image.endswith(":latest"):
             raise ConfigError(_key("triton", (*k, "image")), f"pin an image tag (got {svc.image!r})", source)
     if cfg.ingress.mode != "none" and not cfg.ingress.host_suffix:

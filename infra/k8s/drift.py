@@ -2,45 +2,57 @@
 
 Pure builders (dicts), added to each model service's objects by ``infra.k8s.triton.service_objects``,
 so ``pulumi up`` and ``tritonops render`` create the same CronJob. Every run calls the Service's
-repository index (a restricted API: the admin header comes from the stack's Secret) with the same
-standard-library script the edge nodes' timer runs (``infra/drift/node_check.py``, shipped in a
-ConfigMap), and fails the Job when a desired model is not READY or an undesired one is: exit 2, which
-kube-prometheus-stack's ``KubeJobFailed`` alert reports. It runs in the Triton image on the service's
-own node pool (the image is already on those nodes; no GPU is requested).
+repository index (a restricted API: the admin header comes from the stack's Secret) with the release
+agent's ``check`` command (``infra/agent/drift.py``, the same code the edge nodes' timer runs), from
+the agent zipapp in the namespace's ``tritonops-agent`` ConfigMap, and fails the Job when a desired
+model is not READY or an undesired one is: exit 2, which kube-prometheus-stack's ``KubeJobFailed``
+alert reports. It runs in the Triton image on the service's own node pool (the image is already on
+those nodes; no GPU is requested).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from infra.drift import node_check
+from infra.agent.triton import SECRET_ENV
 from infra.k8s.config import ModelService, TritonStackConfig
-from infra.k8s.triton import GPU_RESOURCE, HTTP_PORT, NODE_POOL_LABEL, TRITON_UID, _meta, name_of
+from infra.k8s.triton import (
+    AGENT_PATH,
+    GPU_RESOURCE,
+    HTTP_PORT,
+    NODE_POOL_LABEL,
+    TRITON_UID,
+    _meta,
+    agent_mount,
+    agent_volume,
+    container_security_context,
+    name_of,
+)
 
 Obj = dict[str, Any]
 SCHEDULE = "*/15 * * * *"
-SCRIPT_KEY = "node_check.py"
-MOUNT = "/opt/tritonops-drift"
 
 
 def drift_name(svc: ModelService) -> str:
     return f"{name_of(svc)}-drift"
 
 
-def script_config_map(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(drift_name(svc), cfg, svc),
-        "data": {SCRIPT_KEY: Path(node_check.__file__).read_text()},
-    }
-
-
 def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
+    """``python3 tritonops-agent.pyz check --url <Service> --expect <model> ...`` (no secret in argv)."""
     url = f"http://{name_of(svc)}.{cfg.namespace}.svc:{HTTP_PORT}"
-    args = ["python3", f"{MOUNT}/{SCRIPT_KEY}", "check", "--url", url, "--header", cfg.admin_api.header,
-            "--source", "triton", "--host", f"{cfg.environment}/{cfg.namespace}/{name_of(svc)}"]
+    args = [
+        "python3",
+        AGENT_PATH,
+        "check",
+        "--url",
+        url,
+        "--header",
+        cfg.admin_api.header,
+        "--source",
+        "triton",
+        "--host",
+        f"{cfg.environment}/{cfg.namespace}/{name_of(svc)}",
+    ]
     for model in sorted(m.name for m in svc.models):
         args += ["--expect", model]
     return args
@@ -50,6 +62,7 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
     """Compare the live Triton's READY models with ``svc.models`` every ``schedule``."""
     meta = _meta(drift_name(svc), cfg, svc)
     pod_labels = {**meta["labels"], "app.kubernetes.io/component": "drift-check"}
+    secret_ref = {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -79,26 +92,21 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
                             },
                             "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
                             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                            "containers": [{
-                                "name": "drift-check",
-                                "image": svc.image,
-                                "command": check_args(cfg, svc),
-                                "env": [{
-                                    "name": node_check.SECRET_ENV,
-                                    "valueFrom": {"secretKeyRef": {"name": cfg.admin_api.secret_name,
-                                                                   "key": cfg.admin_api.secret_key}},
-                                }],
-                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                              "limits": {"memory": "128Mi"}},
-                                "securityContext": {
-                                    "runAsNonRoot": True,
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "volumeMounts": [{"name": "script", "mountPath": MOUNT, "readOnly": True}],
-                            }],
-                            "volumes": [{"name": "script", "configMap": {"name": drift_name(svc)}}],
+                            "containers": [
+                                {
+                                    "name": "drift-check",
+                                    "image": svc.image,
+                                    "command": check_args(cfg, svc),
+                                    "env": [{"name": SECRET_ENV, "valueFrom": {"secretKeyRef": secret_ref}}],
+                                    "resources": {
+                                        "requests": {"cpu": "50m", "memory": "64Mi"},
+                                        "limits": {"memory": "128Mi"},
+                                    },
+                                    "securityContext": container_security_context(),
+                                    "volumeMounts": [agent_mount()],
+                                }
+                            ],
+                            "volumes": [agent_volume()],
                         },
                     },
                 },
@@ -108,5 +116,5 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
 
 
 def drift_objects(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """The script's ConfigMap, then the CronJob that mounts it."""
-    return [script_config_map(cfg, svc), cron_job(cfg, svc)]
+    """The CronJob (it runs the agent from the namespace's ``tritonops-agent`` ConfigMap)."""
+    return [cron_job(cfg, svc)]

@@ -3,15 +3,32 @@
 ``service_objects`` returns what one model service needs (ServiceAccount, Deployment, Service,
 PodDisruptionBudget, NetworkPolicy, ServiceMonitor, ScaledObject, Ingress or Gateway API routes);
 ``namespace_objects`` what the stack needs once (Namespace, PriorityClass, PrometheusRule,
-dashboards ConfigMap). Alert rules, dashboards and the KEDA query come from
-``infra.observability``: one source for Kubernetes and edge hosts.
+dashboards ConfigMap, the release agent's ConfigMap). Alert rules, dashboards and the KEDA query
+come from ``infra.observability``: one source for Kubernetes and edge hosts.
+
+A model service with a ``release`` source runs the release agent (``infra.agent``, shipped as one
+zipapp in the ``tritonops-agent`` ConfigMap) in the Triton image, so no other image is pulled:
+
+    init container ``release-sync``   agent ``sync``: the channel's release, verified, into an emptyDir
+    container ``triton``              --model-repository=<the agent's models link>, explicit mode
+    container ``release-agent``       agent ``pull``: new releases through the repository API, golden
+                                      gate, rollback; /metrics (tritonops_release_*) and /ready
+
+:func:`release_agent_args` is the agent's argv, once, for the pod and for tests that run it.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import json
+import os
+from collections.abc import Sequence
 from typing import Any
 
+from infra.agent.bundle import build_bytes
+from infra.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
 from infra.k8s.budget import ServiceBudget, service_budget, triton_memory_args
 from infra.k8s.config import ModelService, TritonStackConfig
 from infra.observability.dashboards import dashboards
@@ -30,6 +47,25 @@ PRIORITY_CLASS = "triton-serving"
 TRITON_UID = 1000  # triton-server user of the NGC image
 MODEL_DIR = "/models"
 ADMIN_ENV = "TRITON_ADMIN_KEY"
+
+# --- the release agent ---------------------------------------------------------------------------
+AGENT_CONFIG_MAP = "tritonops-agent"  # one per namespace: the pods' agent and the drift CronJobs
+AGENT_KEY = "tritonops-agent.pyz"  # binaryData key and file name
+AGENT_DIR = "/opt/tritonops"
+AGENT_PATH = f"{AGENT_DIR}/{AGENT_KEY}"
+AGENT_SHA_ANNOTATION = "tritonops.io/agent-sha256"
+CONFIG_MAP_MAX = 1 << 20  # the API server refuses larger ConfigMaps
+RELEASE_ROOT = "/var/lib/tritonops"  # emptyDir shared by the init container, Triton and the sidecar
+RELEASE_LINK = f"{RELEASE_ROOT}/models"  # the symlink tritonserver --model-repository names
+RELEASES_DIR = f"{RELEASE_ROOT}/releases"
+TRUSTED_KEYS_DIR = "/etc/tritonops/trusted-keys"
+NODE_CACHE_DIR = "/var/cache/tritonops"  # hostPath (and mount path) of the optional node cache
+AGENT_PORT, AGENT_PORT_NAME = 8003, "agent-metrics"
+TRITON_LOCAL_URL = f"http://127.0.0.1:{HTTP_PORT}"  # the sidecar reaches Triton inside the pod
+# The agent's own per-step limits (infra/agent/cli.py --load-timeout, --golden-timeout): a switch
+# to a new release may keep /ready at 503 that long before it is marked or rolled back.
+AGENT_LOAD_TIMEOUT_S, AGENT_GOLDEN_TIMEOUT_S = 600, 120
+AGENT_PROBE_PERIOD_S = 10
 
 
 def admin_headers(cfg: TritonStackConfig, token: str) -> dict[str, dict[str, str]]:
@@ -69,16 +105,23 @@ def _meta(name: str, cfg: TritonStackConfig, svc: ModelService | None = None, **
 # --- the Triton container ------------------------------------------------------------------------
 
 
-def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) -> list[str]:
+def _location(svc: ModelService) -> str:
     repo = svc.model_repository
-    location = repo.uri if repo.type == "s3" else MODEL_DIR
+    if repo is None:  # release: the agent's symlink to the active release
+        return RELEASE_LINK
+    return repo.uri if repo.type == "s3" and repo.uri else MODEL_DIR
+
+
+def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) -> list[str]:
     header = f"{cfg.admin_api.header}=$({ADMIN_ENV})"  # kubelet expands $(VAR) from the container env
     args = [
         "tritonserver",
-        f"--model-repository={location}",
+        f"--model-repository={_location(svc)}",
         f"--model-control-mode={svc.model_control_mode}",
     ]
-    if svc.model_control_mode == "explicit":
+    if svc.release is not None:
+        args.append("--load-model=*")  # whatever the release holds; the sidecar gates and switches it
+    elif svc.model_control_mode == "explicit":
         args += [f"--load-model={m.name}" for m in svc.models]
     if svc.model_control_mode == "poll":
         args.append(f"--repository-poll-secs={svc.repository_poll_secs}")
@@ -119,18 +162,21 @@ def container(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) 
         }
     ]
     env.append({"name": "HOME", "value": "/tmp"})  # the root filesystem is read-only
-    if svc.model_repository.type == "s3" and svc.model_repository.region:
-        env.append({"name": "AWS_DEFAULT_REGION", "value": svc.model_repository.region})
+    repo = svc.model_repository
+    if repo is not None and repo.type == "s3" and repo.region:
+        env.append({"name": "AWS_DEFAULT_REGION", "value": repo.region})
     mounts: list[Obj] = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
-    if svc.model_repository.type == "pvc":
+    if repo is not None and repo.type == "pvc":
         mounts.append(
             {
                 "name": "models",
                 "mountPath": MODEL_DIR,
                 "readOnly": True,
-                **({"subPath": svc.model_repository.sub_path} if svc.model_repository.sub_path else {}),
+                **({"subPath": repo.sub_path} if repo.sub_path else {}),
             }
         )
+    if svc.release is not None:  # Triton only reads the releases the agent puts in place
+        mounts.append({"name": "releases", "mountPath": RELEASE_ROOT, "readOnly": True})
     gpus = str(svc.gpus)
     return {
         "name": "triton",
@@ -152,16 +198,224 @@ def container(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) 
         "startupProbe": _probe("/v2/health/ready", period=10, failures=60),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=3),
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": TRITON_UID,
-            "runAsGroup": TRITON_UID,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
+
+
+def container_security_context() -> Obj:
+    """Every container of a Triton pod (server, release agent, drift check): restricted."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": TRITON_UID,
+        "runAsGroup": TRITON_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+# --- the release agent ---------------------------------------------------------------------------
+
+
+def release_agent_args(
+    command: str,
+    store: str,
+    channel: str,
+    link: str | os.PathLike[str],
+    releases_dir: str | os.PathLike[str],
+    trusted_keys: Sequence[str | os.PathLike[str]],
+    *,
+    triton_url: str | None = None,
+    header: str | None = None,
+    listen: str | None = None,
+    interval: float | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    s3_endpoint: str | None = None,
+) -> list[str]:
+    """The release agent's argv after ``python3 tritonops-agent.pyz`` (or ``python -m infra.agent``).
+
+    ``command`` is ``sync`` (the init container: put the channel's release in place) or ``pull``
+    (the sidecar: keep on the channel; ``triton_url``, ``header``, ``listen``, ``interval`` apply
+    to it only). Secrets never appear here: the agent reads the admin header's value and S3
+    credentials from its environment.
+    """
+    if command not in ("sync", "pull"):
+        raise ValueError(f"command: {command!r} is not sync or pull")
+    if not trusted_keys:
+        raise ValueError("trusted_keys: at least one public key (an unsigned release never reaches Triton)")
+    pull_only = {"triton_url": triton_url, "header": header, "listen": listen, "interval": interval}
+    if command == "sync" and any(v is not None for v in pull_only.values()):
+        given = sorted(k for k, v in pull_only.items() if v is not None)
+        raise ValueError(f"{', '.join(given)}: only for pull (sync runs before Triton starts)")
+    args = [command, "--store", store, "--channel", channel, "--link", str(link), "--releases", str(releases_dir)]
+    for key in trusted_keys:
+        args += ["--trusted-key", str(key)]
+    if cache is not None:
+        args += ["--cache", str(cache)]
+    if s3_endpoint is not None:
+        args += ["--s3-endpoint", s3_endpoint]
+    if triton_url is not None:
+        args += ["--triton", triton_url]
+    if header is not None:
+        args += ["--header", header]
+    if listen is not None:
+        args += ["--listen", listen]
+    if interval is not None:
+        args += ["--interval", f"{interval:g}"]
+    return args
+
+
+@functools.cache
+def agent_bundle() -> tuple[bytes, str]:
+    """The agent zipapp (``infra.agent.bundle.build_bytes``) and its sha256."""
+    data = build_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def agent_config_map(cfg: TritonStackConfig) -> Obj:
+    """The agent zipapp for the pods' release containers and the drift CronJobs of the namespace."""
+    data, sha = agent_bundle()
+    encoded = base64.b64encode(data).decode("ascii")
+    if len(encoded) > CONFIG_MAP_MAX:
+        raise ValueError(f"{AGENT_KEY}: {len(encoded)} bytes base64, more than a ConfigMap holds ({CONFIG_MAP_MAX})")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(AGENT_CONFIG_MAP, cfg, annotations={AGENT_SHA_ANNOTATION: sha}),
+        "binaryData": {AGENT_KEY: encoded},
+    }
+
+
+def agent_volume() -> Obj:
+    return {"name": "agent", "configMap": {"name": AGENT_CONFIG_MAP, "items": [{"key": AGENT_KEY, "path": AGENT_KEY}]}}
+
+
+def agent_mount() -> Obj:
+    return {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True}
+
+
+def _trusted_key_paths(svc: ModelService) -> list[str]:
+    assert svc.release is not None
+    return [f"{TRUSTED_KEYS_DIR}/{k}" for k in svc.release.trusted_keys.keys]
+
+
+def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str) -> list[str]:
+    rel = svc.release
+    assert rel is not None
+    pull = command == "pull"
+    return [
+        "python3",
+        AGENT_PATH,
+        *release_agent_args(
+            command,
+            rel.store,
+            rel.channel,
+            RELEASE_LINK,
+            RELEASES_DIR,
+            _trusted_key_paths(svc),
+            triton_url=TRITON_LOCAL_URL if pull else None,
+            header=cfg.admin_api.header if pull else None,
+            listen=f"0.0.0.0:{AGENT_PORT}" if pull else None,
+            interval=rel.poll_seconds if pull else None,
+            cache=NODE_CACHE_DIR if rel.node_cache else None,
+            s3_endpoint=rel.s3_endpoint,
+        ),
+    ]
+
+
+def _agent_env(cfg: TritonStackConfig, svc: ModelService, admin: bool) -> list[Obj]:
+    rel = svc.release
+    assert rel is not None
+    env: list[Obj] = []
+    if admin:
+        admin_ref = {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}
+        env.append({"name": AGENT_SECRET_ENV, "valueFrom": {"secretKeyRef": admin_ref}})
+    if rel.region:
+        env.append({"name": "AWS_REGION", "value": rel.region})
+    if rel.credentials_secret:
+        for name, optional in (
+            ("AWS_ACCESS_KEY_ID", False),
+            ("AWS_SECRET_ACCESS_KEY", False),
+            ("AWS_SESSION_TOKEN", True),
+        ):
+            ref: Obj = {"name": rel.credentials_secret, "key": name, **({"optional": True} if optional else {})}
+            env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
+    return env
+
+
+def _agent_mounts(svc: ModelService) -> list[Obj]:
+    assert svc.release is not None
+    mounts: list[Obj] = [
+        {"name": "releases", "mountPath": RELEASE_ROOT},
+        agent_mount(),
+        {"name": "trusted-keys", "mountPath": TRUSTED_KEYS_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},  # openssl's signature check writes temporary files
+    ]
+    if svc.release.node_cache:
+        mounts.append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
+    return mounts
+
+
+def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str) -> Obj:
+    rel = svc.release
+    assert rel is not None
+    return {
+        "name": "release-sync" if command == "sync" else "release-agent",
+        "image": svc.image,  # the Triton image has python3 and openssl: nothing more to pull
+        "imagePullPolicy": "IfNotPresent",
+        "command": _agent_args(cfg, svc, command),
+        "env": _agent_env(cfg, svc, admin=command == "pull"),
+        "resources": {
+            "requests": {"cpu": rel.agent_cpu, "memory": rel.agent_memory},
+            "limits": {"memory": rel.agent_memory},
+        },
+        "securityContext": container_security_context(),
+        "volumeMounts": _agent_mounts(svc),
+    }
+
+
+def release_sync_container(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """Init container: the channel's current release, verified, in place before Triton starts."""
+    return _agent_container(cfg, svc, "sync")
+
+
+def release_agent_container(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """Sidecar: keeps the pod on its channel; metrics and /ready on the agent-metrics port.
+
+    /ready answers 200 once the pod serves a gated release. While a new release is switched it
+    answers 503 until the release is marked or rolled back (the old models keep serving): the
+    failure threshold outlasts the agent's load and golden timeouts, so a switch does not take the
+    pod out of its Service, while a pod that never reaches a gated release never becomes ready.
+    """
+    c = _agent_container(cfg, svc, "pull")
+    c["ports"] = [{"name": AGENT_PORT_NAME, "containerPort": AGENT_PORT, "protocol": "TCP"}]
+    c["readinessProbe"] = {
+        "httpGet": {"path": "/ready", "port": AGENT_PORT_NAME},
+        "periodSeconds": AGENT_PROBE_PERIOD_S,
+        "timeoutSeconds": 3,
+        "failureThreshold": (AGENT_LOAD_TIMEOUT_S + AGENT_GOLDEN_TIMEOUT_S) // AGENT_PROBE_PERIOD_S + 3,
+    }
+    return c
+
+
+def release_volumes(svc: ModelService) -> list[Obj]:
+    rel = svc.release
+    assert rel is not None
+    items = [{"key": k, "path": k} for k in rel.trusted_keys.keys]
+    keys: Obj = (
+        {"configMap": {"name": rel.trusted_keys.config_map, "items": items}}
+        if rel.trusted_keys.config_map
+        else {"secret": {"secretName": rel.trusted_keys.secret, "items": items}}
+    )
+    volumes: list[Obj] = [
+        {"name": "releases", "emptyDir": {"sizeLimit": rel.volume_size}},
+        agent_volume(),
+        {"name": "trusted-keys", **keys},
+    ]
+    if rel.node_cache:
+        volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_DIR, "type": "DirectoryOrCreate"}})
+    return volumes
 
 
 # --- per model service ---------------------------------------------------------------------------
@@ -169,8 +423,9 @@ def container(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) 
 
 def service_account(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     meta = _meta(name_of(svc), cfg, svc)
-    if svc.model_repository.type == "s3":
-        meta["annotations"] = {"eks.amazonaws.com/role-arn": svc.model_repository.role_arn}
+    repo = svc.model_repository
+    if repo is not None and repo.type == "s3":
+        meta["annotations"] = {"eks.amazonaws.com/role-arn": repo.role_arn}
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -227,13 +482,23 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": res.shm}},
         {"name": "tmp", "emptyDir": {"sizeLimit": res.tmp}},
     ]
-    if svc.model_repository.type == "pvc":
+    repo = svc.model_repository
+    if repo is not None and repo.type == "pvc":
         volumes.append(
             {
                 "name": "models",
-                "persistentVolumeClaim": {"claimName": svc.model_repository.claim_name, "readOnly": True},
+                "persistentVolumeClaim": {"claimName": repo.claim_name, "readOnly": True},
             }
         )
+    pod_annotations = {"tritonops.io/gpu-budget-mib": f"{budget.need_mib}/{budget.capacity_mib}"}
+    containers = [container(cfg, svc, budget)]
+    release: Obj = {}
+    if svc.release is not None:
+        volumes += release_volumes(svc)
+        containers.append(release_agent_container(cfg, svc))
+        release["initContainers"] = [release_sync_container(cfg, svc)]
+        # A new agent rolls the pods: a running agent never sees its zipapp replaced under it.
+        pod_annotations[AGENT_SHA_ANNOTATION] = agent_bundle()[1]
     pod_labels = labels(cfg, svc)
     return {
         "apiVersion": "apps/v1",
@@ -245,10 +510,7 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
             "selector": {"matchLabels": selector(svc)},
             "strategy": rollout_strategy(svc),
             "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": {"tritonops.io/gpu-budget-mib": f"{budget.need_mib}/{budget.capacity_mib}"},
-                },
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": {
                     "serviceAccountName": name_of(svc),
                     # IRSA's pod identity webhook projects its own web-identity token; no API token needed.
@@ -266,7 +528,8 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "affinity": _affinity(svc),
                     "topologySpreadConstraints": _spread(svc),
-                    "containers": [container(cfg, svc, budget)],
+                    **release,
+                    "containers": containers,
                     "volumes": volumes,
                 },
             },
@@ -306,6 +569,19 @@ def service(cfg: TritonStackConfig, svc: ModelService) -> Obj:
                     "protocol": "TCP",
                     "appProtocol": "http",
                 },
+                *(
+                    [
+                        {
+                            "name": AGENT_PORT_NAME,
+                            "port": AGENT_PORT,
+                            "targetPort": AGENT_PORT_NAME,
+                            "protocol": "TCP",
+                            "appProtocol": "http",
+                        }
+                    ]
+                    if svc.release is not None
+                    else []
+                ),
             ],
         },
     }
@@ -327,6 +603,10 @@ def pod_disruption_budget(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 def _ns_selector(names: list[str]) -> Obj:
     return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(names)}]}
+
+
+def _metrics_ports(svc: ModelService) -> list[int]:
+    return [METRICS_PORT, AGENT_PORT] if svc.release is not None else [METRICS_PORT]
 
 
 def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
@@ -356,7 +636,7 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
                         }
                     ],
-                    "ports": [{"port": METRICS_PORT, "protocol": tcp}],
+                    "ports": [{"port": p, "protocol": tcp} for p in _metrics_ports(svc)],
                 },
             ],
         },
@@ -364,6 +644,10 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 
 def service_monitor(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """Triton's metrics, and with a release source the agent's (tritonops_release_*), as job "triton"."""
+    endpoints: list[Obj] = [{"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}]
+    if svc.release is not None:
+        endpoints.append({"port": AGENT_PORT_NAME, "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
@@ -372,7 +656,7 @@ def service_monitor(cfg: TritonStackConfig, svc: ModelService) -> Obj:
             "jobLabel": JOB_LABEL,
             "selector": {"matchLabels": selector(svc)},
             "namespaceSelector": {"matchNames": [cfg.namespace]},
-            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}],
+            "endpoints": endpoints,
         },
     }
 
@@ -537,7 +821,12 @@ def namespace(cfg: TritonStackConfig) -> Obj:
         "kind": "Namespace",
         "metadata": {
             "name": cfg.namespace,
-            "labels": {**labels(cfg), "pod-security.kubernetes.io/enforce": "restricted"},
+            "labels": {
+                **labels(cfg),
+                "pod-security.kubernetes.io/enforce": cfg.pod_security,
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            },
         },
     }
 
@@ -593,4 +882,10 @@ def admin_secret(cfg: TritonStackConfig, token: Any) -> Obj:
 
 
 def namespace_objects(cfg: TritonStackConfig) -> list[Obj]:
-    return [namespace(cfg), priority_class(cfg), prometheus_rule(cfg), dashboards_config_map(cfg)]
+    return [
+        namespace(cfg),
+        priority_class(cfg),
+        prometheus_rule(cfg),
+        dashboards_config_map(cfg),
+        agent_config_map(cfg),
+    ]

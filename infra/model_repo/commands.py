@@ -73,7 +73,8 @@ def publish_cmd(
         console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {out['files']} files, "
                       f"{out['uploaded']} uploaded, {out['already_there']} already in {escape(to)}")
         if channel:
-            moved = f"moved from {out['previous']}" if out.get("changed") else "already there"
+            moved = f"moved from {out['previous']}" if out.get("previous") else "new channel"
+            moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
     _run(lambda: pub.publish(repository, to, channel, key, target, version, config_name, s3_endpoint, progress),

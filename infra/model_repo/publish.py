@@ -173,7 +173,7 @@ def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str
             "previous": cur["release"]}
 
 
-def _parse_metrics(text: str) -> list[dict[str, str]]:
+def _parse_metrics(text: str) -> list[dict[str, Any]]:
     """The tritonops_release_info / _channel_info / _up_to_date series of one target's /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -181,7 +181,7 @@ def _parse_metrics(text: str) -> list[dict[str, str]]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name.startswith("tritonops_release_") and s.name.endswith(("_info", "_up_to_date")):
-                out.append({"name": s.name, "value": str(s.value), **s.labels})
+                out.append({"name": s.name, "value": float(s.value), **s.labels})
     return out
 
 
@@ -207,7 +207,7 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
             if s["name"] == "tritonops_release_info":
                 row.update(channel=s.get("channel"), release=s.get("release"), digest=s.get("digest"))
             elif s["name"] == "tritonops_release_up_to_date":
-                row["up_to_date"] = s["value"] == "1.0"
+                row["up_to_date"] = s["value"] == 1
         out["targets"].append(row)
     return out
 

@@ -7,7 +7,9 @@ them directly with a collecting ``report_violation``. ``__main__.py`` wraps :dat
 (``pulumi up --policy-pack policies/tritonops --policy-pack-config policies/tritonops/config.prod.json``).
 
 A "Triton workload" is a Deployment whose pod template is labelled ``app.kubernetes.io/name: triton``
-or runs a ``tritonserver`` image.
+or runs a ``tritonserver`` image. Its Triton containers are those running the server; the release
+agent (init container and sidecar, same image, running ``tritonops-agent.pyz``) is not one, but
+every container of the pod, init containers included, must be non-root, hardened and sized.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
+AGENT_FILE = "tritonops-agent.pyz"  # infra.k8s.triton.AGENT_KEY (the pack does not import the package)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -49,7 +52,14 @@ def _name(props: Mapping[str, Any], fallback: str) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', fallback)}".lstrip("/")
 
 
+def _is_agent_container(c: Mapping[str, Any]) -> bool:
+    """The release agent (or drift check) run from the Triton image: not a Triton server."""
+    return any(str(a).endswith(AGENT_FILE) for a in [*(c.get("command") or []), *(c.get("args") or [])])
+
+
 def _is_triton_container(c: Mapping[str, Any]) -> bool:
+    if _is_agent_container(c):
+        return False
     return "tritonserver" in str(c.get("image", "")) or c.get("name") == "triton"
 
 
@@ -63,6 +73,11 @@ def is_triton_workload(resource_type: str, props: Mapping[str, Any]) -> bool:
 
 def _triton_containers(props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in _pod_spec(props).get("containers") or [] if _is_triton_container(c)]
+
+
+def _all_containers(props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = _pod_spec(props)
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
 def _num(value: Any) -> float:
@@ -130,11 +145,12 @@ def validate_health_probes(args: Any, report_violation: Report) -> None:
 
 
 def validate_non_root(args: Any, report_violation: Report) -> None:
-    """Triton runs as non-root without privilege escalation."""
+    """Every container of a Triton pod (init containers and sidecars too) runs as non-root without
+    privilege escalation."""
     if not is_triton_workload(args.resource_type, args.props):
         return
     pod_sc = _pod_spec(args.props).get("securityContext") or {}
-    for c in _triton_containers(args.props):
+    for c in _all_containers(args.props):
         sc = c.get("securityContext") or {}
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
         uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -147,6 +163,36 @@ def validate_non_root(args: Any, report_violation: Report) -> None:
             report_violation(f"{where} must set allowPrivilegeEscalation: false")
         if sc.get("privileged") is True:
             report_violation(f"{where} is privileged")
+
+
+def validate_container_hardening(args: Any, report_violation: Report) -> None:
+    """Every container of a Triton pod has a read-only root filesystem and drops all capabilities."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    for c in _all_containers(args.props):
+        sc = c.get("securityContext") or {}
+        where = f"{_name(args.props, args.name)}: container {c.get('name')!r}"
+        if sc.get("readOnlyRootFilesystem") is not True:
+            report_violation(f"{where} must set securityContext.readOnlyRootFilesystem: true")
+        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+            report_violation(f"{where} must drop ALL capabilities (securityContext.capabilities.drop)")
+        if (sc.get("capabilities") or {}).get("add"):
+            report_violation(f"{where} adds capabilities {sc['capabilities']['add']}")
+
+
+def validate_container_resources(args: Any, report_violation: Report) -> None:
+    """Every container of a Triton pod requests cpu and memory and limits memory (a GPU node's
+    memory is shared with Triton: an unbounded sidecar could get the server OOM-killed)."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    for c in _all_containers(args.props):
+        res = c.get("resources") or {}
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        where = f"{_name(args.props, args.name)}: container {c.get('name')!r}"
+        missing = [f"requests.{k}" for k in ("cpu", "memory") if not requests.get(k)]
+        missing += [] if limits.get("memory") else ["limits.memory"]
+        if missing:
+            report_violation(f"{where} has no resources {', '.join(missing)}")
 
 
 def image_pinned(image: str) -> bool:
@@ -299,6 +345,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     _resource("triton-gpu-resources", validate_gpu_resources),
     _resource("triton-health-probes", validate_health_probes),
     _resource("triton-non-root", validate_non_root),
+    _resource("triton-container-hardening", validate_container_hardening),
+    _resource("triton-container-resources", validate_container_resources),
     _resource("triton-pinned-images", validate_pinned_images),
     _resource("triton-high-availability", validate_high_availability, config_schema=PolicyConfigSchema(properties={
         "requireHighAvailability": {"type": "boolean", "default": False},
@@ -313,6 +361,8 @@ RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-gpu-resources": validate_gpu_resources,
     "triton-health-probes": validate_health_probes,
     "triton-non-root": validate_non_root,
+    "triton-container-hardening": validate_container_hardening,
+    "triton-container-resources": validate_container_resources,
     "triton-pinned-images": validate_pinned_images,
     "triton-high-availability": validate_high_availability,
     "scaledobject-fallback": validate_scaled_object_fallback,

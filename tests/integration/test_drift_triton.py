@@ -1,4 +1,4 @@
-"""The CronJob's and timer's check (infra/drift/node_check.py) against a real tritonserver on loopback.
+"""The CronJob's and timer's check (the release agent's `check`, shipped as one file) against a real tritonserver.
 
 Explicit model control with the repository API restricted behind the admin header, as on the nodes
 and in the triton stack: every model READY is clean; a model unloaded through the API is drift
@@ -17,13 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from infra.drift import node_check
+from infra.agent import bundle
+from infra.agent.triton import SECRET_ENV
 from infra.triton import server
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 HEADER, SECRET = "triton-admin-key", "drift-test-secret-5b1e"
 MODELS = sorted(p.parent.name for p in SAMPLE.glob("*/config.pbtxt"))
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return bundle.build(tmp_path_factory.mktemp("agent") / "tritonops-agent.pyz")
 
 
 @pytest.fixture(scope="module")
@@ -36,34 +42,34 @@ def triton() -> Iterator[server.TritonServer]:
         srv.stop()
 
 
-def check(srv: server.TritonServer, secret: str = SECRET) -> tuple[int, dict[str, object]]:
-    cmd = [sys.executable, node_check.__file__, "check", "--url", f"http://{srv.http_url}", "--header", HEADER,
+def check(srv: server.TritonServer, agent: Path, secret: str = SECRET) -> tuple[int, dict[str, object]]:
+    cmd = [sys.executable, "-I", str(agent), "check", "--url", f"http://{srv.http_url}", "--header", HEADER,
            "--source", "triton", "--host", "loopback"]
     for m in MODELS:
         cmd += ["--expect", m]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, **{node_check.SECRET_ENV: secret}))
+                         env=dict(os.environ, **{SECRET_ENV: secret}))
     return res.returncode, json.loads(res.stdout)
 
 
-def test_all_models_ready_is_clean(triton: server.TritonServer) -> None:
-    rc, out = check(triton)
+def test_all_models_ready_is_clean(triton: server.TritonServer, agent: Path) -> None:
+    rc, out = check(triton, agent)
     assert (rc, out["findings"]) == (0, []), out
 
 
-def test_wrong_admin_header_is_reported(triton: server.TritonServer) -> None:
-    rc, out = check(triton, secret="not-the-secret")
+def test_wrong_admin_header_is_reported(triton: server.TritonServer, agent: Path) -> None:
+    rc, out = check(triton, agent, secret="not-the-secret")
     assert rc == 2
     assert [f["resource"] for f in out["findings"]] == ["triton"]  # type: ignore[index]
     assert "HTTP 403" in out["findings"][0]["detail"]  # type: ignore[index]
 
 
-def test_unloaded_model_is_drift(triton: server.TritonServer) -> None:
+def test_unloaded_model_is_drift(triton: server.TritonServer, agent: Path) -> None:
     req = urllib.request.Request(f"http://{triton.http_url}/v2/repository/models/mlp_batched/unload", data=b"{}",
                                  headers={HEADER: SECRET}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:
         assert resp.status == 200
-    rc, out = check(triton)
+    rc, out = check(triton, agent)
     assert rc == 2
     findings = out["findings"]
     assert [f["resource"] for f in findings] == ["model:mlp_batched"], findings  # type: ignore[index]

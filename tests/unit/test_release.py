@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

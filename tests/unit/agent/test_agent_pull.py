@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -223,3 +222,38 @@ def test_golden_files_are_read_bounded(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text(json.dumps({"cases": "x"}))
     with pytest.raises(manifest.ReleaseError, match="expected"):
         read_golden(tmp_path / "bad.json")
+
+
+def _oldest_python() -> str | None:
+    """Python 3.10 (Ubuntu 22.04 on JetPack, the agent's floor) when this machine has one."""
+    import subprocess
+
+    for cand in [*sorted(Path("/root/.pyenv/versions").glob("3.10.*/bin/python3")), shutil.which("python3.10")]:
+        if cand and subprocess.run([str(cand), "-c", "import sys; assert sys.version_info[:2] == (3, 10)"],
+                                   capture_output=True).returncode == 0:
+            return str(cand)
+    return None
+
+
+@pytest.mark.skipif(_oldest_python() is None, reason="no Python 3.10 on this machine")
+def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, keys: dict[str, Path]) -> None:
+    import subprocess
+
+    from infra.agent import bundle
+
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = bundle.build(tmp_path / "tritonops-agent.pyz")
+    (tmp_path / "node" / "releases").mkdir(parents=True)
+    out = subprocess.run([str(_oldest_python()), "-I", str(agent), "sync", "--store", store, "--channel", "stable",
+                          "--link", str(tmp_path / "node" / "models"), "--releases", str(tmp_path / "node" / "releases"),
+                          "--trusted-key", str(keys["pub"])], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["release"] == "r1"
+    assert os.readlink(tmp_path / "node" / "models") == "releases/r1"
+    # and the SigV4 path (datetime, hmac) imports and signs on that interpreter
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tritonops_agent.store import sigv4_headers; "
+            "print(sigv4_headers('https://b.s3.us-east-1.amazonaws.com/k', 'us-east-1', "
+            "env={'AWS_ACCESS_KEY_ID': 'a', 'AWS_SECRET_ACCESS_KEY': 'b'})['Authorization'][:16])")
+    sig = subprocess.run([str(_oldest_python()), "-I", "-c", code, str(agent)], capture_output=True, text=True)
+    assert sig.stdout.strip() == "AWS4-HMAC-SHA256", sig.stderr

@@ -128,11 +128,12 @@ def test_model_service_without_models_names_the_key() -> None:
 
 
 def test_missing_field_names_the_key() -> None:
-    raw = _own("triton", "dev")
+    raw = _own("triton", "prod")
     del raw["modelServices"][0]["modelRepository"]
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", raw)
     assert exc.value.key == "tritonops-triton:modelServices[0].modelRepository"
+    assert "modelRepository" in str(exc.value) and "release" in str(exc.value)
 
 
 def test_unknown_node_pool_reference() -> None:
@@ -186,10 +187,89 @@ def test_s3_model_services_use_a_cluster_irsa_role(env: str) -> None:
     cluster = load_stack_config("cluster-aws", env)
     triton = load_stack_config("triton", env)
     readers = {r.role_name: r for r in cluster.model_readers}  # type: ignore[union-attr]
-    s3 = [s for s in triton.model_services if s.model_repository.type == "s3"]  # type: ignore[union-attr]
-    assert s3
-    for svc in s3:
-        role = svc.model_repository.role_arn.rsplit("/", 1)[1]
-        reader = readers[role]
+    s3 = [
+        (s, s.model_repository) for s in triton.model_services if s.model_repository and s.model_repository.type == "s3"
+    ]
+    assert s3 or env == "dev"  # dev's service pulls signed releases instead (release:)
+    for svc, repo in s3:
+        assert repo.role_arn is not None
+        reader = readers[repo.role_arn.rsplit("/", 1)[1]]
         assert (reader.namespace, reader.service_account) == (triton.namespace, f"triton-{svc.name}")
-        assert svc.model_repository.uri == f"s3://{reader.bucket}/{reader.prefix}"
+        assert repo.uri == f"s3://{reader.bucket}/{reader.prefix}"
+
+
+# --- release (pull mode) -------------------------------------------------------------------------
+
+RELEASE = "tritonops-triton:modelServices[0].release"
+
+
+def test_dev_pulls_a_signed_channel() -> None:
+    svc = load_stack_config("triton", "dev").model_services[0]  # type: ignore[union-attr]
+    assert svc.model_repository is None and svc.release is not None
+    assert (svc.release.store, svc.release.channel, svc.release.poll_seconds) == (
+        "s3://tritonops-releases-dev/vision",
+        "dev",
+        30,
+    )
+    assert svc.release.trusted_keys.config_map and not svc.release.node_cache
+
+
+def _release(**fields: Any) -> dict[str, Any]:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["release"].update(fields)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "message"),
+    [
+        (_release(store="/srv/releases"), f"{RELEASE}.store", "s3://BUCKET/PREFIX or http(s)://MIRROR/PATH"),
+        (_release(store="s3:///prefix"), f"{RELEASE}.store", "s3://BUCKET/PREFIX"),
+        (_release(channel="../prod"), f"{RELEASE}.channel", "use letters, digits"),
+        (_release(trustedKeys={"configMap": "k", "secret": "k"}), f"{RELEASE}.trustedKeys", "one of configMap, secret"),
+        (_release(trustedKeys={"keys": ["a.pem"]}), f"{RELEASE}.trustedKeys", "one of configMap, secret"),
+        (_release(trustedKeys={"configMap": "Keys_1"}), f"{RELEASE}.trustedKeys.configMap", "not a valid ConfigMap"),
+        (_release(trustedKeys={"secret": "k", "keys": ["ok.pem", "a/b"]}), f"{RELEASE}.trustedKeys.keys[1]", "'a/b'"),
+        (_release(trustedKeys={"secret": "k", "keys": ["a", "a"]}), f"{RELEASE}.trustedKeys.keys[1]", "duplicate"),
+        (_release(trustedKeys={"secret": "k", "keys": []}), f"{RELEASE}.trustedKeys.keys", "at least 1"),
+        (_release(trustedKeys=None), f"{RELEASE}.trustedKeys", "valid dictionary"),
+        (_release(store="https://mirror/r", s3Endpoint="http://m:9000", region=None, credentialsSecret=None),
+         f"{RELEASE}.s3Endpoint", "only for an s3:// store"),
+        (_release(store="https://mirror/r", region=None), f"{RELEASE}.credentialsSecret", "only for an s3:// store"),
+        (_release(s3Endpoint="minio:9000"), f"{RELEASE}.s3Endpoint", "expected http(s)://HOST"),
+        (_release(credentialsSecret="AWS keys"), f"{RELEASE}.credentialsSecret", "not a valid Secret"),
+        (_release(pollSeconds=1), f"{RELEASE}.pollSeconds", "greater than or equal to 5"),
+        (_release(pollSecs=10), f"{RELEASE}.pollSecs", "Extra inputs"),
+        (_release(volumeSize="20 GB"), f"{RELEASE}.volumeSize", "not a Kubernetes quantity"),
+        (_release(nodeCache=True), f"{RELEASE}.nodeCache", "podSecurity: privileged"),
+        ({**_own("triton", "dev"), "podSecurity": "open"}, "tritonops-triton:podSecurity", "'restricted'"),
+    ],
+)  # fmt: skip
+def test_invalid_release_names_the_key(raw: dict[str, Any], key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert exc.value.key == key
+    assert message in str(exc.value)
+
+
+def test_release_and_model_repository_exclude_each_other() -> None:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["modelRepository"] = {"type": "pvc", "claimName": "models"}
+    with pytest.raises(ConfigError, match=r"modelServices\[0\]\.release: set modelRepository or release, not both"):
+        parse_config("triton", raw)
+
+
+def test_release_needs_explicit_model_control() -> None:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["modelControlMode"] = "poll"
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert exc.value.key == "tritonops-triton:modelServices[0].modelControlMode"
+    assert "explicit" in str(exc.value)
+
+
+def test_node_cache_accepted_with_a_privileged_namespace() -> None:
+    raw = _release(nodeCache=True)
+    raw["podSecurity"] = "privileged"
+    cfg = parse_config("triton", raw)
+    assert cfg.model_services[0].release.node_cache  # type: ignore[union-attr]

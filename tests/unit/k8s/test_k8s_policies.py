@@ -136,6 +136,13 @@ DEP = tp.DEPLOYMENT
             ),
         ),
         ("triton-non-root", DEP, lambda p: _container(p)["securityContext"].update({"runAsUser": 0})),
+        ("triton-container-hardening", DEP, lambda p: _container(p)["securityContext"].pop("readOnlyRootFilesystem")),
+        (
+            "triton-container-hardening",
+            DEP,
+            lambda p: _container(p)["securityContext"]["capabilities"].update({"add": ["NET_ADMIN"]}),
+        ),
+        ("triton-container-resources", DEP, lambda p: _container(p)["resources"]["requests"].pop("cpu")),
         ("triton-pinned-images", DEP, lambda p: _container(p).update({"image": "nvcr.io/nvidia/tritonserver:latest"})),
         ("triton-pinned-images", DEP, lambda p: _container(p).update({"image": "nvcr.io/nvidia/tritonserver"})),
         ("triton-high-availability", DEP, lambda p: p["spec"].update({"replicas": 1})),
@@ -220,3 +227,45 @@ def test_policies_are_kebab_case_with_explicit_levels() -> None:
     for p in tp.POLICIES:
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", p.name), p.name
         assert p.enforcement_level is not None and p.description
+
+
+# --- the release agent's containers (dev pulls a channel: init container + sidecar) --------------
+
+
+def _init(props: dict[str, Any]) -> dict[str, Any]:
+    return props["spec"]["template"]["spec"]["initContainers"][0]
+
+
+def _sidecar(props: dict[str, Any]) -> dict[str, Any]:
+    return props["spec"]["template"]["spec"]["containers"][1]
+
+
+def test_agent_containers_are_not_triton_servers() -> None:
+    """Same image, but no GPU and no /v2/health probes needed: only the server is a Triton container."""
+    from infra.k8s import triton
+
+    assert tp.AGENT_FILE == triton.AGENT_KEY
+    (dep,) = [r for r in _resources("dev") if r.resource_type == DEP]
+    assert [c["name"] for c in tp._triton_containers(dep.props)] == ["triton"]
+    assert [c["name"] for c in tp._all_containers(dep.props)] == ["release-sync", "triton", "release-agent"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "mutation"),
+    [
+        ("triton-non-root", lambda p: _sidecar(p)["securityContext"].update({"runAsUser": 0})),
+        ("triton-non-root", lambda p: _init(p)["securityContext"].update({"allowPrivilegeEscalation": True})),
+        ("triton-non-root", lambda p: _init(p)["securityContext"].update({"privileged": True})),
+        ("triton-container-hardening", lambda p: _sidecar(p)["securityContext"].pop("readOnlyRootFilesystem")),
+        ("triton-container-hardening", lambda p: _init(p)["securityContext"].pop("capabilities")),
+        ("triton-container-resources", lambda p: _sidecar(p).pop("resources")),
+        ("triton-container-resources", lambda p: _init(p)["resources"].pop("limits")),
+        ("triton-pinned-images", lambda p: _init(p).update({"image": "nvcr.io/nvidia/tritonserver:latest"})),
+    ],
+)
+def test_policy_fires_on_release_agent_containers(policy: str, mutation: Any) -> None:
+    resources = _resources("dev")
+    assert run_policies(resources, "dev") == {}
+    found = run_policies(_mutate(resources, DEP, mutation), "dev")
+    assert set(found) == {policy}, found
+    assert any("release-" in msg for msg in found[policy])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import yaml
 from k8s_harness import ROOT
 from typer.testing import CliRunner
 
+from infra.agent.bundle import build_bytes
 from infra.k8s.commands import render as render_cmd
 from infra.k8s.config import ENVIRONMENTS, STACKS, STACKS_DIR
 from infra.k8s.render import build, render
@@ -117,4 +119,19 @@ def test_rerender_removes_only_files_it_no_longer_writes(tmp_path: Path) -> None
     render("triton", "prod", tmp_path)
     assert not stale.exists()
     assert (tmp_path / "notes.md").read_text() == "mine"
-    assert (tmp_path / "05-deployment-triton-triton-vision.yaml").is_file()
+    assert len(list(tmp_path.glob("*-deployment-triton-triton-vision.yaml"))) == 1
+
+
+def test_render_dev_includes_the_release_agent(tmp_path: Path) -> None:
+    """GitOps users get the same agent ConfigMap (the zipapp's bytes) and pod as `pulumi up`."""
+    render("triton", "dev", tmp_path)
+    files = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())["resources"]
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in (yaml.safe_load((tmp_path / f).read_text()) for f in files)}
+    cm = docs[("ConfigMap", "tritonops-agent")]
+    assert base64.b64decode(cm["binaryData"]["tritonops-agent.pyz"]) == build_bytes()
+    pod = docs[("Deployment", "triton-vision")]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["release-sync"]
+    assert [c["name"] for c in pod["containers"]] == ["triton", "release-agent"]
+    assert ("ConfigMap", "triton-vision-drift") not in docs  # the CronJob runs the shared zipapp
+    deployment = next(f for f in files if "-deployment-" in f)
+    assert "&id" not in (tmp_path / deployment).read_text()  # plain YAML, no anchors between containers

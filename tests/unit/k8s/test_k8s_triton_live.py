@@ -174,7 +174,13 @@ def test_model_repository_from_s3(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
     raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
     raw["modelServices"][0]["models"] = [{"name": "mlp", "sizeMib": 10}]
     # Triton's form for a custom S3 endpoint: s3://<scheme>://<host>:<port>/<bucket>/<prefix>.
-    raw["modelServices"][0]["modelRepository"]["uri"] = f"s3://{moto_s3}/tritonops-models-dev/vision"
+    raw["modelServices"][0].pop("release")  # dev pulls releases; this checks Triton's own S3 source
+    raw["modelServices"][0]["modelRepository"] = {
+        "type": "s3",
+        "uri": f"s3://{moto_s3}/tritonops-models-dev/vision",
+        "region": "us-west-2",
+        "roleArn": "arn:aws:iam::111122223333:role/tritonops-dev-model-reader",
+    }
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     container = triton.deployment(cfg, cfg.model_services[0])["spec"]["template"]["spec"]["containers"][0]

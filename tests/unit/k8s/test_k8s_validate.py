@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import kubernetes_validate
 import pytest
 from k8s_harness import committed, k8s_objects
 
-from infra.k8s.config import ENVIRONMENTS
+from infra.k8s import triton
+from infra.k8s.config import ENVIRONMENTS, TritonStackConfig, parse_config, read_stack_file
 from infra.k8s.render import build
 
 LATEST = kubernetes_validate.latest_version()
@@ -72,6 +74,48 @@ def test_validation_is_strict() -> None:
     bad = {**dep, "spec": {**dep["spec"], "replicaCount": 3}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
+
+
+def _release_variant(**release: Any) -> TritonStackConfig:
+    raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    raw["modelServices"][0]["release"].update(release)
+    raw["podSecurity"] = "privileged"
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+RELEASE_VARIANTS = {
+    "committed": {},
+    "node-cache-secret-keys-s3-endpoint": {
+        "nodeCache": True,
+        "trustedKeys": {"secret": "release-keys", "keys": ["old.pem", "new.pem"]},
+        "s3Endpoint": "http://minio.storage.svc:9000",
+    },
+    "https-mirror-anonymous": {"store": "https://mirror.example/releases", "region": None, "credentialsSecret": None},
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("variant", RELEASE_VARIANTS)
+def test_release_deployment_validates(variant: str, version: str) -> None:
+    """The Deployment with the release agent (init container, sidecar, volumes) passes strict validation."""
+    cfg = _release_variant(**RELEASE_VARIANTS[variant])
+    svc = cfg.model_services[0]
+    dep = triton.deployment(cfg, svc)
+    assert dep["spec"]["template"]["spec"]["initContainers"]
+    for obj in [dep, triton.service(cfg, svc), triton.network_policy(cfg, svc), triton.agent_config_map(cfg)]:
+        kubernetes_validate.validate(obj, version, strict=True)
+    kubernetes_validate.validate(triton.namespace(cfg), version, strict=True)
+
+
+def test_release_validation_catches_a_bad_container() -> None:
+    """A misspelt field in the sidecar fails, so the release Deployment's pass means something."""
+    cfg = _release_variant()
+    dep = triton.deployment(cfg, cfg.model_services[0])
+    dep["spec"]["template"]["spec"]["containers"][1]["readinessProbe"]["httpGet"]["portName"] = "agent-metrics"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, VERSIONS[0], strict=True)
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
