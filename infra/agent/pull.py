@@ -8,8 +8,9 @@ answered 304). When the pointer names a new release the agent applies it, step b
     (repository API, admin header) -> golden gate -> unload dropped models -> mark -> prune
 
 Any failure rolls back to the last gated release (symlink back, its models reloaded side by side,
-models only the failed release had unloaded), counts the step in the metrics, and refuses that
-digest until the pointer moves again. A release not signed by a trusted key never reaches Triton:
+models only the failed release had unloaded) and counts the step in the metrics. A release that
+failed verification, its install, load or golden gate is refused until the pointer moves again; a
+fetch that failed (store unreachable, an object missing or damaged) is retried with backoff. A release not signed by a trusted key never reaches Triton:
 nothing is downloaded before the manifest's signature verifies.
 """
 
@@ -75,9 +76,11 @@ class Agent:
         self.log = log
         self.metrics = Metrics()
         self.refused: dict[str, str] = {}
+        self.retry_at: dict[str, tuple[int, float]] = {}  # digest -> (failed fetches, monotonic time of next try)
         self.pointer: dict[str, Any] | None = None
         self.polled = False
         self.switching = False
+        self.interval = 0.0  # set by run(); one-shot polls retry a failed fetch on the next call
         self.lock = threading.Lock()
         channel_key(channel)
 
@@ -191,6 +194,7 @@ class Agent:
                     reused += 1
                     continue
                 n = _step("fetch", lambda: self.store.download(blob_key(h), out, h))  # noqa: B023
+                local[h] = out  # a second file with this content is copied, not downloaded again
                 downloaded += n
                 self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
                 if cached is not None:
@@ -272,7 +276,9 @@ class Agent:
                 self.polled = True
             result = "not_modified" if raw is None else "unchanged"
             out: dict[str, Any] = {"result": result}
-            if self.pointer and not self.up_to_date() and self.pointer["digest"] not in self.refused:
+            digest = self.pointer["digest"] if self.pointer else None
+            if (digest and not self.up_to_date() and digest not in self.refused
+                    and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
                 out = self._attempt(self.pointer["release"], self.pointer["digest"])
                 result = "changed"
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
@@ -286,9 +292,16 @@ class Agent:
             self.switching = True
             applied = self.apply(release, digest)
         except StepFailed as e:
-            self.refused[digest] = str(e)
             self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
-            self.log(f"release {release} ({digest[:12]}) refused at {e}")
+            if e.step == "fetch":
+                # The store or the link may come back: retry with backoff (1, 2, 4 ... 32 intervals of
+                # this poll), staying "behind" meanwhile so that TritonopsReleaseBehindChannel can fire.
+                tries = self.retry_at.get(digest, (0, 0.0))[0] + 1
+                self.retry_at[digest] = (tries, time.monotonic() + self.interval * 2 ** min(tries - 1, 5))
+                self.log(f"release {release} ({digest[:12]}) not fetched (try {tries}, will retry): {e}")
+            else:
+                self.refused[digest] = str(e)
+                self.log(f"release {release} ({digest[:12]}) refused at {e}")
             return {"result": "failed", "release": release, "step": e.step, "error": e.reason}
         finally:
             self.switching = False
@@ -343,11 +356,12 @@ class Agent:
 
     def run(self, interval: float, jitter: float = 0.2, stop: threading.Event | None = None,
             textfile: Path | None = None) -> None:
-        """Poll every ``interval`` seconds (+- ``jitter`` of it, and a random first delay) until ``stop``."""
+        """Poll every ``interval`` seconds (+- ``jitter`` of it, after a random first delay) until ``stop``."""
         stop = stop or threading.Event()
+        self.interval = interval
         self.gate_active()
         self._write_textfile(textfile)
-        stop.wait(random.uniform(0, interval * jitter))
+        stop.wait(random.uniform(0, interval))  # a fleet started together spreads over one interval
         while not stop.is_set():
             out = self.poll()
             if out["result"] not in ("not_modified", "unchanged"):

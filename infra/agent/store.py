@@ -143,6 +143,8 @@ class Store:
         size = 0
         where = f"{self.url}/{key}"
         try:
+            if self.kind == "file":
+                self.requests += 1
             src = open(self.root / key, "rb") if self.kind == "file" else self._open(key, {})  # noqa: SIM115
             with src, open(dest, "wb") as out:
                 for chunk in iter(lambda: src.read(1 << 20), b""):

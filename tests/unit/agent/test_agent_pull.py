@@ -56,6 +56,8 @@ def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dic
     agent = _agent(tmp_path, store, keys)
     result = agent.poll()
     assert result["result"] == "applied" and result["release"] == "r1"
+    distinct = len(set(manifest.tree_files(SAMPLE).values()))
+    assert agent.store.requests == 3 + distinct  # pointer, manifest, signature, each distinct file once
     assert os.readlink(agent.link) == "releases/r1"
     assert releases.state(agent.releases)["digest"] == out["digest"]
     assert manifest.verify(agent.releases / "r1") == manifest.tree_files(_repo(tmp_path, "again"))
@@ -103,7 +105,24 @@ def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_pat
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "fetch")
     assert "content sha256" in result["error"]
+    assert agent.poll()["step"] == "fetch"  # retried (the store may be repaired), never installed
     assert sorted(p.name for p in agent.releases.iterdir()) == ["current.json", "r1"]
+
+
+def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    pub.publish(_repo(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, str(store), keys)
+    agent.poll()
+    src = _repo(tmp_path, "b", "two")
+    blob = store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))
+    pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
+    blob.rename(blob.with_suffix(".away"))  # the object store loses it for a while
+    assert agent.poll()["step"] == "fetch"
+    assert 'tritonops_release_up_to_date{channel="stable"} 0' in agent.metrics.render()
+    blob.with_suffix(".away").rename(blob)
+    assert agent.poll()["result"] == "applied"
+    assert os.readlink(agent.link) == "releases/r2"
 
 
 def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path]) -> None:
