@@ -46,3 +46,16 @@ def build(out: Path) -> Path:
     os.chmod(tmp, 0o755)
     os.replace(tmp, out)
     return out
+
+
+if __name__ == "__main__":  # python -m infra.agent.bundle OUT: what the roles run on the controller
+    import hashlib
+    import json
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m infra.agent.bundle OUT")
+    target = Path(sys.argv[1])
+    before = target.read_bytes() if target.is_file() else None
+    data = build(target).read_bytes()
+    print(json.dumps({"path": str(target), "sha256": hashlib.sha256(data).hexdigest(), "changed": before != data}))

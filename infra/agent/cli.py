@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep", type=int, required=True)
     sp = sub.add_parser("recover", help="point the link back at the last gated release (boot, before Triton)")
     _layout(sp)
+    sp.add_argument("--grace", type=float, default=0.0,
+                    help="only revert a switch older than this many seconds (a timer on a running node)")
     sp = sub.add_parser("verify", help="check a release folder against its manifest")
     sp.add_argument("path", type=Path)
     sp = sub.add_parser("sync", help="pull: put the channel's release in place (a pod's init container)")
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "prune":
             out = releases.prune(args.link, args.releases, args.keep)
         elif args.cmd == "recover":
-            out = releases.recover(args.link, args.releases)
+            out = releases.recover(args.link, args.releases, args.grace)
         elif args.cmd == "verify":
             out = {"files": len(manifest.verify(args.path)), "path": str(args.path)}
         elif args.cmd == "sync":

@@ -39,9 +39,16 @@ def tree_files(root: Path) -> dict[str, str]:
     files = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
-        if p.is_file() and not p.is_symlink() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
+        if p.is_file() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
             files[rel.as_posix()] = sha256_file(p)
     return files
+
+
+def links_leaving(root: Path) -> list[str]:
+    """Symbolic links under ``root`` that point outside it (a release must never ship such a file)."""
+    root = Path(root).resolve()
+    return sorted(str(p) for p in Path(root).rglob("*")
+                  if p.is_symlink() and root not in p.resolve().parents and p.resolve() != root)
 
 
 def text(files: dict[str, str]) -> str:

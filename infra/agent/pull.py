@@ -10,8 +10,9 @@ answered 304). When the pointer names a new release the agent applies it, step b
 Any failure rolls back to the last gated release (symlink back, its models reloaded side by side,
 models only the failed release had unloaded) and counts the step in the metrics. A release that
 failed verification, its install, load or golden gate is refused until the pointer moves again; a
-fetch that failed (store unreachable, an object missing or damaged) is retried with backoff. A release not signed by a trusted key never reaches Triton:
-nothing is downloaded before the manifest's signature verifies.
+fetch that failed (store unreachable, an object missing or damaged) is retried with backoff. A
+release not signed by a trusted key never reaches Triton: nothing is downloaded before the
+manifest's signature verifies.
 """
 
 from __future__ import annotations
@@ -276,10 +277,11 @@ class Agent:
                 self.polled = True
             result = "not_modified" if raw is None else "unchanged"
             out: dict[str, Any] = {"result": result}
-            digest = self.pointer["digest"] if self.pointer else None
+            pointer = self.pointer or {}
+            digest = pointer.get("digest")
             if (digest and not self.up_to_date() and digest not in self.refused
                     and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
-                out = self._attempt(self.pointer["release"], self.pointer["digest"])
+                out = self._attempt(pointer["release"], digest)
                 result = "changed"
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
             self._export()

@@ -49,6 +49,11 @@ def write_atomic(path: Path, content: str, mode: int = 0o644) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+        dir_fd = os.open(str(path.parent), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a power cut
+        finally:
+            os.close(dir_fd)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -60,10 +65,13 @@ def state(releases: Path) -> dict[str, Any]:
     path = Path(releases) / STATE_FILE
     try:
         doc = json.loads(path.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
     except FileNotFoundError:
         return {"current": None, "digest": None, "history": []}
-    except ValueError as e:
-        raise ReleaseError(f"{path}: not valid JSON ({e})") from None
+    except (OSError, ValueError) as e:
+        # Unknown state, not a crash: no release counts as gated until the next one is marked.
+        return {"current": None, "digest": None, "history": [], "error": f"{path}: unreadable ({e}); ignored"}
     doc.setdefault("digest", None)
     doc.setdefault("history", [])
     return dict(doc)
@@ -142,6 +150,11 @@ def safe_extract(tarball: Path, dest: Path) -> None:
     try:
         with tarfile.open(tarball) as tf:
             members = tf.getmembers()
+            need = sum(m.size for m in members) + (16 << 20)
+            free = shutil.disk_usage(root.parent if not root.exists() else root).free
+            if need > free:
+                raise ReleaseError(f"{tarball}: unpacking needs {need >> 20} MiB, {free >> 20} MiB free on "
+                                   f"{root.parent}; nothing was changed")
             for m in members:
                 target = (root / m.name).resolve()
                 if not (m.isfile() or m.isdir()) or (target != root and root not in target.parents):
@@ -284,6 +297,7 @@ def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, A
     history = [h for h in st.get("history", []) if h.get("release") != release]
     history.append({"release": release, "digest": digest,
                     "activated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    st.pop("error", None)
     _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-50:]})
     return {"changed": True, "previous": st.get("current"), "current": release}
 
@@ -313,15 +327,19 @@ def prune(link: Path, releases: Path, keep: int) -> dict[str, Any]:
     return {"changed": bool(removed), "removed": removed, "kept": sorted(kept & set(present))}
 
 
-def recover(link: Path, releases: Path) -> dict[str, Any]:
+def recover(link: Path, releases: Path, grace: float = 0.0) -> dict[str, Any]:
     """Deadman: the link names a release that never passed its gate -> point it back at ``current``.
 
     Run at boot before Triton starts (and by the pull agent when it starts): a controller or agent
     that died between ``activate`` and ``mark`` must not leave Triton loading an un-gated release.
+    With ``grace``, a running node (a timer) reverts only a switch older than that many seconds.
     """
     active = active_release(link, releases)
     current = state(releases).get("current")
     if not current or active == current or not (Path(releases) / current).is_dir():
         return {"changed": False, "active": active, "current": current}
+    switched = time.time() - os.lstat(link).st_mtime
+    if switched < grace:  # a switch in progress: its gate may still pass
+        return {"changed": False, "active": active, "current": current, "ungated_for": round(switched)}
     activate(link, releases, current)
     return {"changed": True, "active": current, "reverted": active}

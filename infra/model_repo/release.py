@@ -60,6 +60,10 @@ def check_repository(source: Path, target: str | None = None, config_name: str |
     source = Path(source)
     if not source.is_dir():
         raise ReleaseError(f"{source}: model repository source is not a directory")
+    leaving = manifest.links_leaving(source)
+    if leaving:
+        raise ReleaseError(f"{leaving[0]}: a symbolic link to a file outside the repository; a release ships only "
+                           f"what is inside it ({len(leaving)} such link(s))")
     if (source / MANIFEST_FILE).is_file():
         manifest.verify(source)
     try:

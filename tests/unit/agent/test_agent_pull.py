@@ -276,3 +276,57 @@ def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, key
             "env={'AWS_ACCESS_KEY_ID': 'a', 'AWS_SECRET_ACCESS_KEY': 'b'})['Authorization'][:16])")
     sig = subprocess.run([str(_oldest_python()), "-I", "-c", code, str(agent)], capture_output=True, text=True)
     assert sig.stdout.strip() == "AWS4-HMAC-SHA256", sig.stderr
+
+
+def test_recover_with_grace_leaves_a_switch_in_progress_alone(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
+    releases.activate(agent.link, agent.releases, "r2")
+    assert releases.recover(agent.link, agent.releases, grace=600)["changed"] is False
+    old = os.lstat(agent.link).st_mtime - 3600
+    os.utime(agent.link, (old, old), follow_symlinks=False)
+    assert releases.recover(agent.link, agent.releases, grace=600)["reverted"] == "r2"
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", "\x00\x01"])
+def test_a_corrupt_current_json_is_unknown_state_not_a_crash(tmp_path: Path, keys: dict[str, Path],
+                                                              content: str) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    agent.poll()
+    (agent.releases / releases.STATE_FILE).write_text(content)
+    st = releases.state(agent.releases)
+    assert st["current"] is None and "unreadable" in st["error"]
+    assert releases.status(agent.link, agent.releases)["active"] == "r1"
+    assert releases.mark(agent.releases, "r1")["changed"] is True
+    assert releases.state(agent.releases)["current"] == "r1" and "error" not in releases.state(agent.releases)
+
+
+def test_a_source_with_a_link_leaving_it_is_refused(tmp_path: Path, keys: dict[str, Path]) -> None:
+    src = _repo(tmp_path, "a")
+    (tmp_path / "secret.txt").write_text("not for the fleet")
+    (src / "mlp" / "1" / "extra.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(manifest.ReleaseError, match="extra.txt: a symbolic link to a file outside"):
+        pub.publish(src, str(tmp_path / "store"), "stable", keys["key"], target="cpu", version="r1")
+    assert not (tmp_path / "store").exists()
+
+
+def test_install_refuses_a_tarball_larger_than_the_free_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tarfile
+    from collections import namedtuple
+
+    src = _repo(tmp_path, "a")
+    tarball = tmp_path / "r1.tar"
+    with tarfile.open(tarball, "w") as tf:
+        tf.add(src, arcname=".")
+    (tmp_path / "releases").mkdir()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
+    with pytest.raises(manifest.ReleaseError, match=r"unpacking needs \d+ MiB, 1 MiB free"):
+        releases.install(tmp_path / "releases", tmp_path / "releases" / ".staging-r1", "r1", tarball)
+    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == []  # staging and tarball cleaned up
