@@ -2,9 +2,9 @@
 
 One read-only ``ansible-playbook ansible/drift_probe.yml`` run covers every host in parallel: it stages
 the desired release on the controller with the model_repository role's own steps, and runs
-``infra/drift/node_check.py probe`` on each node (active release's files with their sha256, Triton's
-repository index through the admin header). The comparison is ``node_check.compare``, the same code
-the node's own timer and the Kubernetes CronJob run.
+the release agent's ``probe`` on each node (active release's files with their sha256) and reads Triton's
+repository index through the admin header. The comparison is ``infra.agent.drift.compare``, the same
+code the node's own timer and the Kubernetes CronJob run.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.drift import node_check
+from infra.agent import drift as agent_drift
+from infra.agent import manifest
+from infra.agent.manifest import ReleaseError
 from infra.drift.ansible_check import REPO, AnsibleRunError, playbook_cmd, run_json
 from infra.drift.report import Finding, SourceResult
-from infra.model_repo.release import ReleaseError, read_manifest
 
 PROBE_PLAYBOOK = REPO / "ansible" / "drift_probe.yml"
 PROBE_TASK = "Report the desired release and the node's state"
@@ -27,8 +28,8 @@ PROBE_TASK = "Report the desired release and the node's state"
 def compare_host(host: str, release: dict[str, Any], node: dict[str, Any]) -> list[Finding]:
     """Findings for one host from the staged release (controller) and the node's probe."""
     path = Path(release["path"])
-    want = read_manifest(path)
-    expected_models = node_check.expected_versions(want, node_check.release_configs(path, want))
+    want = manifest.read(path)
+    expected_models = agent_drift.expected_versions(want, agent_drift.release_configs(path, want))
     findings: list[Finding] = []
     active, current = node.get("active"), node.get("current")
     files_expected = want
@@ -38,8 +39,8 @@ def compare_host(host: str, release: dict[str, Any], node: dict[str, Any]) -> li
                                        f"the code says {release['release']}"))
         # Another release is active: check its files against its own manifest (integrity on the node).
         files_expected = node.get("manifest") or {}
-    raw = node_check.compare(files_expected, node.get("files"), expected_models, node.get("index"),
-                             node.get("index_error"))
+    raw = agent_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
+                              node.get("index_error"))
     findings += [Finding(source="models", host=host, resource=f["resource"], detail=f["detail"]) for f in raw]
     return findings
 

@@ -7,16 +7,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.table import Table
 
-from infra.drift import node_check
-from infra.observability.metrics import DRIFT_METRIC
+from infra.agent import drift as agent_drift
+from infra.agent.releases import write_atomic
 
 # Exit codes of `tritonops drift`.
 EXIT_CLEAN, EXIT_FAILED, EXIT_DRIFT = 0, 1, 2
 TEXTFILE_NAME = "tritonops_drift.prom"
 SOURCES = ("ansible", "models", "pulumi")
 
-if node_check.DRIFT_METRIC != DRIFT_METRIC:  # node_check.py is standard-library only, so it repeats the name
-    raise ImportError(f"infra/drift/node_check.py: DRIFT_METRIC must be {DRIFT_METRIC!r}")
+# The agent (standard library only) writes the node's metric; the alert rules use the observability name.
 
 
 class Finding(BaseModel):
@@ -126,9 +125,9 @@ def markdown(report: DriftReport, max_diff_lines: int = 20) -> str:
 
 def textfile(report: DriftReport) -> str:
     ok = {r.source: r.error is None for r in report.results}
-    return node_check.textfile(report.counts(), ok)
+    return agent_drift.textfile(report.counts(), ok)
 
 
 def write_textfile(report: DriftReport, directory: Path, name: str = TEXTFILE_NAME) -> Path:
     """Atomically replace ``directory/name`` (node-exporter's textfile collector reads *.prom)."""
-    return node_check.write_atomic(Path(directory), name, textfile(report))
+    return write_atomic(Path(directory) / name, textfile(report))

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import re
 
+# Written by the drift checks as a node-exporter textfile (labels: source, host): how many resources
+# differ from what the code says. 0 = no drift. Defined once, in the agent that writes it on nodes.
+from infra.agent.drift import DRIFT_METRIC as DRIFT_METRIC
+
 # --- Triton counters / gauges (labels: model, version) -----------------------------------------
 REQUEST_SUCCESS = "nv_inference_request_success"
 REQUEST_FAILURE = "nv_inference_request_failure"  # label reason=REJECTED|CANCELED|BACKEND|OTHER
@@ -19,6 +23,11 @@ QUEUE_DURATION_US = "nv_inference_queue_duration_us"
 COMPUTE_INPUT_US = "nv_inference_compute_input_duration_us"
 COMPUTE_INFER_US = "nv_inference_compute_infer_duration_us"
 COMPUTE_OUTPUT_US = "nv_inference_compute_output_duration_us"
+# Summary (quantiles over a sliding window, labels model, version, quantile; plus _count and _sum):
+# only with ``--metrics-config summary_latencies=true``. Successful requests only, like the duration
+# counter; Triton leaves it out for models with the response cache enabled.
+REQUEST_SUMMARY_US = "nv_inference_request_summary_us"
+REQUEST_SUMMARY_COUNT = f"{REQUEST_SUMMARY_US}_count"
 # --- Triton host metrics ----------------------------------------------------------------------
 GPU_UTILIZATION = "nv_gpu_utilization"  # 0..1, label gpu_uuid
 GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
@@ -31,18 +40,24 @@ TRITON_METRICS = frozenset(
     {
         REQUEST_SUCCESS, REQUEST_FAILURE, INFERENCE_COUNT, EXEC_COUNT, PENDING, REQUEST_DURATION_US,
         QUEUE_DURATION_US, COMPUTE_INPUT_US, COMPUTE_INFER_US, COMPUTE_OUTPUT_US, GPU_UTILIZATION,
-        GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_POWER, CPU_UTILIZATION, CPU_MEMORY_USED,
+        GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_POWER, CPU_UTILIZATION, CPU_MEMORY_USED, REQUEST_SUMMARY_US,
+        REQUEST_SUMMARY_COUNT,
     }
 )
 # Triton exports these only where NVML/DCGM sees a GPU: absent on CPU-only servers and on Jetson.
 GPU_METRICS = frozenset({GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_POWER})
 
+# Triton exports these only when started with --metrics-config summary_latencies=true.
+SUMMARY_METRICS = frozenset({REQUEST_SUMMARY_US, REQUEST_SUMMARY_COUNT})
+
 # Prometheus' own per-target health series.
 UP = "up"
 
-# Written by the drift checks as a node-exporter textfile (labels: source, host): how many resources
-# differ from what the code says. 0 = no drift.
-DRIFT_METRIC = "tritonops_drift_resources"
+# Canary releases: the pods of a model service carry the pod label ``track`` (stable or canary); the
+# ServiceMonitor copies it onto every series it scrapes (podTargetLabels), so rules can compare them.
+TRACK = "track"
+STABLE, CANARY = "stable", "canary"
+
 
 _PROMQL_WORDS = frozenset(
     {

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.drift import node_check
+from infra.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
 from infra.drift.report import EXIT_CLEAN, EXIT_DRIFT, DriftReport
 from infra.drift.run import run
 from infra.hosts.podman import podman
@@ -43,7 +43,7 @@ REUSE = "TRITONOPS_DRIFT_NODE" in os.environ
 LOCAL = REPO / "ansible" / "inventories" / "local"
 SECRET = yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
 HEADER = "triton-admin-key"
-TEXTFILE = f"/var/lib/prometheus/node-exporter/{node_check.TEXTFILE_NAME}"
+TEXTFILE = f"/var/lib/prometheus/node-exporter/{TEXTFILE_NAME}"
 PLAY_TIMEOUT = 900
 # Another version of a pinned wheel (triton_server_wheels pins packaging==26.4); nothing imports it at run time.
 OTHER_PACKAGING = "packaging==24.2"
@@ -110,7 +110,7 @@ def own_check() -> tuple[int, int]:
     text = sh(f"cat {TEXTFILE}")
     count = success = -1
     for line in text.splitlines():
-        if line.startswith(f'{node_check.DRIFT_METRIC}{{source="models",host="{NODE}"}}'):
+        if line.startswith(f'{DRIFT_METRIC}{{source="models",host="{NODE}"}}'):
             count = int(line.rsplit(" ", 1)[1])
         if line.startswith('tritonops_drift_check_success{source="models"}'):
             success = int(line.rsplit(" ", 1)[1])

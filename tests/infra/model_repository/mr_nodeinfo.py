@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
@@ -82,3 +83,14 @@ def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True)
     if check:
         assert out.rc == 0, out.stderr
     return json.loads(out.stdout or "null")
+
+
+def run_agent(host: Any, *args: str) -> Any:
+    """Run the release agent (the zipapp the role pushes, built from this checkout) on the node with its
+    own python3, in a temporary folder removed afterwards; the arguments are shell-quoted."""
+    from infra.agent.bundle import build_bytes
+
+    b64 = base64.b64encode(build_bytes()).decode()
+    cmd = " ".join(shlex.quote(a) for a in args)
+    return host.run(f'd=$(mktemp -d) && echo {b64} | base64 -d > "$d/agent.pyz" && python3 "$d/agent.pyz" {cmd}; '
+                    'rc=$?; rm -rf "$d"; exit $rc')

@@ -11,19 +11,16 @@ Variables (admin secret, paths, the source folder) come from the Ansible invento
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mr_nodeinfo import node_address, node_vars, repository_api
+from mr_nodeinfo import node_address, node_vars, repository_api, run_agent
 
+from infra.agent import manifest
+from infra.agent.manifest import MANIFEST_FILE
+from infra.agent.releases import STATE_FILE, check_release_id
 from infra.model_repo import release as rel
-from infra.model_repo.manifest import MANIFEST_FILE
-from infra.model_repo.manifest import build as build_manifest
-
-# The helper without its __main__ block, run on the node with its own python3.
-HELPER = Path(rel.__file__).read_text().replace('if __name__ == "__main__":', 'if False:')
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +38,20 @@ def active(host: Any, mr: dict[str, Any]) -> str:
 
 
 def test_link_points_at_a_release(active: str, mr: dict[str, Any]) -> None:
-    assert rel.check_release_id(active) == active
+    assert check_release_id(active) == active
 
 
 def test_active_release_is_marked_current(host: Any, active: str, mr: dict[str, Any]) -> None:
-    state = json.loads(host.file(f"{mr['releases']}/{rel.STATE_FILE}").content_string)
+    state = json.loads(host.file(f"{mr['releases']}/{STATE_FILE}").content_string)
     assert state["current"] == active
     assert state["history"][-1]["release"] == active
 
 
 def test_release_matches_its_manifest_on_the_node(host: Any, active: str, mr: dict[str, Any]) -> None:
-    code = HELPER + f"\nsys.exit(main(['verify', {mr['releases'] + '/' + active!r}]))\n"
-    out = host.run("python3 -c " + shlex.quote(code))
+    out = run_agent(host, "verify", f"{mr['releases']}/{active}")
     assert out.rc == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["files"] == len(json.loads(
+        host.file(f"{mr['releases']}/{active}/{MANIFEST_FILE}").content_string)["files"])
 
 
 def test_release_is_the_source_repository(host: Any, active: str, mr: dict[str, Any]) -> None:
@@ -64,7 +62,7 @@ def test_release_is_the_source_repository(host: Any, active: str, mr: dict[str, 
     if not mr["source"]:
         pytest.skip("model_repository_local_path is not set for this host")
     on_node = json.loads(host.file(f"{mr['releases']}/{active}/{MANIFEST_FILE}").content_string)["files"]
-    assert on_node == build_manifest(Path(mr["source"])).files
+    assert on_node == manifest.tree_files(Path(mr["source"]))
 
 
 @pytest.mark.parametrize(("path", "mode"), [("releases", 0o750), ("release", 0o750), ("config", 0o640)])
@@ -81,7 +79,7 @@ def test_service_user_cannot_write_the_release(host: Any, active: str, mr: dict[
 
 
 def test_releases_kept(host: Any, mr: dict[str, Any]) -> None:
-    names = [n for n in host.file(mr["releases"]).listdir() if not n.startswith(".") and n != rel.STATE_FILE]
+    names = [n for n in host.file(mr["releases"]).listdir() if not n.startswith(".") and n != STATE_FILE]
     assert 1 <= len(names) <= mr["keep"], names
 
 

@@ -9,7 +9,9 @@ model_repository role (ansible-playbook) against the same node:
 2. a release whose mlp raises in ``initialize``: the load fails, the play fails naming the model,
    the node is rolled back and still serves the previous release, zero failed requests;
 3. a release whose mlp answers wrongly: it loads, the golden gate fails, the node is rolled back to
-   the previous release (the old answers again), zero failed requests.
+   the previous release (the old answers again), zero failed requests;
+4. other content under the release id the node serves: the agent refuses to install it, the play
+   fails naming the release folder before anything is switched.
 
 It needs a node where the role has converged: molecule's verify step provides one (the inventory in
 MOLECULE_INVENTORY_FILE), or give one with ``--hosts=ansible://NODE --ansible-inventory=INVENTORY``.
@@ -32,6 +34,8 @@ import pytest
 import tritonclient.http as httpclient
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
 
+from infra.agent.manifest import MANIFEST_FILE
+from infra.agent.releases import STATE_FILE
 from infra.model_repo import release as rel
 from infra.model_repo.golden import Golden
 
@@ -96,7 +100,8 @@ def _inventory(config: Any) -> str:
     return str(path.parent if path.is_file() and (path.parent / "group_vars").is_dir() else path)
 
 
-def publish(host: Any, config: Any, repository: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def publish(host: Any, config: Any, repository: Path, tmp: Path,
+            extra: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the model_repository role against the node with ``repository`` as its local source."""
     playbook = tmp / "publish.yml"
     playbook.write_text(
@@ -107,7 +112,8 @@ def publish(host: Any, config: Any, repository: Path, tmp: Path) -> subprocess.C
                ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
     cmd = [str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "ansible-playbook"), str(playbook),
            "-i", _inventory(config), "--limit", host_name(host),
-           "-e", json.dumps({"model_repository_local_path": str(repository), "model_repository_source": "local"})]
+           "-e", json.dumps({"model_repository_local_path": str(repository), "model_repository_source": "local",
+                             **(extra or {})})]
     if not Path(cmd[0]).exists():
         cmd[0] = "ansible-playbook"
     log = tmp / f"publish-{repository.name}.log"
@@ -126,7 +132,7 @@ def publish(host: Any, config: Any, repository: Path, tmp: Path) -> subprocess.C
 def variant(tmp: Path, name: str, base: Path, edit: dict[str, tuple[str, str]]) -> Path:
     """A copy of ``base`` with text replacements per file (each replacement must apply)."""
     out = tmp / name
-    shutil.copytree(base, out, ignore=shutil.ignore_patterns("__pycache__", rel.MANIFEST_FILE))
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns("__pycache__", MANIFEST_FILE))
     for rel_path, (old, new) in edit.items():
         f = out / rel_path
         text = f.read_text()
@@ -138,7 +144,7 @@ def variant(tmp: Path, name: str, base: Path, edit: dict[str, tuple[str, str]]) 
 def state(host: Any, mr: dict[str, Any]) -> tuple[str, str]:
     """(release the symlink points at, release marked current)."""
     active = Path(host.file(mr["link"]).linked_to).name
-    current = json.loads(host.file(f"{mr['releases']}/{rel.STATE_FILE}").content_string)["current"]
+    current = json.loads(host.file(f"{mr['releases']}/{STATE_FILE}").content_string)["current"]
     return active, current
 
 
@@ -217,6 +223,18 @@ def test_rollout_under_load(host: Any, mr: dict[str, Any], url: str, request: py
         assert state(host, mr) == (v2, v2)
         assert mlp_instances(host, mr) == 2
         assert rel.golden(f"http://{url}", good, timeout=30)["ok"], f"{name}: v2 no longer answers as before"
+
+    # 4. other content under v2's release id (staged by another controller, its own cache): the node's agent
+    #    refuses the install, the play fails naming the release folder, nothing is switched
+    reused = variant(tmp, "reused-id", good, {"mlp/golden.json": ("{", "{ ")})
+    res = publish(host, request.config, reused, tmp, {"model_repository_version": v2,
+                                                       "model_repository_controller_cache": str(tmp / "other")})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert f"{mr['releases']}/{v2}" in out and "already installed with other content" in out, out[-6000:]
+    assert "Point the model repository at the release" not in out, out[-6000:]
+    assert state(host, mr) == (v2, v2)
+    assert rel.golden(f"http://{url}", good, timeout=30)["ok"]
 
 
 def test_outputs_unchanged_after_rollbacks(url: str) -> None:

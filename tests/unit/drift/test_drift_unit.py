@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -11,8 +12,13 @@ import kubernetes_validate
 import pytest
 from typer.testing import CliRunner
 
+from infra.agent import bundle, manifest
+from infra.agent import drift as agent_drift
+from infra.agent import releases as agent_releases
+from infra.agent.manifest import ReleaseError
+from infra.agent.triton import SECRET_ENV
 from infra.cli import app
-from infra.drift import ansible_check, models, node_check, pulumi_check
+from infra.drift import ansible_check, models, pulumi_check
 from infra.drift.report import (
     EXIT_CLEAN,
     EXIT_DRIFT,
@@ -25,6 +31,7 @@ from infra.drift.report import (
     write_textfile,
 )
 from infra.k8s import drift as k8s_drift
+from infra.k8s import triton as k8s_triton
 from infra.k8s.config import TritonStackConfig, load_stack_config
 from infra.model_repo import release as rel
 from infra.observability.metrics import DRIFT_METRIC
@@ -123,14 +130,13 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _index(release: dict[str, Any], drop: str = "") -> list[dict[str, Any]]:
-    want = node_check.expected_versions(rel.read_manifest(Path(release["path"])),
-                                        node_check.release_configs(Path(release["path"]),
-                                                                   rel.read_manifest(Path(release["path"]))))
+    files = manifest.read(Path(release["path"]))
+    want = agent_drift.expected_versions(files, agent_drift.release_configs(Path(release["path"]), files))
     return [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs if m != drop]
 
 
 def _node(release: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    files = rel.read_manifest(Path(release["path"]))
+    files = manifest.read(Path(release["path"]))
     base = {"active": release["release"], "current": release["release"], "manifest": dict(files),
             "files": dict(files), "index": _index(release), "index_error": None}
     return base | kw
@@ -141,14 +147,14 @@ def test_clean_node_has_no_findings(staged: dict[str, Any]) -> None:
 
 
 def test_expected_versions_of_the_sample(staged: dict[str, Any]) -> None:
-    files = rel.read_manifest(Path(staged["path"]))
-    want = node_check.expected_versions(files, node_check.release_configs(Path(staged["path"]), files))
+    files = manifest.read(Path(staged["path"]))
+    want = agent_drift.expected_versions(files, agent_drift.release_configs(Path(staged["path"]), files))
     assert set(want) == set(staged["models"])
     assert all(v == ["1"] for v in want.values())
 
 
 def test_changed_deleted_added_files_and_unloaded_model(staged: dict[str, Any]) -> None:
-    files = dict(rel.read_manifest(Path(staged["path"])))
+    files = dict(manifest.read(Path(staged["path"])))
     changed = "mlp/config.pbtxt"
     deleted = next(k for k in sorted(files) if k.startswith("preprocess/"))
     files[changed] = "0" * 64
@@ -182,18 +188,18 @@ def test_extra_ready_model_is_drift(staged: dict[str, Any]) -> None:
 
 def test_expect_without_versions_accepts_any_ready_version() -> None:
     index = [{"name": "a", "version": "3", "state": "READY"}, {"name": "b", "version": "1", "state": "UNAVAILABLE"}]
-    found = node_check.compare({}, {}, {"a": [], "b": []}, index, None)
+    found = agent_drift.compare({}, {}, {"a": [], "b": []}, index, None)
     assert found == [{"resource": "model:b", "detail": "version any not READY (UNAVAILABLE)"}]
 
 
 def test_probe_reads_a_release_folder(staged: dict[str, Any], tmp_path: Path) -> None:
     releases = tmp_path / "releases"
     shutil.copytree(staged["path"], releases / staged["release"])
-    (releases / rel.STATE_FILE).write_text(json.dumps({"current": staged["release"], "history": []}))
+    (releases / agent_releases.STATE_FILE).write_text(json.dumps({"current": staged["release"], "history": []}))
     (tmp_path / "models").symlink_to(releases / staged["release"])
-    out = node_check.probe(tmp_path / "models", releases, "http://127.0.0.1:9", "h", "")
+    out = agent_drift.probe(tmp_path / "models", releases, "http://127.0.0.1:9", "h", "")
     assert out["active"] == out["current"] == staged["release"]
-    assert out["files"] == out["manifest"] == rel.read_manifest(Path(staged["path"]))
+    assert out["files"] == out["manifest"] == manifest.read(Path(staged["path"]))
     assert out["index"] is None and "127.0.0.1:9" in out["index_error"]
 
 
@@ -302,21 +308,30 @@ def test_cron_job_checks_the_desired_models() -> None:
     assert expected == sorted(m.name for m in svc.models)
     assert cmd[cmd.index("--url") + 1] == f"http://triton-{svc.name}.{cfg.namespace}.svc:8000"
     env = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"][0]
-    assert env["name"] == node_check.SECRET_ENV
+    assert env["name"] == SECRET_ENV
     assert env["valueFrom"]["secretKeyRef"]["name"] == cfg.admin_api.secret_name
 
 
-@pytest.mark.parametrize("build", [k8s_drift.cron_job, k8s_drift.script_config_map])
-def test_drift_objects_are_valid_kubernetes(build: Any) -> None:
+def test_drift_objects_are_valid_kubernetes() -> None:
     cfg = _triton_cfg()
-    kubernetes_validate.validate(build(cfg, cfg.model_services[0]), kubernetes_validate.latest_version(),
-                                 strict=True)
+    for obj in [*k8s_drift.drift_objects(cfg, cfg.model_services[0]), k8s_triton.agent_config_map(cfg)]:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
 
 
-def test_cron_job_script_is_node_check() -> None:
+def test_cron_job_runs_the_agents_check_from_its_config_map() -> None:
+    """The CronJob runs the agent's ``check`` (the code the nodes' timer runs), mounted from the ConfigMap
+    that holds exactly the zipapp ``infra.agent.bundle`` builds."""
     cfg = _triton_cfg()
-    cm = k8s_drift.script_config_map(cfg, cfg.model_services[0])
-    assert cm["data"][k8s_drift.SCRIPT_KEY] == Path(node_check.__file__).read_text()
+    pod = k8s_drift.cron_job(cfg, cfg.model_services[0])["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    cmd = pod["containers"][0]["command"]
+    assert cmd[:3] == ["python3", k8s_triton.AGENT_PATH, "check"]
+    mount = pod["containers"][0]["volumeMounts"][0]
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert Path(mount["mountPath"]) / volume["configMap"]["items"][0]["path"] == Path(cmd[1])
+    cm = k8s_triton.agent_config_map(cfg)
+    assert cm["metadata"]["name"] == volume["configMap"]["name"]
+    key = volume["configMap"]["items"][0]["key"]
+    assert base64.b64decode(cm["binaryData"][key]) == bundle.build_bytes()
 
 
 # --- converging repairs a release whose files drifted on the node ----------------------------------
@@ -327,15 +342,15 @@ def test_install_repairs_a_tampered_release_from_a_verified_push(staged: dict[st
     shutil.copytree(staged["path"], dest)
     (dest / "preprocess" / "1" / "model.py").write_text("# tampered\n")
     (dest / "postprocess" / "golden.json").unlink()
-    with pytest.raises(rel.ReleaseError):  # no push to repair from: the damage is reported, nothing moves
-        rel.install(releases, releases / f".staging-{staged['release']}", staged["release"])
+    with pytest.raises(ReleaseError):  # no push to repair from: the damage is reported, nothing moves
+        agent_releases.install(releases, releases / f".staging-{staged['release']}", staged["release"])
     staging = releases / f".staging-{staged['release']}"
     shutil.copytree(staged["path"], staging)
-    out = rel.install(releases, staging, staged["release"])
+    out = agent_releases.install(releases, staging, staged["release"])
     assert out["changed"] and out["repaired"]
-    assert rel.verify(dest) == rel.read_manifest(Path(staged["path"]))
+    assert manifest.verify(dest) == manifest.read(Path(staged["path"]))
     assert sorted(p.name for p in releases.iterdir()) == [staged["release"]]
-    assert rel.install(releases, staging, staged["release"])["changed"] is False
+    assert agent_releases.install(releases, staging, staged["release"])["changed"] is False
 
 
 def test_pulumi_events_become_findings_and_unchanged_resources_do_not() -> None:
