@@ -204,6 +204,20 @@ class TrustedKeys(_Cfg):
     keys: list[str] = Field(default=["release.pub"], min_length=1)
 
 
+class CanaryConfig(_Cfg):
+    """A canary of a pull-mode model service: a second Deployment following another channel.
+
+    ``weight`` percent of the routed requests (ingress-nginx canary Ingress or Gateway API
+    backendRef weights) go to the canary's ``replicas`` pods, the rest to the stable Deployment.
+    ``tritonops release promote CANARY STABLE --prometheus URL`` moves stable to the canary's
+    release once the canary's failure ratio and p95 are no worse than stable's.
+    """
+
+    channel: str
+    weight: int = Field(ge=1, le=99)  # percent of routed traffic
+    replicas: int = Field(default=1, ge=1)  # fixed: the canary is not autoscaled
+
+
 class ReleaseSource(_Cfg):
     """Pull mode: the release agent keeps the pods of a model service on a channel of a release store.
 
@@ -229,6 +243,7 @@ class ReleaseSource(_Cfg):
     volume_size: str = "20Gi"  # emptyDir holding the releases the pod keeps (the active one and 2 more)
     agent_cpu: str = "100m"  # requests of the init container and the sidecar
     agent_memory: str = "256Mi"  # requests = limits
+    canary: CanaryConfig | None = None
 
 
 class MemoryConfig(_Cfg):
@@ -506,11 +521,36 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             "podSecurity: privileged for the namespace (warn and audit stay restricted) or drop nodeCache",
             source,
         )
+    if rel.canary is not None:
+        _check_canary(cfg, rel, (*loc, "canary"), source)
     if svc.model_control_mode != "explicit":
         raise ConfigError(
             _key("triton", (*loc[:-1], "modelControlMode")),
             f"{svc.model_control_mode!r}: with release the agent loads models through Triton's repository API, "
             "which needs explicit",
+            source,
+        )
+
+
+def _check_canary(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
+    canary = rel.canary
+    assert canary is not None
+    try:
+        channel_key(canary.channel)
+    except ReleaseError as exc:
+        raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    if canary.channel == rel.channel:
+        raise ConfigError(
+            _key("triton", (*loc, "channel")),
+            f"{canary.channel!r} is the stable channel too: a canary follows another channel "
+            "(e.g. canary; `tritonops release promote` later moves stable to its release)",
+            source,
+        )
+    if cfg.ingress.mode == "none":
+        raise ConfigError(
+            _key("triton", (*loc, "weight")),
+            "the router applies a canary's weight: set ingress.mode to ingress (ingress-nginx canary "
+            "Ingress) or gateway (HTTPRoute/GRPCRoute backend weights)",
             source,
         )
 

@@ -15,6 +15,19 @@ zipapp in the ``tritonops-agent`` ConfigMap) in the Triton image, so no other im
                                       gate, rollback; /metrics (tritonops_release_*) and /ready
 
 :func:`release_agent_args` is the agent's argv, once, for the pod and for tests that run it.
+
+Canary (``release.canary``): a second Deployment ``triton-<svc>-canary`` runs the same pod on the
+canary channel, with ``canary.replicas`` pods, behind its own Service. Every server pod carries
+the label ``track`` (``stable`` or ``canary``, Kubernetes' own canary convention); each
+Deployment, its Service and the PodDisruptionBudget select one track, so neither Deployment adopts
+the other's pods and the stable Service never sends to a canary pod. The router splits the
+requests: ingress-nginx canary Ingresses (``canary-weight``) or Gateway API backendRef weights. The
+NetworkPolicy and the ServiceMonitor cover both tracks; the ServiceMonitor copies ``track`` onto
+every series (podTargetLabels), which the ``model_track:*`` recording rules compare.
+
+The stable Deployment's selector includes ``track: stable`` whether or not a canary is configured,
+so adding or removing a canary never touches the stable Deployment's selector (immutable in
+Kubernetes). A Deployment created before tracks existed is replaced once when it gains the label.
 """
 
 from __future__ import annotations
@@ -30,9 +43,10 @@ from typing import Any
 from infra.agent.bundle import build_bytes
 from infra.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
 from infra.k8s.budget import ServiceBudget, service_budget, triton_memory_args
-from infra.k8s.config import ModelService, TritonStackConfig
+from infra.k8s.config import CanaryConfig, ModelService, TritonStackConfig
 from infra.observability.dashboards import dashboards
 from infra.observability.keda import ScalingPolicy, prometheus_trigger
+from infra.observability.metrics import CANARY, STABLE, TRACK
 from infra.observability.rules import RuleSettings, rule_groups
 from infra.triton.admin import RESTRICTED, client_headers
 
@@ -47,6 +61,13 @@ PRIORITY_CLASS = "triton-serving"
 TRITON_UID = 1000  # triton-server user of the NGC image
 MODEL_DIR = "/models"
 ADMIN_ENV = "TRITON_ADMIN_KEY"
+TRACK_LABEL = TRACK  # pod label: stable | canary (Prometheus gets it through podTargetLabels)
+TRACKS = (STABLE, CANARY)
+# Request-duration summaries (p95 per model and track, for the canary gate). Always on, canary or
+# not: the cost is a summary update per request stage and ~35 series per model and pod (no throughput
+# difference beyond run-to-run noise measured on the wheel's CPU tritonserver with a 0.5 ms model),
+# and a flag that followed the canary would restart every stable pod when a canary comes or goes.
+SUMMARY_LATENCIES_ARG = "--metrics-config=summary_latencies=true"
 
 # --- the release agent ---------------------------------------------------------------------------
 AGENT_CONFIG_MAP = "tritonops-agent"  # one per namespace: the pods' agent and the drift CronJobs
@@ -78,7 +99,32 @@ def name_of(svc: ModelService) -> str:
     return f"triton-{svc.name}"
 
 
-def labels(cfg: TritonStackConfig, svc: ModelService | None = None) -> dict[str, str]:
+def track_name(svc: ModelService, track: str = STABLE) -> str:
+    """The Deployment and Service of one track: ``triton-<svc>`` (stable), ``triton-<svc>-canary``."""
+    _check_track(svc, track)
+    return name_of(svc) if track == STABLE else f"{name_of(svc)}-{track}"
+
+
+def _check_track(svc: ModelService, track: str) -> None:
+    if track not in TRACKS:
+        raise ValueError(f"track: {track!r} is not one of {', '.join(TRACKS)}")
+    if track == CANARY:
+        _canary(svc)
+
+
+def canary_of(svc: ModelService) -> CanaryConfig | None:
+    """The service's ``release.canary``, or None."""
+    return svc.release.canary if svc.release is not None else None
+
+
+def _canary(svc: ModelService) -> CanaryConfig:
+    canary = canary_of(svc)
+    if canary is None:
+        raise ValueError(f"track: model service {svc.name!r} has no release.canary")
+    return canary
+
+
+def labels(cfg: TritonStackConfig, svc: ModelService | None = None, track: str | None = None) -> dict[str, str]:
     out = {
         "app.kubernetes.io/part-of": "tritonops",
         "app.kubernetes.io/managed-by": "tritonops",
@@ -86,6 +132,8 @@ def labels(cfg: TritonStackConfig, svc: ModelService | None = None) -> dict[str,
     }
     if svc is not None:
         out |= selector(svc) | {"app.kubernetes.io/version": svc.image.rsplit(":", 1)[1]}
+    if track is not None:
+        out[TRACK_LABEL] = track
     return out
 
 
@@ -98,8 +146,15 @@ def selector(svc: ModelService) -> dict[str, str]:
     }
 
 
-def _meta(name: str, cfg: TritonStackConfig, svc: ModelService | None = None, **extra: Any) -> Obj:
-    return {"name": name, "namespace": cfg.namespace, "labels": labels(cfg, svc), **extra}
+def track_selector(svc: ModelService, track: str = STABLE) -> dict[str, str]:
+    """The server pods of one track: what a Deployment, its Service and the PDB select."""
+    return selector(svc) | {TRACK_LABEL: track}
+
+
+def _meta(
+    name: str, cfg: TritonStackConfig, svc: ModelService | None = None, track: str | None = None, **extra: Any
+) -> Obj:
+    return {"name": name, "namespace": cfg.namespace, "labels": labels(cfg, svc, track), **extra}
 
 
 # --- the Triton container ------------------------------------------------------------------------
@@ -135,6 +190,7 @@ def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget
         "--allow-metrics=true",
         "--allow-gpu-metrics=true",
         "--allow-cpu-metrics=true",
+        SUMMARY_LATENCIES_ARG,
         f"--http-restricted-api={RESTRICTED}:{header}",
         f"--grpc-restricted-protocol={RESTRICTED}:{header}",
         "--exit-timeout-secs=30",
@@ -300,7 +356,15 @@ def _trusted_key_paths(svc: ModelService) -> list[str]:
     return [f"{TRUSTED_KEYS_DIR}/{k}" for k in svc.release.trusted_keys.keys]
 
 
-def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str) -> list[str]:
+def _channel(svc: ModelService, track: str) -> str:
+    """The release channel the pods of ``track`` follow."""
+    rel = svc.release
+    assert rel is not None
+    _check_track(svc, track)
+    return _canary(svc).channel if track == CANARY else rel.channel
+
+
+def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str, track: str = STABLE) -> list[str]:
     rel = svc.release
     assert rel is not None
     pull = command == "pull"
@@ -310,7 +374,7 @@ def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str) -> list
         *release_agent_args(
             command,
             rel.store,
-            rel.channel,
+            _channel(svc, track),
             RELEASE_LINK,
             RELEASES_DIR,
             _trusted_key_paths(svc),
@@ -357,14 +421,14 @@ def _agent_mounts(svc: ModelService) -> list[Obj]:
     return mounts
 
 
-def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str) -> Obj:
+def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str, track: str = STABLE) -> Obj:
     rel = svc.release
     assert rel is not None
     return {
         "name": "release-sync" if command == "sync" else "release-agent",
         "image": svc.image,  # the Triton image has python3 and openssl: nothing more to pull
         "imagePullPolicy": "IfNotPresent",
-        "command": _agent_args(cfg, svc, command),
+        "command": _agent_args(cfg, svc, command, track),
         "env": _agent_env(cfg, svc, admin=command == "pull"),
         "resources": {
             "requests": {"cpu": rel.agent_cpu, "memory": rel.agent_memory},
@@ -375,26 +439,26 @@ def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str) ->
     }
 
 
-def release_sync_container(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+def release_sync_container(cfg: TritonStackConfig, svc: ModelService, track: str = STABLE) -> Obj:
     """Init container: the channel's current release, verified, in place before Triton starts."""
-    return _agent_container(cfg, svc, "sync")
+    return _agent_container(cfg, svc, "sync", track)
 
 
-def release_agent_container(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+def release_agent_container(cfg: TritonStackConfig, svc: ModelService, track: str = STABLE) -> Obj:
     """Sidecar: keeps the pod on its channel; metrics and /ready on the agent-metrics port.
 
-    /ready answers 200 once the pod serves a gated release. While a new release is switched it
-    answers 503 until the release is marked or rolled back (the old models keep serving): the
-    failure threshold outlasts the agent's load and golden timeouts, so a switch does not take the
-    pod out of its Service, while a pod that never reaches a gated release never becomes ready.
+    /ready answers 200 once the pod serves a gated release, and keeps answering 200 while the next
+    release is switched in (the gated models serve until the new ones pass): a rollout across the
+    replicas never takes them out of their Service together, and a pod that never reaches a gated
+    release never becomes ready.
     """
-    c = _agent_container(cfg, svc, "pull")
+    c = _agent_container(cfg, svc, "pull", track)
     c["ports"] = [{"name": AGENT_PORT_NAME, "containerPort": AGENT_PORT, "protocol": "TCP"}]
     c["readinessProbe"] = {
         "httpGet": {"path": "/ready", "port": AGENT_PORT_NAME},
         "periodSeconds": AGENT_PROBE_PERIOD_S,
         "timeoutSeconds": 3,
-        "failureThreshold": (AGENT_LOAD_TIMEOUT_S + AGENT_GOLDEN_TIMEOUT_S) // AGENT_PROBE_PERIOD_S + 3,
+        "failureThreshold": 3,
     }
     return c
 
@@ -434,8 +498,8 @@ def service_account(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     }
 
 
-def _affinity(svc: ModelService) -> Obj:
-    term = {"labelSelector": {"matchLabels": selector(svc)}, "topologyKey": "kubernetes.io/hostname"}
+def _affinity(svc: ModelService, track: str = STABLE) -> Obj:
+    term = {"labelSelector": {"matchLabels": track_selector(svc, track)}, "topologyKey": "kubernetes.io/hostname"}
     if svc.spread:
         return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     return {
@@ -445,20 +509,20 @@ def _affinity(svc: ModelService) -> Obj:
     }
 
 
-def _spread(svc: ModelService) -> list[Obj]:
+def _spread(svc: ModelService, track: str = STABLE) -> list[Obj]:
     hard = "DoNotSchedule" if svc.spread else "ScheduleAnyway"
     return [
         {
             "maxSkew": 1,
             "topologyKey": "topology.kubernetes.io/zone",
             "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": selector(svc)},
+            "labelSelector": {"matchLabels": track_selector(svc, track)},
         },
         {
             "maxSkew": 1,
             "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": hard,
-            "labelSelector": {"matchLabels": selector(svc)},
+            "labelSelector": {"matchLabels": track_selector(svc, track)},
         },
     ]
 
@@ -475,7 +539,12 @@ def rollout_strategy(svc: ModelService) -> Obj:
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
-def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget | None = None) -> Obj:
+def deployment(
+    cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget | None = None, track: str = STABLE
+) -> Obj:
+    """The server pods of one track: stable (``svc.replicas``, autoscaled) or canary (fixed replicas,
+    on ``release.canary.channel``); the same pod otherwise."""
+    _check_track(svc, track)
     budget = budget or service_budget(svc, cfg)
     res = svc.resources
     volumes: list[Obj] = [
@@ -495,19 +564,19 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
     release: Obj = {}
     if svc.release is not None:
         volumes += release_volumes(svc)
-        containers.append(release_agent_container(cfg, svc))
-        release["initContainers"] = [release_sync_container(cfg, svc)]
+        containers.append(release_agent_container(cfg, svc, track))
+        release["initContainers"] = [release_sync_container(cfg, svc, track)]
         # A new agent rolls the pods: a running agent never sees its zipapp replaced under it.
         pod_annotations[AGENT_SHA_ANNOTATION] = agent_bundle()[1]
-    pod_labels = labels(cfg, svc)
+    pod_labels = labels(cfg, svc, track)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(name_of(svc), cfg, svc),
+        "metadata": _meta(track_name(svc, track), cfg, svc, track),
         "spec": {
-            "replicas": svc.replicas,
+            "replicas": _canary(svc).replicas if track == CANARY else svc.replicas,
             "revisionHistoryLimit": 5,
-            "selector": {"matchLabels": selector(svc)},
+            "selector": {"matchLabels": track_selector(svc, track)},
             "strategy": rollout_strategy(svc),
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": pod_annotations},
@@ -526,8 +595,8 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
                     },
                     "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                    "affinity": _affinity(svc),
-                    "topologySpreadConstraints": _spread(svc),
+                    "affinity": _affinity(svc, track),
+                    "topologySpreadConstraints": _spread(svc, track),
                     **release,
                     "containers": containers,
                     "volumes": volumes,
@@ -537,8 +606,11 @@ def deployment(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget 
     }
 
 
-def service(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    meta = _meta(name_of(svc), cfg, svc)
+def service(cfg: TritonStackConfig, svc: ModelService, track: str = STABLE) -> Obj:
+    """The pods of one track. ``triton-<svc>`` (stable) is what in-cluster clients, the drift check
+    and the routes call; ``triton-<svc>-canary`` receives the canary's weight from the router."""
+    _check_track(svc, track)
+    meta = _meta(track_name(svc, track), cfg, svc, track)
     meta["labels"] = {**meta["labels"], JOB_LABEL: SCRAPE_JOB}
     return {
         "apiVersion": "v1",
@@ -546,7 +618,7 @@ def service(cfg: TritonStackConfig, svc: ModelService) -> Obj:
         "metadata": meta,
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(svc),
+            "selector": track_selector(svc, track),
             "ports": [
                 {
                     "name": "http",
@@ -588,7 +660,10 @@ def service(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 
 def pod_disruption_budget(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    spec: Obj = {"selector": {"matchLabels": selector(svc)}}
+    """The stable pods only. A canary is a small, fixed, short-lived slice of a service: a budget on it
+    would hold up node drains for pods whose loss costs at most its weight's share of the routed
+    requests until the Deployment replaces them (the ScaledObject, likewise, scales stable only)."""
+    spec: Obj = {"selector": {"matchLabels": track_selector(svc, STABLE)}}
     if svc.pdb_min_available is not None:
         spec["minAvailable"] = svc.pdb_min_available
     else:
@@ -610,6 +685,7 @@ def _metrics_ports(svc: ModelService) -> list[int]:
 
 
 def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """Every server pod of the service, both tracks: inference from the callers, metrics from Prometheus."""
     callers = {cfg.namespace, *cfg.allowed_namespaces}
     if cfg.ingress.mode == "ingress":
         callers.add(cfg.ingress.controller_namespace)
@@ -644,7 +720,11 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
 
 
 def service_monitor(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    """Triton's metrics, and with a release source the agent's (tritonops_release_*), as job "triton"."""
+    """Triton's metrics, and with a release source the agent's (tritonops_release_*), as job "triton".
+
+    It selects both tracks' Services and copies the pods' ``track`` label onto their series
+    (podTargetLabels): the canary gate compares ``track="canary"`` with ``track="stable"``.
+    """
     endpoints: list[Obj] = [{"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}]
     if svc.release is not None:
         endpoints.append({"port": AGENT_PORT_NAME, "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"})
@@ -656,6 +736,7 @@ def service_monitor(cfg: TritonStackConfig, svc: ModelService) -> Obj:
             "jobLabel": JOB_LABEL,
             "selector": {"matchLabels": selector(svc)},
             "namespaceSelector": {"matchNames": [cfg.namespace]},
+            "podTargetLabels": [TRACK_LABEL],
             "endpoints": endpoints,
         },
     }
@@ -717,50 +798,61 @@ def _hosts(cfg: TritonStackConfig, svc: ModelService) -> tuple[str, str]:
     return http, f"grpc-{http}"
 
 
+CANARY_ANNOTATION = "nginx.ingress.kubernetes.io/canary"
+CANARY_WEIGHT_ANNOTATION = "nginx.ingress.kubernetes.io/canary-weight"
+
+
 def ingresses(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """Two ingress-nginx Ingresses: HTTP/REST, and gRPC (backend-protocol GRPC, needs TLS for HTTP/2)."""
+    """ingress-nginx Ingresses: HTTP/REST, and gRPC (backend-protocol GRPC, needs TLS for HTTP/2).
+
+    With a canary, each gets a twin on the same host and path marked ``canary: "true"`` with
+    ``canary-weight``: ingress-nginx sends that percentage of the host's requests to the canary's
+    Service and the rest to the main Ingress's (stable) Service.
+    """
     http_host, grpc_host = _hosts(cfg, svc)
+    tracks = [STABLE, CANARY] if canary_of(svc) is not None else [STABLE]
     out = []
-    for kind, host, port, proto in (("http", http_host, "http", "HTTP"), ("grpc", grpc_host, "grpc", "GRPC")):
-        spec: Obj = {
-            "ingressClassName": cfg.ingress.class_name,
-            "rules": [
-                {
-                    "host": host,
-                    "http": {
-                        "paths": [
-                            {
-                                "path": "/",
-                                "pathType": "Prefix",
-                                "backend": {"service": {"name": name_of(svc), "port": {"name": port}}},
-                            }
-                        ]
-                    },
-                }
-            ],
-        }
-        if cfg.ingress.tls_secret:
-            spec["tls"] = [{"hosts": [host], "secretName": cfg.ingress.tls_secret}]
-        out.append(
-            {
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "Ingress",
-                "metadata": _meta(
-                    f"{name_of(svc)}-{kind}",
-                    cfg,
-                    svc,
-                    annotations={
-                        "nginx.ingress.kubernetes.io/backend-protocol": proto,
-                        "nginx.ingress.kubernetes.io/proxy-body-size": "64m",
-                    },
-                ),
-                "spec": spec,
+    for track in tracks:
+        for kind, host, port, proto in (("http", http_host, "http", "HTTP"), ("grpc", grpc_host, "grpc", "GRPC")):
+            backend = {"service": {"name": track_name(svc, track), "port": {"name": port}}}
+            spec: Obj = {
+                "ingressClassName": cfg.ingress.class_name,
+                "rules": [
+                    {"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}
+                ],
             }
-        )
+            if cfg.ingress.tls_secret:
+                spec["tls"] = [{"hosts": [host], "secretName": cfg.ingress.tls_secret}]
+            annotations = {
+                "nginx.ingress.kubernetes.io/backend-protocol": proto,
+                "nginx.ingress.kubernetes.io/proxy-body-size": "64m",
+            }
+            if track == CANARY:
+                annotations |= {CANARY_ANNOTATION: "true", CANARY_WEIGHT_ANNOTATION: str(_canary(svc).weight)}
+            out.append(
+                {
+                    "apiVersion": "networking.k8s.io/v1",
+                    "kind": "Ingress",
+                    "metadata": _meta(f"{track_name(svc, track)}-{kind}", cfg, svc, annotations=annotations),
+                    "spec": spec,
+                }
+            )
     return out
 
 
+def _backend_refs(svc: ModelService, port: int) -> list[Obj]:
+    """One backendRef to the stable Service; with a canary, weights (percent) on both Services."""
+    canary = canary_of(svc)
+    if canary is None:
+        return [{"name": name_of(svc), "port": port}]
+    return [
+        {"name": track_name(svc, STABLE), "port": port, "weight": 100 - canary.weight},
+        {"name": track_name(svc, CANARY), "port": port, "weight": canary.weight},
+    ]
+
+
 def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
+    """An HTTPRoute and a GRPCRoute; with a canary their backendRefs split the requests by weight."""
     http_host, grpc_host = _hosts(cfg, svc)
     parent = {
         "name": cfg.ingress.gateway_name,
@@ -774,7 +866,7 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
             "spec": {
                 "parentRefs": [parent],
                 "hostnames": [http_host],
-                "rules": [{"backendRefs": [{"name": name_of(svc), "port": HTTP_PORT}]}],
+                "rules": [{"backendRefs": _backend_refs(svc, HTTP_PORT)}],
             },
         },
         {
@@ -784,7 +876,7 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
             "spec": {
                 "parentRefs": [parent],
                 "hostnames": [grpc_host],
-                "rules": [{"backendRefs": [{"name": name_of(svc), "port": GRPC_PORT}]}],
+                "rules": [{"backendRefs": _backend_refs(svc, GRPC_PORT)}],
             },
         },
     ]
@@ -793,10 +885,13 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
 def service_objects(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
     """Everything one model service needs, in apply order."""
     budget = service_budget(svc, cfg)
+    canary = [CANARY] if canary_of(svc) is not None else []
     objs = [
         service_account(cfg, svc),
         deployment(cfg, svc, budget),
+        *[deployment(cfg, svc, budget, track) for track in canary],
         service(cfg, svc),
+        *[service(cfg, svc, track) for track in canary],
         pod_disruption_budget(cfg, svc),
         network_policy(cfg, svc),
         service_monitor(cfg, svc),

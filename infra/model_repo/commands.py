@@ -1,6 +1,7 @@
 """``tritonops release`` (publish, promote, rollback, status, keygen) and ``tritonops agent build``.
 
-Exit codes: 0 done, 1 the operation failed (the message names the file, object or step), 2 usage error.
+Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
+gate refused a promotion (with the figures), 2 usage error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from infra.agent import bundle, signing
 from infra.agent.manifest import ReleaseError
+from infra.model_repo import canary
 from infra.model_repo import publish as pub
 
 release_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -87,11 +89,81 @@ def promote_cmd(
     channel: Annotated[str, typer.Argument(help="The channel to move (e.g. stable)")],
     to: Store,
     s3_endpoint: S3Endpoint = None,
+    prometheus: Annotated[str | None, typer.Option(
+        help="Gate on Prometheus (base URL): move only if the canary's failure ratio and p95 are no worse "
+             "than stable's")] = None,
+    model: Annotated[list[str] | None, typer.Option(
+        help="A model to compare (repeatable; default: every model either track served)")] = None,
+    window: Annotated[str, typer.Option(help="How far back to compare (a Prometheus duration)")] = "10m",
+    max_failure_increase: Annotated[float, typer.Option(
+        help="Canary failure ratio may exceed stable's by this much (absolute, 0.01 = 1 point)")] = 0.01,
+    max_latency_increase: Annotated[float, typer.Option(
+        help="Canary p95 may exceed stable's by this fraction (0.2 = 20%)")] = 0.2,
+    min_requests: Annotated[int, typer.Option(
+        help="Requests each track must have served per model in the window")] = 100,
     as_json: AsJson = False,
 ) -> None:
-    """Point CHANNEL at SOURCE_CHANNEL's release."""
-    _run(lambda: pub.promote(to, source_channel, channel, s3_endpoint), as_json,
-         lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+    """Point CHANNEL at SOURCE_CHANNEL's release; with --prometheus only if the canary is no worse.
+
+    The gate reads the model_track:* recording rules (pods labelled track=stable|canary) and refuses,
+    exit 1 with the figures, when the canary fails more, is slower at p95, or served too few requests.
+    """
+    gate = None
+    if prometheus is not None:
+        try:
+            gate = canary.Gate(prometheus, window, tuple(model or ()), max_failure_increase,
+                               max_latency_increase, min_requests)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    elif model:
+        raise typer.BadParameter("--model needs --prometheus (it selects what the gate compares)")
+    try:
+        out = pub.promote(to, source_channel, channel, s3_endpoint, gate=gate)
+    except canary.PromotionRefused as e:
+        if as_json:
+            typer.echo(json.dumps({**e.report, "channel": channel, "source_channel": source_channel},
+                                  indent=2, sort_keys=True))
+        else:
+            _gate_table(e.report)
+            err_console.print(f"[red]refused:[/] channel [bold]{escape(channel)}[/] not moved to "
+                              f"{escape(source_channel)}'s release (figures above)")
+        raise typer.Exit(1) from None
+    except ReleaseError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    if "gate" in out:
+        _gate_table(out["gate"])
+    console.print(f"channel [bold]{channel}[/] -> {out['release']} (was {out['previous']})")
+
+
+def _fmt(value: float | None, scale: float = 1, spec: str = ".4g", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value * scale:{spec}}{unit}"
+
+
+def _gate_table(report: dict[str, Any]) -> None:
+    """The canary gate's figures: one row per model and track, the verdict on the canary's row."""
+    tol = report["tolerance"]
+    t = Table(title=f"canary vs stable over {escape(report['window'])} ({escape(report['prometheus'])}); "
+                    f"allowed: failure ratio +{tol['max_failure_increase']:.2%}, "
+                    f"p95 x{1 + tol['max_latency_increase']:g}")
+    for col in ("model", "track", "requests", "failure ratio", "mean", "p95", "verdict"):
+        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left")
+    for m in report["models"]:
+        for track in ("stable", "canary"):
+            f = m[track]
+            ok = "[green]ok[/]" if m["ok"] else "[red]refuse[/]"
+            t.add_row(escape(m["model"]), track, _fmt(f["requests"], spec=".0f"),
+                      _fmt(f["failure_ratio"], spec=".2%"), _fmt(f["mean_seconds"], 1e3, ".2f", " ms"),
+                      _fmt(f["p95_seconds"], 1e3, ".2f", " ms"), ok if track == "canary" else "")
+    console.print(t)
+    for m in report["models"]:
+        for reason in m["reasons"]:
+            console.print(f"[red]{escape(m['model'])}[/]: {escape(reason)}", highlight=False)
+    for reason in report.get("reasons", []):
+        console.print(f"[red]{escape(reason)}[/]", highlight=False)
 
 
 @release_app.command("rollback")

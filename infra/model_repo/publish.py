@@ -25,6 +25,7 @@ from infra.agent.manifest import ReleaseError
 from infra.agent.pull import parse_pointer
 from infra.agent.releases import check_release_id
 from infra.agent.store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
+from infra.model_repo import canary
 from infra.model_repo.release import check_repository
 
 HISTORY = 20
@@ -52,7 +53,7 @@ class Writer:
     def exists(self, key: str) -> bool:
         if self.reader.kind == "file":
             return (self.root / key).is_file()
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
@@ -61,6 +62,26 @@ class Writer:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
             raise ReleaseError(f"{self.url}/{key}: {e}") from None
+        except BotoCoreError as e:
+            raise ReleaseError(f"{self.url}/{key}: {e}") from None
+
+    def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
+        """An object's bytes, read with the controller's credentials (boto3's chain for S3)."""
+        if self.reader.kind == "file":
+            return self.reader.get(key, limit=limit) or b""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            data = bytes(body.read(limit + 1))
+        except ClientError as e:
+            missing = e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey")
+            raise ReleaseError(f"{self.url}/{key}: {'not found' if missing else e}") from None
+        except BotoCoreError as e:
+            raise ReleaseError(f"{self.url}/{key}: {e}") from None
+        if len(data) > limit:
+            raise ReleaseError(f"{self.url}/{key}: more than {limit} bytes")
+        return data
 
     def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
         """One object; a folder store writes a temporary file and renames it (atomic for readers)."""
@@ -86,7 +107,7 @@ class Writer:
             raise ReleaseError(f"{self.url}/{key}: upload failed: {e}") from None
 
 
-def read_pointer(store: Store, channel: str) -> dict[str, Any] | None:
+def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
     try:
         raw = store.get(channel_key(channel), limit=POINTER_MAX)
     except ReleaseError as e:
@@ -98,7 +119,7 @@ def read_pointer(store: Store, channel: str) -> dict[str, Any] | None:
 
 def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: str) -> dict[str, Any]:
     """Point ``channel`` at a release (one object written: atomic for readers); keep a history."""
-    old = read_pointer(writer.reader, channel)
+    old = read_pointer(writer, channel)
     if old and old["digest"] == digest and old["release"] == release:
         return {**old, "changed": False}
     history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}] if old else [])
@@ -122,7 +143,7 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path, targe
     writer = Writer(to, s3_endpoint)
     id_key = f"ids/{release}.json"
     if writer.exists(id_key):
-        known = json.loads(writer.reader.get(id_key, limit=POINTER_MAX) or b"{}")
+        known = json.loads(writer.get(id_key) or b"{}")
         if known.get("digest") != digest:
             raise ReleaseError(f"{to}: release id {release!r} was published with other content "
                                f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
@@ -147,20 +168,33 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path, targe
     return out
 
 
-def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None = None) -> dict[str, Any]:
+def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None = None,
+            gate: canary.Gate | None = None) -> dict[str, Any]:
+    """Point ``channel`` at ``source_channel``'s release.
+
+    With ``gate`` (an :class:`infra.model_repo.canary.Gate`) the pointer moves only if Prometheus
+    shows the canary no worse than stable; otherwise :class:`~infra.model_repo.canary.PromotionRefused`
+    (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
+    """
     writer = Writer(to, s3_endpoint)
-    src = read_pointer(writer.reader, source_channel)
+    src = read_pointer(writer, source_channel)
     if src is None:
         raise ReleaseError(f"{to}: channel {source_channel!r} does not exist")
+    report = None
+    if gate is not None:
+        report = canary.check(gate)
     moved = move_pointer(writer, channel, src["release"], src["digest"], f"promote from {source_channel}")
-    return {"channel": channel, "release": src["release"], "digest": src["digest"], "changed": moved["changed"],
-            "previous": moved.get("previous")}
+    out = {"channel": channel, "release": src["release"], "digest": src["digest"], "changed": moved["changed"],
+           "previous": moved.get("previous")}
+    if report is not None:
+        out["gate"] = report
+    return out
 
 
 def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str | None = None) -> dict[str, Any]:
     """Move ``channel`` back: to its previous release, or to ``release`` from its history."""
     writer = Writer(to, s3_endpoint)
-    cur = read_pointer(writer.reader, channel)
+    cur = read_pointer(writer, channel)
     if cur is None:
         raise ReleaseError(f"{to}: channel {channel!r} does not exist")
     earlier = [h for h in cur.get("history", []) if h.get("digest") != cur["digest"]]
@@ -189,7 +223,9 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
     """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
     import urllib.request
 
-    store = Store(to, s3_endpoint=s3_endpoint)
+    reader = Store(to, s3_endpoint=s3_endpoint)
+    # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
+    store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
     out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
     for c in channels:
         p = read_pointer(store, c)

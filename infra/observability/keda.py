@@ -44,7 +44,8 @@ class ScalingPolicy:
 
 def query(model: str | None = None, window: str = "1m") -> str:
     """PromQL for the scaler: pending requests for ``model`` (all models if None), summed over replicas."""
-    selector = f'{{model="{model}"}}' if model else ""
+    # A canary's queue (a slower release under test) must not scale the stable Deployment.
+    selector = f'{{model="{model}",track!="canary"}}' if model else '{track!="canary"}'
     return f"sum(avg_over_time({PENDING}{selector}[{window}]))"
 
 

@@ -6,6 +6,15 @@
 ``runbook`` annotations and a ``severity`` label.
 
 Triton's durations are cumulative microsecond counters: averages are ``rate(x_us) / rate(success)``.
+
+Canary releases: the traffic rules (request and success rates, failure ratio, mean request time)
+are recorded twice from one helper, :func:`traffic_exprs`: ``by (model)`` for the alerts and
+dashboards (``model:...``), and ``by (model, track)`` for the canary gate (``model_track:...``),
+which compares a model's ``track="canary"`` pods with its ``track="stable"`` pods
+(:mod:`infra.model_repo.canary`). The p95 request time comes from Triton's request-duration summary
+(``--metrics-config summary_latencies=true``): a summary's quantiles cannot be merged across pods,
+so :data:`TRACK_REQUEST_SECONDS_P95` is each pod's p95 weighted by that pod's request rate, the
+same estimate for both tracks.
 """
 
 from __future__ import annotations
@@ -40,12 +49,20 @@ PENDING_TOTAL = "model:tritonops_pending_requests:sum"
 DESIRED_REPLICAS = "model:tritonops_desired_replicas:unbounded"
 JOB_DESIRED_REPLICAS = "job:tritonops_desired_replicas:unbounded"  # one scaler per Triton deployment
 REPLICAS_UP = "job:tritonops_replicas_up:count"
+# The same traffic figures per (model, track): canary vs stable (infra.model_repo.canary reads them).
+TRACK_REQUESTS_RATE = "model_track:tritonops_requests:rate"
+TRACK_SUCCESS_RATE = "model_track:tritonops_request_success:rate"
+TRACK_FAILURE_RATIO = "model_track:tritonops_request_failure_ratio:rate"
+TRACK_REQUEST_SECONDS = "model_track:tritonops_request_seconds:mean"
+TRACK_REQUEST_SECONDS_P95 = "model_track:tritonops_request_seconds:p95"
+P95 = "0.95"  # one of Triton's default summary quantiles (0.5, 0.9, 0.95, 0.99, 0.999)
 
 RECORDING_RULES = (
     REQUESTS_RATE, SUCCESS_RATE, FAILURES_RATE, FAILURE_RATIO_BY_REASON, FAILURE_RATIO, REQUEST_SECONDS,
     QUEUE_SECONDS, COMPUTE_INPUT_SECONDS, COMPUTE_INFER_SECONDS, COMPUTE_OUTPUT_SECONDS, INFERENCES_RATE,
     EXECUTIONS_RATE, BATCH_EFFICIENCY, PENDING_PER_REPLICA, PENDING_TOTAL, DESIRED_REPLICAS,
-    JOB_DESIRED_REPLICAS, REPLICAS_UP,
+    JOB_DESIRED_REPLICAS, REPLICAS_UP, TRACK_REQUESTS_RATE, TRACK_SUCCESS_RATE, TRACK_FAILURE_RATIO,
+    TRACK_REQUEST_SECONDS, TRACK_REQUEST_SECONDS_P95,
 )
 
 ALERTS = (
@@ -88,21 +105,62 @@ def _sum_rate(metric: str, w: str, by: str = "model") -> str:
     return f"sum by ({by}) (rate({metric}[{w}]))"
 
 
-def _per_request_seconds(metric: str, w: str) -> str:
-    return f"{_sum_rate(metric, w)} / {_sum_rate(m.REQUEST_SUCCESS, w)} / 1e6"
+def _per_request_seconds(metric: str, w: str, by: str = "model") -> str:
+    return f"{_sum_rate(metric, w, by)} / {_sum_rate(m.REQUEST_SUCCESS, w, by)} / 1e6"
+
+
+@dataclass(frozen=True)
+class TrafficRecords:
+    """The names the traffic figures are recorded under at one aggregation level (``by``)."""
+
+    by: str
+    success_rate: str
+    requests_rate: str
+    failure_ratio: str
+    request_seconds: str
+
+
+MODEL_TRAFFIC = TrafficRecords("model", SUCCESS_RATE, REQUESTS_RATE, FAILURE_RATIO, REQUEST_SECONDS)
+TRACK_TRAFFIC = TrafficRecords(
+    f"model, {m.TRACK}", TRACK_SUCCESS_RATE, TRACK_REQUESTS_RATE, TRACK_FAILURE_RATIO, TRACK_REQUEST_SECONDS
+)
+
+
+def traffic_exprs(level: TrafficRecords, w: str) -> dict[str, str]:
+    """Success and request rates, failure ratio and mean request seconds, aggregated ``by (level.by)``.
+
+    A model that never failed has no failure series: ``or ... * 0`` makes its failures 0, not absent.
+    """
+    by = level.by
+    failures_or_zero = f"({_sum_rate(m.REQUEST_FAILURE, w, by)} or {_sum_rate(m.REQUEST_SUCCESS, w, by)} * 0)"
+    return {
+        level.success_rate: _sum_rate(m.REQUEST_SUCCESS, w, by),
+        level.requests_rate: f"{_sum_rate(m.REQUEST_SUCCESS, w, by)} + {failures_or_zero}",
+        level.failure_ratio: f"{failures_or_zero} / {level.requests_rate}",
+        level.request_seconds: _per_request_seconds(m.REQUEST_DURATION_US, w, by),
+    }
+
+
+def p95_seconds_expr(w: str, by: str = TRACK_TRAFFIC.by) -> str:
+    """Request seconds at p95 from Triton's summary: each pod's p95 weighted by its request rate.
+
+    A pod whose summary saw no request in its sliding window reports NaN; ``>= 0`` drops it (and its
+    weight), and a group without requests yields no sample rather than NaN.
+    """
+    quantile = f'(max without (quantile) ({m.REQUEST_SUMMARY_US}{{quantile="{P95}"}}) >= 0)'
+    weight = f"rate({m.REQUEST_SUMMARY_COUNT}[{w}])"
+    return (
+        f"sum by ({by}) ({quantile} * {weight}) / (sum by ({by}) ({weight} and {quantile}) > 0) / 1e6"
+    )
 
 
 def recording_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
     s = s or RuleSettings()
     w = s.rate_window
-    failures_or_zero = f"({_sum_rate(m.REQUEST_FAILURE, w)} or {_sum_rate(m.REQUEST_SUCCESS, w)} * 0)"
     exprs = {
-        SUCCESS_RATE: _sum_rate(m.REQUEST_SUCCESS, w),
-        REQUESTS_RATE: f"{_sum_rate(m.REQUEST_SUCCESS, w)} + {failures_or_zero}",
+        **traffic_exprs(MODEL_TRAFFIC, w),
         FAILURES_RATE: _sum_rate(m.REQUEST_FAILURE, w, by="model, reason"),
         FAILURE_RATIO_BY_REASON: f"{FAILURES_RATE} / on (model) group_left {REQUESTS_RATE}",
-        FAILURE_RATIO: f"{failures_or_zero} / {REQUESTS_RATE}",
-        REQUEST_SECONDS: _per_request_seconds(m.REQUEST_DURATION_US, w),
         QUEUE_SECONDS: _per_request_seconds(m.QUEUE_DURATION_US, w),
         COMPUTE_INPUT_SECONDS: _per_request_seconds(m.COMPUTE_INPUT_US, w),
         COMPUTE_INFER_SECONDS: _per_request_seconds(m.COMPUTE_INFER_US, w),
@@ -120,6 +178,8 @@ def recording_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
             f" / {s.scaling.threshold})"
         ),
         REPLICAS_UP: f'count by (job) ({m.UP}{{job="{s.job}"}} == 1)',
+        **traffic_exprs(TRACK_TRAFFIC, w),
+        TRACK_REQUEST_SECONDS_P95: p95_seconds_expr(w),
     }
     # Order matters: a rule reading another's output comes after it in the group.
     return [{"record": name, "expr": exprs[name]} for name in RECORDING_RULES]

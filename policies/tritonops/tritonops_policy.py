@@ -10,6 +10,10 @@ A "Triton workload" is a Deployment whose pod template is labelled ``app.kuberne
 or runs a ``tritonserver`` image. Its Triton containers are those running the server; the release
 agent (init container and sidecar, same image, running ``tritonops-agent.pyz``) is not one, but
 every container of the pod, init containers included, must be non-root, hardened and sized.
+
+A canary Deployment (pod label ``track: canary``) is a Triton workload like any other, except that
+no PodDisruptionBudget needs to cover it: it is a small, fixed, short-lived slice beside the stable
+Deployment of the same ``app.kubernetes.io/instance``, which must exist (and is covered).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
 AGENT_FILE = "tritonops-agent.pyz"  # infra.k8s.triton.AGENT_KEY (the pack does not import the package)
+TRACK = "track"  # infra.k8s.triton.TRACK_LABEL: stable | canary
+INSTANCE = "app.kubernetes.io/instance"
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -294,11 +300,30 @@ def _same_ns(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return (a.get("metadata") or {}).get("namespace") == (b.get("metadata") or {}).get("namespace")
 
 
+def _is_canary(props: Mapping[str, Any]) -> bool:
+    return _pod_labels(props).get(TRACK) == "canary"
+
+
 def validate_pdb_coverage(args: Any, report_violation: Report) -> None:
-    """Every Triton Deployment is selected by a PodDisruptionBudget in its namespace."""
+    """Every Triton Deployment is selected by a PodDisruptionBudget in its namespace; a canary
+    Deployment (track: canary) needs none, but needs a stable Deployment of its instance beside it."""
     pdbs = [r for r in args.resources if r.resource_type == PDB]
-    for d in _triton_deployments(args.resources):
+    deployments = _triton_deployments(args.resources)
+    for d in deployments:
         labels = _pod_labels(d.props)
+        if _is_canary(d.props):
+            stable = [
+                o for o in deployments
+                if not _is_canary(o.props) and _same_ns(o.props, d.props)
+                and _pod_labels(o.props).get(INSTANCE) == labels.get(INSTANCE)
+            ]
+            if not stable or labels.get(INSTANCE) is None:
+                report_violation(
+                    f"{_name(d.props, d.name)}: a canary Deployment without a stable Deployment of instance "
+                    f"{labels.get(INSTANCE)!r} in its namespace: a canary needs no PodDisruptionBudget only "
+                    "beside the stable Deployment that carries the service"
+                )
+            continue
         if not any(
             _same_ns(p.props, d.props) and _selects((p.props.get("spec") or {}).get("selector"), labels) for p in pdbs
         ):

@@ -32,6 +32,8 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
+from infra.agent import metrics as agent_metrics
+from infra.k8s.triton import SUMMARY_LATENCIES_ARG
 from infra.observability import dashboards as d
 from infra.observability import keda
 from infra.observability import metrics as m
@@ -60,7 +62,7 @@ SETTINGS = r.RuleSettings(
 )
 SLOW_MS = 200
 # Fast GPU/CPU metric refresh; a short shutdown grace so stopping the server does not take 30 s.
-TRITON_ARGS = ["--metrics-interval-ms=500", "--exit-timeout-secs=5"]
+TRITON_ARGS = ["--metrics-interval-ms=500", "--exit-timeout-secs=5", SUMMARY_LATENCIES_ARG]  # as in the pods
 SLOW_CONCURRENCY = 9  # one executing, eight pending on the single instance
 
 if PROMETHEUS is None or ALERTMANAGER is None:
@@ -287,7 +289,7 @@ def test_every_metric_name_exists_in_tritons_metrics(stack: Stack) -> None:
     exprs += [q for dash in d.dashboards(SCALING).values() for _t, q in d.panel_queries(dash)]
     exprs.append(keda.query(FAULTY, SCALING.window))
     used = set().union(*(m.metric_names(e) for e in exprs))
-    ours = set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC}
+    ours = set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
     triton_names = used - ours
     cpu_only = not (exposed & m.GPU_METRICS)
     expected = triton_names - m.GPU_METRICS if cpu_only else triton_names

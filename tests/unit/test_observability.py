@@ -100,7 +100,7 @@ def test_prometheus_trigger_shape() -> None:
     assert t["metricType"] == "AverageValue"
     md = t["metadata"]
     assert md["serverAddress"] == "http://prometheus.monitoring:9090"
-    assert md["query"] == 'sum(avg_over_time(nv_inference_pending_request_count{model="mlp_batched"}[1m]))'
+    assert md["query"] == 'sum(avg_over_time(nv_inference_pending_request_count{model="mlp_batched",track!="canary"}[1m]))'
     assert md["threshold"] == "4"
     assert md["activationThreshold"] == "1"
     assert all(isinstance(v, str) for v in md.values())  # KEDA metadata values are strings
@@ -189,3 +189,14 @@ def test_cli_export(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert str(tmp_path / RULES_FILE) in json.loads(result.output)["files"]
     assert f"{r.JOB_DESIRED_REPLICAS} > 4" in (tmp_path / RULES_FILE).read_text()
+
+
+def test_track_rules_for_the_canary_gate() -> None:
+    """model_track:* keep the pods' track label; p95 reads Triton's summary at quantile 0.95."""
+    exprs = {rule["record"]: rule["expr"] for rule in r.recording_rules()}
+    for name in (r.TRACK_REQUESTS_RATE, r.TRACK_FAILURE_RATIO, r.TRACK_REQUEST_SECONDS, r.TRACK_REQUEST_SECONDS_P95):
+        assert name.startswith("model_track:") and "by (model, track)" in exprs[name]
+    p95 = exprs[r.TRACK_REQUEST_SECONDS_P95]
+    assert m.metric_names(p95) == {m.REQUEST_SUMMARY_US, m.REQUEST_SUMMARY_COUNT}
+    assert 'quantile="0.95"' in p95 and "/ 1e6" in p95
+    assert {m.REQUEST_SUMMARY_US, m.REQUEST_SUMMARY_COUNT} <= m.TRITON_METRICS

@@ -256,3 +256,98 @@ def test_recording_rules_compute_the_documented_ratios(tmp_path: Path) -> None:
     }
     out = _run(tmp_path, r.rule_groups(), [case])
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --- per-track rules (canary vs stable) ----------------------------------------------------------
+
+SUMMARY = "nv_inference_request_summary_us"
+NAN = " ".join(["NaN"] * STEPS)  # a summary quantile with no observation in its window
+
+
+def _pod(track: str, i: int) -> str:
+    return f'model="resnet",version="1",job="triton",instance="10.0.{i}.1:8002",track="{track}"'
+
+
+def test_track_rules_compare_canary_with_stable(tmp_path: Path) -> None:
+    """Per 15 s: stable pods A (100 ok, p95 2 ms) and B (300 ok, p95 4 ms); canary pod C (10 ok,
+    10 BACKEND failures, p95 10 ms) and pod D (no request in its summary window: p95 NaN)."""
+    a, b, c, d = _pod("stable", 1), _pod("stable", 2), _pod("canary", 3), _pod("canary", 4)
+    series = {
+        f"nv_inference_request_success{{{a}}}": f"0+100x{STEPS}",
+        f"nv_inference_request_success{{{b}}}": f"0+300x{STEPS}",
+        f"nv_inference_request_success{{{c}}}": f"0+10x{STEPS}",
+        f"nv_inference_request_success{{{d}}}": f"0x{STEPS}",
+        f'nv_inference_request_failure{{reason="BACKEND",{c}}}': f"0+10x{STEPS}",
+        f"nv_inference_request_duration_us{{{a}}}": f"0+150000x{STEPS}",  # 1.5 ms each
+        f"nv_inference_request_duration_us{{{b}}}": f"0+450000x{STEPS}",
+        f"nv_inference_request_duration_us{{{c}}}": f"0+80000x{STEPS}",  # 8 ms each
+        f'{SUMMARY}{{quantile="0.95",{a}}}': f"2000x{STEPS}",
+        f'{SUMMARY}{{quantile="0.5",{a}}}': f"1000x{STEPS}",
+        f'{SUMMARY}{{quantile="0.95",{b}}}': f"4000x{STEPS}",
+        f'{SUMMARY}{{quantile="0.95",{c}}}': f"10000x{STEPS}",
+        f'{SUMMARY}{{quantile="0.95",{d}}}': NAN,
+        f"{SUMMARY}_count{{{a}}}": f"0+100x{STEPS}",
+        f"{SUMMARY}_count{{{b}}}": f"0+300x{STEPS}",
+        f"{SUMMARY}_count{{{c}}}": f"0+10x{STEPS}",
+        f"{SUMMARY}_count{{{d}}}": f"0x{STEPS}",
+    }
+
+    def samples(rule: str, stable: float, canary: float) -> dict:
+        return {"expr": rule, "eval_time": "10m", "exp_samples": [
+            {"labels": f'{rule}{{model="resnet",track="canary"}}', "value": canary},
+            {"labels": f'{rule}{{model="resnet",track="stable"}}', "value": stable},
+        ]}
+
+    case = {
+        "interval": "15s",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "promql_expr_test": [
+            samples(r.TRACK_REQUESTS_RATE, 400 / 15, 20 / 15),
+            samples(r.TRACK_SUCCESS_RATE, 400 / 15, 10 / 15),
+            samples(r.TRACK_FAILURE_RATIO, 0, 0.5),
+            samples(r.TRACK_REQUEST_SECONDS, 0.0015, 0.008),
+            # request-weighted p95 of the pods, in microseconds (promtool compares exactly):
+            # (2000 x 100 + 4000 x 300) / 400 = 3500; the canary's NaN pod is left out
+            {"expr": f"round({r.TRACK_REQUEST_SECONDS_P95} * 1e6)", "eval_time": "10m", "exp_samples": [
+                {"labels": '{model="resnet",track="canary"}', "value": 10000},
+                {"labels": '{model="resnet",track="stable"}', "value": 3500}]},
+            # the model-level rules the alerts read still see every pod of both tracks: 10 failed of 420
+            {"expr": f"round({r.FAILURE_RATIO} * 420)", "eval_time": "10m",
+             "exp_samples": [{"labels": '{model="resnet"}', "value": 10}]},
+        ],
+    }
+    out = _run(tmp_path, r.rule_groups(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_track_p95_absent_without_requests_or_summaries(tmp_path: Path) -> None:
+    """No request in the window (or Triton without summaries): no p95 sample, not NaN or 0."""
+    c = _pod("canary", 3)
+    series = {
+        f"nv_inference_request_success{{{c}}}": f"5x{STEPS}",
+        f'{SUMMARY}{{quantile="0.95",{c}}}': NAN,
+        f"{SUMMARY}_count{{{c}}}": f"5x{STEPS}",
+        f"nv_inference_request_success{{{_pod('stable', 1)}}}": f"0+10x{STEPS}",  # no summary at all
+    }
+    case = {
+        "interval": "15s",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "promql_expr_test": [
+            {"expr": r.TRACK_REQUEST_SECONDS_P95, "eval_time": "10m", "exp_samples": []},
+            {"expr": r.TRACK_REQUESTS_RATE, "eval_time": "10m", "exp_samples": [  # the gate's "not enough data"
+                {"labels": f'{r.TRACK_REQUESTS_RATE}{{model="resnet",track="canary"}}', "value": 0},
+                {"labels": f'{r.TRACK_REQUESTS_RATE}{{model="resnet",track="stable"}}', "value": 10 / 15}]},
+        ],
+    }
+    out = _run(tmp_path, r.rule_groups(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_track_rules_reuse_the_alerts_expressions() -> None:
+    """model_track:* are the model:* expressions with `by (model, track)`, not a second copy."""
+    exprs = {rule["record"]: rule["expr"] for rule in r.recording_rules()}
+    pairs = [(r.REQUESTS_RATE, r.TRACK_REQUESTS_RATE), (r.SUCCESS_RATE, r.TRACK_SUCCESS_RATE),
+             (r.FAILURE_RATIO, r.TRACK_FAILURE_RATIO), (r.REQUEST_SECONDS, r.TRACK_REQUEST_SECONDS)]
+    for model_rule, track_rule in pairs:
+        assert exprs[track_rule] == exprs[model_rule].replace("by (model)", "by (model, track)").replace(
+            r.REQUESTS_RATE, r.TRACK_REQUESTS_RATE)

@@ -252,7 +252,7 @@ def test_scaled_object_uses_observability_trigger_and_safe_fallback() -> None:
 
 def test_ingress_grpc_backend_protocol() -> None:
     cfg = _triton("dev")
-    http, grpc = triton.ingresses(cfg, cfg.model_services[0])
+    http, grpc = triton.ingresses(cfg, cfg.model_services[0])[:2]  # then the canary's twins
     assert http["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTP"
     assert grpc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
     assert grpc["spec"]["rules"][0]["host"] == "grpc-vision.dev.tritonops.example.com"
@@ -449,7 +449,7 @@ def test_grpc_ingress_needs_tls() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", raw)
     assert exc.value.key == "tritonops-triton:ingress.tlsSecret"
-    http, grpc = triton.ingresses(_triton("dev"), _triton("dev").model_services[0])
+    http, grpc = triton.ingresses(_triton("dev"), _triton("dev").model_services[0])[:2]
     assert grpc["spec"]["tls"] == [
         {"hosts": ["grpc-vision.dev.tritonops.example.com"], "secretName": "dev-tritonops-example-com-tls"}
     ]
@@ -656,10 +656,8 @@ def test_release_sidecar_metrics_port_readiness_and_admin_secret() -> None:
     assert agent["ports"] == [{"name": "agent-metrics", "containerPort": triton.AGENT_PORT, "protocol": "TCP"}]
     probe = agent["readinessProbe"]
     assert probe["httpGet"] == {"path": "/ready", "port": "agent-metrics"}
-    # A switch (load + golden gate) does not take the pod out of its Service; the threshold outlasts it.
-    assert (
-        probe["failureThreshold"] * probe["periodSeconds"] > triton.AGENT_LOAD_TIMEOUT_S + triton.AGENT_GOLDEN_TIMEOUT_S
-    )
+    # The agent answers /ready during a switch (tests/unit/agent), so a short threshold is safe.
+    assert (probe["failureThreshold"], probe["periodSeconds"]) == (3, triton.AGENT_PROBE_PERIOD_S)
     env = _by_name(agent["env"])
     assert env["TRITONOPS_ADMIN_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-api", "key": "token"}
     sync = _pod(triton.deployment(cfg, cfg.model_services[0]))["initContainers"][0]
@@ -843,3 +841,160 @@ def test_drift_check_argv_runs_and_reports_an_unreachable_triton(tmp_path: Path)
     doc = json.loads(out.stdout)
     assert doc["source"] == "triton" and [f["resource"] for f in doc["findings"]] == ["triton"]
     assert "s3cr3t-value" not in out.stdout + out.stderr
+
+
+# --- canary: a second Deployment on another channel, weighted by the router ----------------------
+
+PROD_RELEASE = {
+    "store": "s3://tritonops-releases-prod/vision",
+    "channel": "stable",
+    "region": "us-west-2",
+    "trustedKeys": {"configMap": "tritonops-release-keys"},
+    "canary": {"channel": "canary", "weight": 5, "replicas": 2},
+}
+
+
+def _prod_canary_cfg() -> TritonStackConfig:
+    """prod (gateway routes, spread, PDB minAvailable) with vision pulling `stable` and a canary."""
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    svc = raw["modelServices"][0]
+    del svc["modelRepository"]
+    svc["release"] = copy.deepcopy(PROD_RELEASE)
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _pod_labels(dep: dict[str, Any]) -> dict[str, str]:
+    return dep["spec"]["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("cfg", [_triton("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+def test_canary_deployment_follows_the_canary_channel(cfg: TritonStackConfig) -> None:
+    svc = cfg.model_services[0]
+    canary = svc.release.canary  # type: ignore[union-attr]
+    stable, dep = triton.deployment(cfg, svc), triton.deployment(cfg, svc, track="canary")
+    assert (dep["metadata"]["name"], dep["spec"]["replicas"]) == (f"triton-{svc.name}-canary", canary.replicas)
+    assert _pod_labels(dep)["track"] == dep["metadata"]["labels"]["track"] == "canary"
+    assert _pod_labels(stable)["track"] == stable["metadata"]["labels"]["track"] == "stable"
+    for c in (_pod(dep)["initContainers"][0], _pod(dep)["containers"][1]):
+        a = agent_parser().parse_args(c["command"][2:])
+        assert (a.channel, a.store) == (canary.channel, svc.release.store)  # type: ignore[union-attr]
+    for c in (_pod(stable)["initContainers"][0], _pod(stable)["containers"][1]):
+        assert agent_parser().parse_args(c["command"][2:]).channel == svc.release.channel  # type: ignore[union-attr]
+    # The same server otherwise: image, args, resources, probes, volumes.
+    assert _container(dep) == _container(stable)
+    assert _pod(dep)["volumes"] == _pod(stable)["volumes"]
+
+
+@pytest.mark.parametrize("cfg", [_triton("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+def test_each_track_selects_only_its_own_pods(cfg: TritonStackConfig) -> None:
+    """Deployment selectors, Services, spread and the PDB select one track; NetworkPolicy and
+    ServiceMonitor cover both."""
+    svc = cfg.model_services[0]
+    stable, canary = triton.deployment(cfg, svc), triton.deployment(cfg, svc, track="canary")
+    pods = {"stable": _pod_labels(stable), "canary": _pod_labels(canary)}
+    for track, dep in (("stable", stable), ("canary", canary)):
+        sel = dep["spec"]["selector"]["matchLabels"]
+        service = triton.service(cfg, svc, track)
+        selected = {t for t, labels in pods.items() if _matches(sel, labels)}
+        assert selected == {t for t, labels in pods.items() if _matches(service["spec"]["selector"], labels)} == {track}
+        term = _pod(dep)["affinity"]["podAntiAffinity"]
+        term = (term.get("requiredDuringSchedulingIgnoredDuringExecution") or
+                [t["podAffinityTerm"] for t in term["preferredDuringSchedulingIgnoredDuringExecution"]])[0]
+        spread = [t["labelSelector"]["matchLabels"] for t in _pod(dep)["topologySpreadConstraints"]]
+        assert term["labelSelector"]["matchLabels"] == sel and spread == [sel, sel]
+    pdb = triton.pod_disruption_budget(cfg, svc)["spec"]["selector"]["matchLabels"]
+    assert [t for t, labels in pods.items() if _matches(pdb, labels)] == ["stable"]
+    np_ = triton.network_policy(cfg, svc)["spec"]["podSelector"]["matchLabels"]
+    assert [t for t, labels in pods.items() if _matches(np_, labels)] == ["stable", "canary"]
+    sm = triton.service_monitor(cfg, svc)["spec"]
+    services = [triton.service(cfg, svc), triton.service(cfg, svc, "canary")]
+    assert [s["metadata"]["name"] for s in services if _matches(sm["selector"]["matchLabels"], s["metadata"]["labels"])
+            ] == [f"triton-{svc.name}", f"triton-{svc.name}-canary"]
+    assert all(s["metadata"]["labels"][triton.JOB_LABEL] == triton.SCRAPE_JOB for s in services)
+    assert sm["podTargetLabels"] == ["track"]  # every scraped series carries track="stable"|"canary"
+
+
+def test_scaled_object_and_drift_check_stay_on_stable() -> None:
+    cfg = _triton("dev")
+    svc = cfg.model_services[0]
+    objs = triton.service_objects(cfg, svc)
+    (so,) = [o for o in objs if o["kind"] == "ScaledObject"]
+    assert so["spec"]["scaleTargetRef"]["name"] == "triton-vision"
+    (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["metadata"]["name"] == "triton-vision"
+    check = drift.check_args(cfg, svc)
+    assert check[check.index("--url") + 1] == f"http://triton-vision.{cfg.namespace}.svc:{triton.HTTP_PORT}"
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert kinds[:5] == [
+        ("ServiceAccount", "triton-vision"),
+        ("Deployment", "triton-vision"),
+        ("Deployment", "triton-vision-canary"),
+        ("Service", "triton-vision"),
+        ("Service", "triton-vision-canary"),
+    ]
+
+
+def test_ingress_nginx_canary_twins_carry_the_weight() -> None:
+    cfg = _triton("dev")
+    svc = cfg.model_services[0]
+    http, grpc, c_http, c_grpc = triton.ingresses(cfg, svc)
+    for main, twin in ((http, c_http), (grpc, c_grpc)):
+        ann = twin["metadata"]["annotations"]
+        assert (ann[triton.CANARY_ANNOTATION], ann[triton.CANARY_WEIGHT_ANNOTATION]) == ("true", "10")
+        assert triton.CANARY_ANNOTATION not in main["metadata"]["annotations"]
+        assert twin["metadata"]["name"] == main["metadata"]["name"].replace("triton-vision", "triton-vision-canary")
+        # Same host and path as the main Ingress (ingress-nginx pairs them), backend the canary Service.
+        main_rule, twin_rule = main["spec"]["rules"][0], twin["spec"]["rules"][0]
+        assert twin_rule["host"] == main_rule["host"]
+        main_path, twin_path = main_rule["http"]["paths"][0], twin_rule["http"]["paths"][0]
+        assert (twin_path["path"], twin_path["pathType"]) == (main_path["path"], main_path["pathType"])
+        assert main_path["backend"]["service"]["name"] == "triton-vision"
+        assert twin_path["backend"]["service"] == {
+            "name": "triton-vision-canary", "port": main_path["backend"]["service"]["port"]}
+        assert twin["spec"]["tls"] == main["spec"]["tls"]
+
+
+def test_gateway_routes_split_by_weight() -> None:
+    cfg = _prod_canary_cfg()
+    http, grpc = triton.gateway_routes(cfg, cfg.model_services[0])
+    assert http["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "triton-vision", "port": 8000, "weight": 95},
+        {"name": "triton-vision-canary", "port": 8000, "weight": 5},
+    ]
+    assert grpc["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "triton-vision", "port": 8001, "weight": 95},
+        {"name": "triton-vision-canary", "port": 8001, "weight": 5},
+    ]
+    other = cfg.model_services[1]  # no canary: one backend, no weights
+    assert triton.gateway_routes(cfg, other)[0]["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "triton-embeddings", "port": 8000}]
+    assert not [o for o in triton.service_objects(cfg, other) if o["metadata"]["name"].endswith("-canary")]
+
+
+def test_canary_track_needs_a_canary() -> None:
+    cfg = _triton("prod")
+    with pytest.raises(ValueError, match="has no release.canary"):
+        triton.deployment(cfg, cfg.model_services[0], track="canary")
+    with pytest.raises(ValueError, match="is not one of stable, canary"):
+        triton.service(cfg, cfg.model_services[0], "blue")
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_latency_summaries_always_on(env: str) -> None:
+    """p95 per track needs Triton's summaries on both tracks; on with or without a canary, so adding
+    one never restarts the stable pods."""
+    cfg = _triton(env)
+    for svc in cfg.model_services:
+        assert triton.SUMMARY_LATENCIES_ARG in _container(triton.deployment(cfg, svc))["args"]
+    dev = _triton("dev")
+    no_canary = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    del no_canary["modelServices"][0]["release"]["canary"]
+    plain = parse_config("triton", no_canary)
+    assert isinstance(plain, TritonStackConfig)
+    assert triton.deployment(plain, plain.model_services[0]) == triton.deployment(dev, dev.model_services[0])

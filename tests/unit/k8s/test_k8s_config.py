@@ -273,3 +273,65 @@ def test_node_cache_accepted_with_a_privileged_namespace() -> None:
     raw["podSecurity"] = "privileged"
     cfg = parse_config("triton", raw)
     assert cfg.model_services[0].release.node_cache  # type: ignore[union-attr]
+
+
+# --- canary (release.canary) ---------------------------------------------------------------------
+
+CANARY = f"{RELEASE}.canary"
+
+
+def test_dev_runs_a_canary_on_its_own_channel() -> None:
+    svc = load_stack_config("triton", "dev").model_services[0]  # type: ignore[union-attr]
+    canary = svc.release.canary
+    assert (canary.channel, canary.weight, canary.replicas) == ("dev-canary", 10, 1)
+    assert canary.channel != svc.release.channel
+
+
+def _canary(**fields: Any) -> dict[str, Any]:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["release"]["canary"].update(fields)
+    return raw
+
+
+def _ingress(mode: str) -> dict[str, Any]:
+    raw = _own("triton", "dev")
+    raw["ingress"] = {"mode": mode}
+    return raw
+
+
+def _service_level_canary() -> dict[str, Any]:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["canary"] = raw["modelServices"][0]["release"].pop("canary")
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "message"),
+    [
+        (_canary(weight=0), f"{CANARY}.weight", "greater than or equal to 1"),
+        (_canary(weight=100), f"{CANARY}.weight", "less than or equal to 99"),
+        (_canary(weight="ten"), f"{CANARY}.weight", "valid integer"),
+        (_canary(replicas=0), f"{CANARY}.replicas", "greater than or equal to 1"),
+        (_canary(channel="../prod"), f"{CANARY}.channel", "use letters, digits"),
+        (_canary(channel="dev"), f"{CANARY}.channel", "is the stable channel too"),
+        (_canary(track="canary"), f"{CANARY}.track", "Extra inputs"),
+        (_ingress("none"), f"{CANARY}.weight", "set ingress.mode to ingress"),
+        (_service_level_canary(), "tritonops-triton:modelServices[0].canary", "Extra inputs"),
+    ],
+)  # fmt: skip
+def test_invalid_canary_names_the_key(raw: dict[str, Any], key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert exc.value.key == key
+    assert message in str(exc.value)
+
+
+def test_canary_weight_is_required_and_replicas_default_to_one() -> None:
+    raw = _own("triton", "dev")
+    raw["modelServices"][0]["release"]["canary"] = {"channel": "canary"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config("triton", raw)
+    assert (exc.value.key, "Field required" in str(exc.value)) == (f"{CANARY}.weight", True)
+    raw["modelServices"][0]["release"]["canary"] = {"channel": "canary", "weight": 5}
+    cfg = parse_config("triton", raw)
+    assert cfg.model_services[0].release.canary.replicas == 1  # type: ignore[union-attr]

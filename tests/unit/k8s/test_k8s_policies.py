@@ -12,10 +12,10 @@ import sys
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT, as_ints, committed
+from k8s_harness import ROOT, as_ints, committed, run_program
 from pulumi_policy import PolicyResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
 
-from infra.k8s.config import ENVIRONMENTS
+from infra.k8s.config import ENVIRONMENTS, read_stack_file
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
@@ -245,9 +245,12 @@ def test_agent_containers_are_not_triton_servers() -> None:
     from infra.k8s import triton
 
     assert tp.AGENT_FILE == triton.AGENT_KEY
-    (dep,) = [r for r in _resources("dev") if r.resource_type == DEP]
-    assert [c["name"] for c in tp._triton_containers(dep.props)] == ["triton"]
-    assert [c["name"] for c in tp._all_containers(dep.props)] == ["release-sync", "triton", "release-agent"]
+    deps = [r for r in _resources("dev") if r.resource_type == DEP]  # stable and canary
+    assert [d.props["metadata"]["name"] for d in deps] == ["triton-vision", "triton-vision-canary"]
+    assert [[c["name"] for c in tp._triton_containers(d.props)] for d in deps] == [["triton"]] * 2
+    assert [[c["name"] for c in tp._all_containers(d.props)] for d in deps] == [
+        ["release-sync", "triton", "release-agent"]
+    ] * 2
 
 
 @pytest.mark.parametrize(
@@ -269,3 +272,49 @@ def test_policy_fires_on_release_agent_containers(policy: str, mutation: Any) ->
     found = run_policies(_mutate(resources, DEP, mutation), "dev")
     assert set(found) == {policy}, found
     assert any("release-" in msg for msg in found[policy])
+
+
+# --- canary Deployments (track: canary) ----------------------------------------------------------
+
+
+def _is_canary(r: PolicyResource) -> bool:
+    return r.resource_type == DEP and r.props["spec"]["template"]["metadata"]["labels"].get("track") == "canary"
+
+
+def test_dev_canary_passes_without_a_pdb_of_its_own() -> None:
+    resources = _resources("dev")
+    (canary,) = [r for r in resources if _is_canary(r)]
+    labels = canary.props["spec"]["template"]["metadata"]["labels"]
+    pdbs = [r for r in resources if r.resource_type == tp.PDB]
+    assert pdbs and not any(tp._selects(p.props["spec"]["selector"], labels) for p in pdbs)
+    assert run_policies(resources, "dev") == {}
+
+
+def test_canary_without_its_stable_deployment_fires() -> None:
+    resources = [r for r in _resources("dev") if not (r.resource_type == DEP and not _is_canary(r))]
+    found = run_policies(resources, "dev")
+    assert set(found) == {"triton-pdb-coverage"}, found
+    (msg,) = found["triton-pdb-coverage"]
+    assert "triton-vision-canary" in msg and "without a stable Deployment" in msg
+
+
+def _prod_with_canary(replicas: int) -> list[PolicyResource]:
+    raw = read_stack_file("triton", "prod")[0]
+    services = copy.deepcopy(raw["modelServices"])
+    del services[0]["modelRepository"]
+    services[0]["release"] = {
+        "store": "s3://tritonops-releases-prod/vision",
+        "channel": "stable",
+        "trustedKeys": {"configMap": "tritonops-release-keys"},
+        "canary": {"channel": "canary", "weight": 5, "replicas": replicas},
+    }
+    mocks = run_program("triton", "prod", overrides={"modelServices": services})
+    return [_resource(r.typ, as_ints(r.inputs), r.name) for r in mocks.resources]
+
+
+def test_prod_canary_is_held_to_high_availability() -> None:
+    """A prod canary carries its weight's share of requests: one pod is a single point of failure."""
+    assert run_policies(_prod_with_canary(2), "prod") == {}
+    found = run_policies(_prod_with_canary(1), "prod")
+    assert set(found) == {"triton-high-availability"}, found
+    assert found["triton-high-availability"] == ["triton/triton-vision-canary: prod Triton needs replicas >= 2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from k8s_harness import Mocks, as_ints, committed, is_secret, k8s_objects, run_program, unwrap
 
-from infra.k8s.config import ENVIRONMENTS, ConfigError
+from infra.k8s.config import ENVIRONMENTS, ConfigError, load_stack_config
 from infra.k8s.render import build
 
 ENVS = pytest.mark.parametrize("env", ENVIRONMENTS)
@@ -61,10 +61,20 @@ def test_platform(env: str) -> None:
 def test_triton(env: str) -> None:
     mocks = committed("triton", env)
     services = mocks.of_type("tritonops:triton:TritonService")
-    deployments = mocks.of_type("kubernetes:apps/v1:Deployment")
+    by_track: dict[str, list] = {}
+    for d in mocks.of_type("kubernetes:apps/v1:Deployment"):
+        by_track.setdefault(d.inputs["metadata"]["labels"]["track"], []).append(d)
+    deployments = by_track.pop("stable")
+    canaries = by_track.pop("canary", [])
+    assert not by_track
     assert len(services) == len(deployments) == len(mocks.of_type("kubernetes:policy/v1:PodDisruptionBudget"))
     assert len(mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")) == len(deployments)
     assert len(mocks.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")) == len(deployments)
+    cfg = load_stack_config("triton", env)
+    expected = [f"triton-{svc.name}-canary" for svc in cfg.model_services  # type: ignore[union-attr]
+                if svc.release and svc.release.canary]
+    assert [d.inputs["metadata"]["name"] for d in canaries] == expected
+    assert (env == "dev") == bool(canaries)  # the committed dev stack shows a canary; prod runs none
     assert len(mocks.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")) == 1
     (secret,) = mocks.of_type("kubernetes:core/v1:Secret")
     assert is_secret(secret.inputs["stringData"])

@@ -122,3 +122,39 @@ def test_release_validation_catches_a_bad_container() -> None:
 def test_rendered_objects_validate(env: str) -> None:
     for obj in _core(build("triton", env).objects):
         kubernetes_validate.validate(obj, LATEST, strict=True)
+
+
+def _canary_objects() -> list[tuple[str, dict[str, Any]]]:
+    """A canary in both routing modes: dev (ingress-nginx, committed) and prod turned to gateway + release."""
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    svc = raw["modelServices"][0]
+    del svc["modelRepository"]
+    svc["release"] = {
+        "store": "s3://tritonops-releases-prod/vision",
+        "channel": "stable",
+        "trustedKeys": {"configMap": "tritonops-release-keys"},
+        "canary": {"channel": "canary", "weight": 5, "replicas": 2},
+    }
+    out = []
+    for env, cfg in (("dev", parse_config("triton", read_stack_file("triton", "dev")[0])),
+                     ("prod", parse_config("triton", raw))):
+        assert isinstance(cfg, TritonStackConfig)
+        for obj in _core(triton.service_objects(cfg, cfg.model_services[0])):
+            out.append((f"{env}/{obj['kind']}/{obj['metadata']['name']}", obj))
+    return out
+
+
+CANARY_OBJECTS = _canary_objects()
+
+
+def test_canary_objects_are_there() -> None:
+    names = {label for label, _ in CANARY_OBJECTS}
+    assert {"dev/Deployment/triton-vision-canary", "dev/Service/triton-vision-canary",
+            "dev/Ingress/triton-vision-canary-http", "dev/Ingress/triton-vision-canary-grpc",
+            "prod/Deployment/triton-vision-canary", "prod/Service/triton-vision-canary"} <= names
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("label", "obj"), CANARY_OBJECTS, ids=[label for label, _ in CANARY_OBJECTS])
+def test_canary_objects_validate(label: str, obj: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(obj, version, strict=True)
