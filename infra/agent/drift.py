@@ -20,7 +20,7 @@ from .manifest import MANIFEST_FILE, ReleaseError, tree_files
 from .releases import STATE_FILE, write_atomic
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
 
-DRIFT_METRIC = "tritonops_drift_resources"  # infra.observability.metrics.DRIFT_METRIC imports this one
+DRIFT_METRIC = "tritonops_drift_resources"  # infra.observability.metrics imports this one (nodes lack the package)
 TEXTFILE_NAME = "tritonops_drift_node.prom"
 
 

@@ -283,24 +283,48 @@ class Agent:
                     and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
                 out = self._attempt(pointer["release"], digest)
                 result = "changed"
+            elif digest and self.gated():
+                out.update(self._reconcile())
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
             self._export()
             return out
+
+    def _reconcile(self) -> dict[str, Any]:
+        """Load what the gated release has and Triton lacks (a Triton restarted in explicit mode)."""
+        if self.triton is None or not self.triton.live():
+            return {}
+        current = releases.state(self.releases)["current"]
+        try:
+            missing = sorted(set(manifest.models(manifest.read(self.releases / current)))
+                             - set(self.triton.ready_models()))
+            if not missing:
+                return {}
+            ens = set(manifest.ensembles(self.releases / current))
+            for m in [m for m in missing if m not in ens] + [m for m in missing if m in ens]:
+                self.triton.load(m, timeout=self.load_timeout)
+        except ReleaseError as e:
+            self.log(f"reloading the models of {current}: {e}")
+            return {"reconcile_error": str(e)}
+        self.log(f"Triton had lost {', '.join(missing)} of {current}: loaded again")
+        return {"reloaded": missing}
 
     def _attempt(self, release: str, digest: str) -> dict[str, Any]:
         start = time.monotonic()
         try:
             fetched = self.fetch(release, digest)
+            if self.triton and not self.triton.live():
+                raise StepFailed("triton", f"{self.triton.url} does not answer; the release waits for it")
             self.switching = True
             applied = self.apply(release, digest)
         except StepFailed as e:
             self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
-            if e.step == "fetch":
+            # Transient: the store, the link or Triton itself (not ready, restarting) may come back.
+            if e.step in ("fetch", "triton") or (self.triton is not None and not self.triton.live()):
                 # The store or the link may come back: retry with backoff (1, 2, 4 ... 32 intervals of
                 # this poll), staying "behind" meanwhile so that TritonopsReleaseBehindChannel can fire.
                 tries = self.retry_at.get(digest, (0, 0.0))[0] + 1
                 self.retry_at[digest] = (tries, time.monotonic() + self.interval * 2 ** min(tries - 1, 5))
-                self.log(f"release {release} ({digest[:12]}) not fetched (try {tries}, will retry): {e}")
+                self.log(f"release {release} ({digest[:12]}) not applied (try {tries}, will retry): {e}")
             else:
                 self.refused[digest] = str(e)
                 self.log(f"release {release} ({digest[:12]}) refused at {e}")

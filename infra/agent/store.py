@@ -52,6 +52,7 @@ class Store:
     """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = 30.0) -> None:
+        url = url.rstrip("/") or url
         self.url = url
         self.timeout = timeout
         self._validators: dict[str, dict[str, str]] = {}

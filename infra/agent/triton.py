@@ -62,6 +62,14 @@ class Triton:
         except ReleaseError:
             return False
 
+    def live(self) -> bool:
+        """The server answers (it may still be loading, or hold a model that failed)."""
+        try:
+            self._call("GET", "/v2/health/live", timeout=5)
+            return True
+        except ReleaseError:
+            return False
+
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready():

@@ -330,3 +330,19 @@ def test_install_refuses_a_tarball_larger_than_the_free_space(tmp_path: Path, mo
     with pytest.raises(manifest.ReleaseError, match=r"unpacking needs \d+ MiB, 1 MiB free"):
         releases.install(tmp_path / "releases", tmp_path / "releases" / ".staging-r1", "r1", tarball)
     assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == []  # staging and tarball cleaned up
+
+
+def test_ready_stays_up_while_the_next_release_is_switched_in(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    agent = _agent(tmp_path, store, keys)
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    assert agent.ready() is False  # nothing tried yet
+    agent.poll()
+    assert agent.ready() is True
+    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
+    releases.activate(agent.link, agent.releases, "r2")
+    agent.switching = True  # between activate and the gate: the gated models still serve
+    assert agent.ready() is True
+    agent.switching = False  # a switch nobody finishes (the deadman's case)
+    assert agent.ready() is False
