@@ -204,7 +204,3 @@ def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
                             f"Signature={signature}")
     return out
 
-
-def split_s3(url: str) -> tuple[str, str]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.netloc, parts.path.strip("/")
