@@ -6,12 +6,11 @@ import base64
 import json
 import os
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from node_helpers import host_name, inventory_vars, node_address  # noqa: F401 - re-exported to the tests
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -20,17 +19,8 @@ def _defaults(role: str) -> dict[str, Any]:
     return dict(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {})
 
 
-def host_name(host: Any) -> str:
-    backend = host.backend
-    return str(getattr(backend, "name", None) or getattr(backend, "host", None) or backend.get_hostname())
 
 
-def inventory_vars(host: Any, config: Any) -> dict[str, Any]:
-    """The host's variables from the run's Ansible inventory (molecule's, or --ansible-inventory)."""
-    inventory = getattr(config.option, "ansible_inventory", None) or os.environ.get("MOLECULE_INVENTORY_FILE")
-    if not inventory:
-        return {}
-    return dict(AnsibleRunner(inventory).get_variables(host_name(host)))
 
 
 def _plain(value: Any, fallback: Any) -> Any:
@@ -59,14 +49,6 @@ def node_vars(host: Any, config: Any) -> dict[str, Any]:
     }
 
 
-def node_address(host: Any) -> str:
-    """The node's address as the controller reaches it (Podman bridge for the local nodes)."""
-    if host.backend.NAME == "podman":
-        out = subprocess.run(["podman", "inspect", "--format", "{{ .NetworkSettings.IPAddress }}", host_name(host)],
-                             capture_output=True, text=True, check=True)
-        if out.stdout.strip():
-            return out.stdout.strip()
-    return str(host.interface.default().addresses[0])
 
 
 def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True) -> Any:

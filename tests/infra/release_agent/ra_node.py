@@ -4,8 +4,6 @@ Triton's repository API (called from the controller, the admin header's value fr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -13,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from node_helpers import host_name, inventory_vars, node_address  # noqa: F401 - re-exported to the tests
 from prometheus_client.parser import text_string_to_metric_families
-from testinfra.utils.ansible_runner import AnsibleRunner
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULTS = dict(yaml.safe_load((REPO / "roles" / "release_agent" / "defaults" / "main.yml").read_text()))
@@ -23,27 +21,10 @@ PYZ = f"{DEFAULTS['release_agent_install_dir']}/tritonops-agent.pyz"
 TEXTFILE_NAME = "tritonops_release.prom"
 
 
-def host_name(host: Any) -> str:
-    backend = host.backend
-    return str(getattr(backend, "name", None) or getattr(backend, "host", None) or backend.get_hostname())
 
 
-def inventory_vars(host: Any, config: Any) -> dict[str, Any]:
-    """The host's variables from the run's Ansible inventory (molecule's, or --ansible-inventory)."""
-    inventory = getattr(config.option, "ansible_inventory", None) or os.environ.get("MOLECULE_INVENTORY_FILE")
-    if not inventory:
-        return {}
-    return dict(AnsibleRunner(inventory).get_variables(host_name(host)))
 
 
-def node_address(host: Any) -> str:
-    """The node's address as the controller reaches it (Podman bridge for the local nodes)."""
-    if host.backend.NAME == "podman":
-        out = subprocess.run(["podman", "inspect", "--format", "{{ .NetworkSettings.IPAddress }}", host_name(host)],
-                             capture_output=True, text=True, check=True)
-        if out.stdout.strip():
-            return out.stdout.strip()
-    return str(host.interface.default().addresses[0])
 
 
 def main_pid(host: Any, unit: str) -> int:

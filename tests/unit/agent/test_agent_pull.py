@@ -154,14 +154,20 @@ def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: d
         pub.promote(store, "nope", "stable")
 
 
-def test_deadman_reverts_a_release_that_never_passed_its_gate(tmp_path: Path, keys: dict[str, Path]) -> None:
+def _switched_in_ungated(tmp_path: Path, keys: dict[str, Path]) -> Agent:
+    """r1 gated and serving, r2 fetched and its link switched, its gate never run."""
     store = str(tmp_path / "store")
     pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
-    releases.activate(agent.link, agent.releases, "r2")  # ...and the controller dies before the gate
+    releases.activate(agent.link, agent.releases, "r2")
+    return agent
+
+
+def test_deadman_reverts_a_release_that_never_passed_its_gate(tmp_path: Path, keys: dict[str, Path]) -> None:
+    agent = _switched_in_ungated(tmp_path, keys)  # ...and the controller dies before the gate
     assert releases.recover(agent.link, agent.releases) == {"changed": True, "active": "r1", "reverted": "r2"}
     assert os.readlink(agent.link) == "releases/r1"
     assert releases.recover(agent.link, agent.releases)["changed"] is False
@@ -279,13 +285,7 @@ def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, key
 
 
 def test_recover_with_grace_leaves_a_switch_in_progress_alone(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, store, keys)
-    agent.poll()
-    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
-    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
-    releases.activate(agent.link, agent.releases, "r2")
+    agent = _switched_in_ungated(tmp_path, keys)
     assert releases.recover(agent.link, agent.releases, grace=600)["changed"] is False
     old = os.lstat(agent.link).st_mtime - 3600
     os.utime(agent.link, (old, old), follow_symlinks=False)
