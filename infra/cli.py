@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from infra.agent import manifest as manifests
+from infra.agent.exitcodes import HELP as EXIT_HELP
+from infra.agent.exitcodes import ExitCode
 from infra.agent.manifest import MANIFEST_FILE, ReleaseError
 from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
@@ -24,7 +26,7 @@ from infra.triton.server import start as start_server
 from infra.triton.smoke import report_table
 from infra.triton.smoke import smoke as run_smoke
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, epilog=EXIT_HELP)
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(obs_app, name="observability")
 app.command("render")(render_cmd)
@@ -36,9 +38,6 @@ app.add_typer(agent_app, name="agent")
 
 
 # --- model repository and inference checks -------------------------------------------------------
-# Exit codes shared by validate and smoke: 0 clean, 1 findings/failed checks, 2 usage error.
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-
 console = Console()
 err_console = Console(stderr=True)
 
@@ -61,7 +60,7 @@ def validate(
         report = validate_repo(path, target=target, config_name=config_name)
     except UsageError as e:
         err_console.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     if as_json:
         _print_json(report.model_dump(mode="json"))
     else:
@@ -71,7 +70,7 @@ def validate(
             console.print(f"[{colour}]{f.severity}[/] {f.location()}:{escape(fld)} {escape(f.message)}",
                           highlight=False, soft_wrap=True)
         console.print(f"{len(report.models)} models, {len(report.errors)} errors, {len(report.warnings)} warnings")
-    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
 
 @app.command()
@@ -85,17 +84,17 @@ def manifest(
     """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
     if not path.is_dir():
         err_console.print(f"[red]error:[/] {path}: not a directory")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     current = manifests.tree_files(path)
     if compare_to is not None:
         try:
             saved = manifests.parse(compare_to.read_bytes(), str(compare_to))
         except (OSError, ReleaseError) as e:
             err_console.print(f"[red]error:[/] {escape(str(e))}")
-            raise typer.Exit(EXIT_USAGE) from None
+            raise typer.Exit(ExitCode.USAGE) from None
         diff = manifests.compare(saved, current)
         _print_json(diff)
-        raise typer.Exit(EXIT_FINDINGS if any(diff.values()) else EXIT_OK)
+        raise typer.Exit(ExitCode.FINDINGS if any(diff.values()) else ExitCode.OK)
     if write:
         (path / MANIFEST_FILE).write_text(manifests.text(current))
     typer.echo(manifests.text(current), nl=False)
@@ -126,19 +125,19 @@ def smoke(
         name, sep, value = h.partition("=")
         if not sep:
             err_console.print(f"[red]error:[/] --header {h!r}: expected NAME=VALUE")
-            raise typer.Exit(EXIT_USAGE)
+            raise typer.Exit(ExitCode.USAGE)
         headers[name] = value
     try:
         report = run_smoke(url, models=model or (), repository=repository, metrics_url=metrics_url,
                            headers=headers, ca=ca, cert=cert, key=key)
     except ValueError as e:
         err_console.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     if as_json:
         _print_json(report.model_dump(mode="json") | {"ok": report.ok})
     else:
         console.print(report_table(report))
-    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
 
 @app.command()
@@ -164,7 +163,7 @@ def demo(
 ) -> None:
     """Converge a local edge node with ansible/edge.yml, smoke-check it and print real inference results.
 
-    Exit 0 when the smoke check passes, 1 when a check or a step fails.
+    Exit 0 when the smoke check passes, 1 when a check fails, 3 when a step fails.
     """
     from infra.demo import DemoError, run, run_edge
     from infra.hosts.podman import HostsError
@@ -173,5 +172,5 @@ def demo(
         report = run(console) if local else run_edge(console)
     except (DemoError, HostsError) as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(EXIT_FINDINGS) from None
-    raise typer.Exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+        raise typer.Exit(ExitCode.FAILED) from None
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)

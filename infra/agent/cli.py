@@ -2,8 +2,9 @@
 
 Push mode (the model_repository role runs these on a node): status, install, activate, mark, prune,
 verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the sidecar, or an edge
-node's service). Drift: probe, check. Exit 0 ok, 1 a step failed (the message names the file and
-the step), 2 usage error; ``check`` exits 2 on drift. Secrets come from the environment only:
+node's service). Drift: probe, check. Exit codes (exitcodes.py): 0 ok, 1 a release step failed or was
+refused (the message names the file and the step) or drift found, 2 usage error, 3 a check could not run.
+Secrets come from the environment only:
 TRITONOPS_ADMIN_SECRET (Triton's admin header), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_SESSION_TOKEN (an S3 store).
 """

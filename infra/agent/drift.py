@@ -2,7 +2,8 @@
 
 Runs on the node (``tritonops-agent probe`` pushed by ``tritonops drift``; ``tritonops-agent check
 --textfile`` from the drift_check role's timer) and in the Kubernetes CronJob (``check --url`` against
-the Triton Service with ``--expect``). ``check`` exits 0 clean, 2 drift found, 1 the check itself failed.
+the Triton Service with ``--expect``). ``check`` exits 0 clean, 1 drift found, 3 the check itself
+failed (exitcodes.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .exitcodes import ExitCode
 from .manifest import MANIFEST_FILE, ReleaseError, tree_files
 from .releases import STATE_FILE, write_atomic
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
@@ -188,14 +190,14 @@ def _check(args: argparse.Namespace, secret: str) -> int:
         write_atomic(Path(args.textfile) / TEXTFILE_NAME,
                      textfile([{"source": args.source, "host": args.host, "count": len(findings)}],
                               {args.source: True}))
-    return 2 if findings else 0
+    return ExitCode.FINDINGS if findings else ExitCode.OK
 
 
 def add_commands(sub: Any) -> None:
     """``probe`` and ``check`` on the agent's command line."""
     for name in ("probe", "check"):
         sp = sub.add_parser(name, help="drift: " + ("the node's state as JSON" if name == "probe" else
-                                                     "compare the node with its release (exit 2 on drift)"))
+                                                     "compare the node with its release (exit 1 on drift)"))
         sp.add_argument("--link", default="/var/lib/triton/models")
         sp.add_argument("--releases", default="/var/lib/triton/releases")
         sp.add_argument("--port", type=int, default=8000)
@@ -215,11 +217,11 @@ def run(args: argparse.Namespace) -> int:
         if args.cmd == "probe":
             print(json.dumps(probe(Path(args.link), Path(args.releases), f"http://127.0.0.1:{args.port}",
                                    args.header, secret), sort_keys=True))
-            return 0
+            return ExitCode.OK
         return _check(args, secret)
-    except Exception as e:  # noqa: BLE001 - the check itself failed: say so, exit 1
+    except Exception as e:  # noqa: BLE001 - the check itself failed: say so, exit 3
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
         if getattr(args, "textfile", None):
             with contextlib.suppress(OSError):
                 write_atomic(Path(args.textfile) / TEXTFILE_NAME, textfile([], {args.source: False}))
-        return 1
+        return ExitCode.FAILED

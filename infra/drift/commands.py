@@ -1,4 +1,4 @@
-"""``tritonops drift``: exit 0 clean, 2 drift found, 1 the check itself failed."""
+"""``tritonops drift``: exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage error."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from infra.agent.exitcodes import ExitCode
 from infra.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
 from infra.drift.run import DEFAULT_PLAYBOOKS, run
 
@@ -37,13 +38,13 @@ def drift_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
 ) -> None:
-    """Compare what runs with what the code says. Exit 0 clean, 2 drift found, 1 the check itself failed."""
+    """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage."""
     sources = source or ["ansible", "models"]
     bad = [s for s in sources if s not in SOURCES]
     if bad:
         Console(stderr=True).print(f"[red]error:[/] unknown --source {', '.join(bad)} "
                                    f"(choose from {', '.join(SOURCES)})")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.USAGE)
     report = run(sources, inventory or [], playbook or list(DEFAULT_PLAYBOOKS), limit, stack or [], env or [], forks)
     if textfile_dir is not None:
         write_textfile(report, textfile_dir)

@@ -8,10 +8,9 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 
 from infra.agent import drift as agent_drift
+from infra.agent.exitcodes import ExitCode
 from infra.agent.releases import write_atomic
 
-# Exit codes of `tritonops drift`.
-EXIT_CLEAN, EXIT_FAILED, EXIT_DRIFT = 0, 1, 2
 TEXTFILE_NAME = "tritonops_drift.prom"
 SOURCES = ("ansible", "models", "pulumi")
 
@@ -51,11 +50,11 @@ class DriftReport(BaseModel):
         return {r.source: r.error for r in self.results if r.error}
 
     @property
-    def exit_code(self) -> int:
-        """1 when any source could not be checked (the result is incomplete), else 2 on drift, else 0."""
+    def exit_code(self) -> ExitCode:
+        """FAILED when any source could not be checked (the result is incomplete), else FINDINGS on drift."""
         if self.errors:
-            return EXIT_FAILED
-        return EXIT_DRIFT if self.findings else EXIT_CLEAN
+            return ExitCode.FAILED
+        return ExitCode.FINDINGS if self.findings else ExitCode.OK
 
     def counts(self) -> list[dict[str, object]]:
         """Drifted resources per (source, host), including the clean hosts (0) of sources that ran."""
@@ -101,8 +100,8 @@ def _md(text: str) -> str:
 def markdown(report: DriftReport, max_diff_lines: int = 20) -> str:
     """A summary for a ticket or a chat message."""
     code = report.exit_code
-    head = {EXIT_CLEAN: "no drift", EXIT_DRIFT: f"{len(report.findings)} drifted resources",
-            EXIT_FAILED: "check failed"}[code]
+    head = {ExitCode.OK: "no drift", ExitCode.FINDINGS: f"{len(report.findings)} drifted resources",
+            ExitCode.FAILED: "check failed"}[code]
     lines = [f"## Drift check: {head}", ""]
     lines.append("| source | host | drifted | status |")
     lines.append("|---|---|---:|---|")

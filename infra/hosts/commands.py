@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from infra.agent.exitcodes import ExitCode
 from infra.hosts.images import ImageSpec, build_image, image_status
 from infra.hosts.nodes import list_nodes, node_dicts, node_down, node_up
 from infra.hosts.podman import HostsError
@@ -30,7 +31,7 @@ class Arch(StrEnum):
 
 def _fail(exc: Exception) -> typer.Exit:
     console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(1)
+    return typer.Exit(ExitCode.FAILED)
 
 
 @hosts_app.command("build")

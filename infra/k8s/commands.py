@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from infra.agent.exitcodes import ExitCode
 from infra.k8s.config import ENVIRONMENTS, STACKS, ConfigError
 
 
@@ -33,7 +34,7 @@ def render(
             print(json.dumps({"error": str(exc), "key": exc.key}))
         else:
             Console(stderr=True).print(f"[red]invalid configuration[/red] {exc}")
-        raise typer.Exit(2) from exc
+        raise typer.Exit(ExitCode.USAGE) from exc
     if as_json:
         print(json.dumps([{"path": str(w.path), "kind": w.kind, "name": w.name} for w in written], indent=2))
         return

@@ -5,9 +5,9 @@ so ``pulumi up`` and ``tritonops render`` create the same CronJob. Every run cal
 repository index (a restricted API: the admin header comes from the stack's Secret) with the release
 agent's ``check`` command (``infra/agent/drift.py``, the same code the edge nodes' timer runs), from
 the agent zipapp in the namespace's ``tritonops-agent`` ConfigMap, and fails the Job when a desired
-model is not READY or an undesired one is: exit 2, which kube-prometheus-stack's ``KubeJobFailed``
-alert reports. It runs in the Triton image on the service's own node pool (the image is already on
-those nodes; no GPU is requested).
+model is not READY or an undesired one is: exit 1 (3 when the check could not run), which
+kube-prometheus-stack's ``KubeJobFailed`` alert reports. It runs in the Triton image on the service's
+own node pool (the image is already on those nodes; no GPU is requested).
 """
 
 from __future__ import annotations

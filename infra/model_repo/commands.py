@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.agent import bundle, signing
+from infra.agent.exitcodes import ExitCode
 from infra.agent.manifest import ReleaseError
 from infra.model_repo import canary
 from infra.model_repo import publish as pub
@@ -37,7 +38,7 @@ def _run(fn: Any, as_json: bool, render: Any = None) -> None:
         out = fn()
     except ReleaseError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FINDINGS) from None
     if as_json or render is None:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
@@ -127,10 +128,10 @@ def promote_cmd(
             _gate_table(e.report)
             err_console.print(f"[red]refused:[/] channel [bold]{escape(channel)}[/] not moved to "
                               f"{escape(source_channel)}'s release (figures above)")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FINDINGS) from None
     except ReleaseError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FINDINGS) from None
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -214,7 +215,7 @@ def status_cmd(
 
     _run(run, as_json, render)
     if any(r.get("error") or not r.get("up_to_date") for r in out.get("targets", [])):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FINDINGS)
 
 
 @agent_app.command("build")

@@ -11,13 +11,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from infra.agent.exitcodes import ExitCode
 from infra.model_repo import pbtxt
 from infra.triton import bench
 from infra.triton import tune as tuner
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1  # bench: some requests failed; tune: no setting within the budget
-EXIT_USAGE = 2
 
 console = Console(stderr=True)
 
@@ -79,7 +76,7 @@ def bench_cmd(
         bench.check_target(url, cfg.allowed_hosts)
     except ValueError as e:
         console.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     with _progress(not as_json) as progress:
         task = progress.add_task(f"{model} {protocol} {mode}", total=requests)
         report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
@@ -87,7 +84,7 @@ def bench_cmd(
         print(json.dumps(report.to_dict(), indent=2))
     else:
         Console().print(_report_table(report))
-    raise typer.Exit(EXIT_FINDINGS if report.errors else EXIT_OK)
+    raise typer.Exit(ExitCode.FINDINGS if report.errors else ExitCode.OK)
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -124,7 +121,7 @@ def tune_cmd(
         bench.check_target(url)
     except (OSError, ValueError, pbtxt.ConfigError) as e:
         console.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     grid = tuner.default_grid(
         spec.max_batch_size or 0, _ints(instances, "instances"), _ints(delays, "delays")
     )
@@ -157,4 +154,4 @@ def tune_cmd(
         else:
             c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
         c.print(f"plot: {png}")
-    raise typer.Exit(EXIT_OK if result.best else EXIT_FINDINGS)
+    raise typer.Exit(ExitCode.OK if result.best else ExitCode.FINDINGS)

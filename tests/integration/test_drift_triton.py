@@ -59,7 +59,7 @@ def test_all_models_ready_is_clean(triton: server.TritonServer, agent: Path) -> 
 
 def test_wrong_admin_header_is_reported(triton: server.TritonServer, agent: Path) -> None:
     rc, out = check(triton, agent, secret="not-the-secret")
-    assert rc == 2
+    assert rc == 1
     assert [f["resource"] for f in out["findings"]] == ["triton"]  # type: ignore[index]
     assert "HTTP 403" in out["findings"][0]["detail"]  # type: ignore[index]
 
@@ -70,7 +70,7 @@ def test_unloaded_model_is_drift(triton: server.TritonServer, agent: Path) -> No
     with urllib.request.urlopen(req, timeout=60) as resp:
         assert resp.status == 200
     rc, out = check(triton, agent)
-    assert rc == 2
+    assert rc == 1
     findings = out["findings"]
     assert [f["resource"] for f in findings] == ["model:mlp_batched"], findings  # type: ignore[index]
     assert findings[0]["detail"].startswith("version any not READY (UN"), findings  # type: ignore[index]

@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 from infra.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
-from infra.drift.report import EXIT_CLEAN, EXIT_DRIFT, DriftReport
+from infra.agent.exitcodes import ExitCode
+from infra.drift.report import DriftReport
 from infra.drift.run import run
 from infra.hosts.podman import podman
 
@@ -144,7 +145,7 @@ def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     clean = timed("drift (clean)", drift, inventory)
     assert clean.errors == {}, clean.errors
     assert clean.findings == [], [f.model_dump() for f in clean.findings]
-    assert clean.exit_code == EXIT_CLEAN
+    assert clean.exit_code == ExitCode.OK
     assert own_check() == (0, 1)
 
     # 2. tamper while Triton runs
@@ -172,7 +173,7 @@ def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     assert found(report) == ansible_expected | models_expected, [f.model_dump() for f in report.findings]
     unit = next(f for f in report.findings if f.resource.endswith("Write the systemd unit"))
     assert "-RestartSec=30" in unit.diff and "+RestartSec=5" in unit.diff, unit.diff
-    assert report.exit_code == EXIT_DRIFT
+    assert report.exit_code == ExitCode.FINDINGS
     # The node's own check (timer) sees the same model-repository drift.
     assert own_check() == (len(models_expected), 1)
 

@@ -102,5 +102,5 @@ def test_unit_passes_systemd_analyze(unit: Path) -> None:
 
 def test_unit_treats_drift_as_success_and_keeps_the_secret_out() -> None:
     unit = (ROLE / "templates" / "drift-check.service.j2").read_text()
-    assert "SuccessExitStatus=2" in unit
+    assert "SuccessExitStatus=1" in unit
     assert "EnvironmentFile=/etc/default/" in unit and "admin_secret" not in unit

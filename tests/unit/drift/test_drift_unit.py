@@ -15,14 +15,12 @@ from typer.testing import CliRunner
 from infra.agent import bundle, manifest
 from infra.agent import drift as agent_drift
 from infra.agent import releases as agent_releases
+from infra.agent.exitcodes import ExitCode
 from infra.agent.manifest import ReleaseError
 from infra.agent.triton import SECRET_ENV
 from infra.cli import app
 from infra.drift import ansible_check, models, pulumi_check
 from infra.drift.report import (
-    EXIT_CLEAN,
-    EXIT_DRIFT,
-    EXIT_FAILED,
     DriftReport,
     Finding,
     SourceResult,
@@ -217,7 +215,8 @@ FAILED = SourceResult(source="pulumi", hosts=["triton/dev"], error="the Pulumi C
 
 
 @pytest.mark.parametrize("results, code", [
-    ((CLEAN,), EXIT_CLEAN), ((CLEAN, DRIFT), EXIT_DRIFT), ((CLEAN, FAILED), EXIT_FAILED), ((DRIFT, FAILED), EXIT_FAILED),
+    ((CLEAN,), ExitCode.OK), ((CLEAN, DRIFT), ExitCode.FINDINGS), ((CLEAN, FAILED), ExitCode.FAILED),
+    ((DRIFT, FAILED), ExitCode.FAILED),
 ])
 def test_exit_codes(results: tuple[SourceResult, ...], code: int) -> None:
     assert _report(*results).exit_code == code
@@ -276,10 +275,10 @@ def test_pulumi_without_cli_is_a_clear_error_for_that_source_only(monkeypatch: p
     assert res.findings == []
 
 
-def test_cli_pulumi_missing_exits_1_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_pulumi_missing_exits_3_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pulumi_check.shutil, "which", lambda name: None)
     out = CliRunner().invoke(app, ["drift", "--source", "pulumi", "--stack", "triton", "--env", "dev", "--json"])
-    assert out.exit_code == EXIT_FAILED, out.output
+    assert out.exit_code == ExitCode.FAILED, out.output
     doc = json.loads(out.output)
     assert "Pulumi CLI is not installed" in doc["errors"]["pulumi"]
     assert doc["counts"] == []
@@ -287,7 +286,7 @@ def test_cli_pulumi_missing_exits_1_and_says_why(monkeypatch: pytest.MonkeyPatch
 
 def test_cli_rejects_unknown_source() -> None:
     out = CliRunner().invoke(app, ["drift", "--source", "terraform"])
-    assert out.exit_code == EXIT_FAILED
+    assert out.exit_code == ExitCode.USAGE
     assert "unknown --source terraform" in out.output
 
 

@@ -827,7 +827,7 @@ def test_drift_cron_job_runs_the_agent_check_from_the_config_map() -> None:
 
 def test_drift_check_argv_runs_and_reports_an_unreachable_triton(tmp_path: Path) -> None:
     """The CronJob's command, with the Service URL swapped for a closed port: the agent runs the
-    check (exit 2 with a finding, not an argparse usage error) and keeps the secret off argv."""
+    check (exit 1 with a finding, not an argparse usage error, 2) and keeps the secret off argv."""
     cfg = _triton("prod")
     svc = cfg.model_services[0]
     agent = tmp_path / triton.AGENT_KEY
@@ -837,7 +837,7 @@ def test_drift_check_argv_runs_and_reports_an_unreachable_triton(tmp_path: Path)
     argv = [str(agent) if a == triton.AGENT_PATH else ("http://127.0.0.1:9" if a == url else a) for a in cmd]
     env = {"PATH": os.environ["PATH"], "TRITONOPS_ADMIN_SECRET": "s3cr3t-value"}
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
-    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr
     doc = json.loads(out.stdout)
     assert doc["source"] == "triton" and [f["resource"] for f in doc["findings"]] == ["triton"]
     assert "s3cr3t-value" not in out.stdout + out.stderr
