@@ -4,6 +4,12 @@ The wheel ships a complete Triton 2.51 binary with HTTP, gRPC, metrics and the P
 module finds it in the current environment, lays out a backend directory with the Python backend stub
 for this interpreter, starts the server on free loopback ports and waits until it is ready. It is used
 by the test fixtures, by ``make demo`` and by ``tritonops serve``.
+
+The server runs in its own session, so a signal sent to this process does not reach it by itself: while
+a server started here runs, SIGINT, SIGTERM and SIGHUP are forwarded to it (SIGHUP as SIGTERM, Triton's
+graceful shutdown) and raise KeyboardInterrupt here, so the caller's cleanup runs. ``stop()`` waits for
+the server and removes the temporary folder ``start()`` made; whatever a caller leaves running or on
+disk is stopped and removed when the interpreter exits.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import tritonclient.http as httpclient
 
@@ -80,6 +89,12 @@ class TritonServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     extra_args: list[str] = field(default_factory=list)
+    owned_workdir: Path | None = None  # the temporary folder start() made: removed by stop()
+
+    def __post_init__(self) -> None:
+        _LIVE[self.process] = False
+        # At interpreter exit, whatever the caller did not stop: same shutdown, at most once.
+        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.owned_workdir, 30.0)
 
     @property
     def http_url(self) -> str:
@@ -97,13 +112,56 @@ class TritonServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 30) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+        """Shut the server down (SIGINT unless a forwarded signal already asked), wait, remove the temp folder."""
+        _shutdown(self.process, self.owned_workdir, timeout)
+        self._finalizer.detach()
+
+
+# Servers started by this process and not yet shut down (True: a forwarded signal asked them to stop).
+_LIVE: dict[subprocess.Popen[bytes], bool] = {}
+# The signals forwarded, and what the server gets for each.
+_FORWARDED: dict[int, int] = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+                              signal.SIGHUP: signal.SIGTERM}
+
+
+def _shutdown(process: subprocess.Popen[bytes], workdir: Path | None, timeout: float) -> None:
+    try:
+        if process.poll() is None:
+            if not _LIVE.get(process):
+                process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(timeout=timeout)
+                process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                process.kill()
+                process.wait()
+    finally:
+        _LIVE.pop(process, None)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _forward(signum: int, frame: FrameType | None) -> None:
+    live = [p for p in _LIVE if p.poll() is None]
+    if not live:  # nothing of ours runs: the signal's usual meaning
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    for process in live:
+        if not _LIVE[process]:
+            process.send_signal(_FORWARDED[signum])
+            _LIVE[process] = True
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}: tritonserver asked to stop")
+
+
+def _install_forwarding() -> None:
+    """Forward SIGINT, SIGTERM and SIGHUP to the servers we started, where nobody else handles them."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in _FORWARDED:
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(signum, _forward)
 
 
 def start(
@@ -121,6 +179,7 @@ def start(
     Raises RuntimeError with the server log when it exits or does not become ready in time.
     """
     install = find_install()
+    owned = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tritonops-server-"))
     backends = install.backend_dir(workdir / "backends")
     ports = [free_port() for _ in range(3)]
@@ -144,8 +203,9 @@ def start(
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env["PYTHONPATH"] = ":".join(filter(None, [*site.getsitepackages(), env.get("PYTHONPATH")]))
     log_path = workdir / "tritonserver.log"
-    log = log_path.open("wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    _install_forwarding()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = TritonServer(
         repository=Path(repository),
         http_port=ports[0],
@@ -154,11 +214,12 @@ def start(
         process=proc,
         log_path=log_path,
         extra_args=list(extra_args),
+        owned_workdir=workdir if owned else None,
     )
     if wait_ready:
         try:
             wait_until_ready(server, timeout=ready_timeout)
-        except Exception:
+        except BaseException:  # a forwarded signal (KeyboardInterrupt) too
             server.stop()
             raise
     return server
