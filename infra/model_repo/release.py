@@ -19,11 +19,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from infra.agent import manifest
 from infra.agent.manifest import MANIFEST_FILE, ReleaseError
 from infra.agent.releases import STAGING_PREFIX, check_release_id
+
+
+class CredentialsError(ValueError):
+    """Unusable credentials on stdin (exit 2); the message names a key, never a value."""
 
 
 def pack(staged: Path) -> Path:
@@ -146,17 +150,54 @@ def extract_tarball(tarball: Path, dest: Path) -> Path:
     return dest
 
 
+S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def read_credentials(stream: IO[str]) -> dict[str, str]:
+    """S3 credentials as one JSON object on ``stream`` (the role's stdin): never argv, never the environment.
+
+    Keys: aws_access_key_id and aws_secret_access_key (both), aws_session_token (optional). An error
+    names the key, never a value.
+    """
+    try:
+        data = json.loads(stream.read() or "{}")
+    except json.JSONDecodeError as e:
+        raise CredentialsError(f"--credentials-stdin: stdin is not one JSON object (line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise CredentialsError("--credentials-stdin: stdin is not one JSON object")
+    unknown = sorted(set(data) - set(S3_CREDENTIALS))
+    bad = [k for k in S3_CREDENTIALS if k in data and not isinstance(data[k], str)]
+    if unknown or bad:
+        raise CredentialsError(f"--credentials-stdin: unknown key(s) {unknown}, or not a string: {bad} "
+                               f"(keys: {', '.join(S3_CREDENTIALS)})")
+    creds = {k: v for k, v in data.items() if v}
+    if ("aws_access_key_id" in creds) != ("aws_secret_access_key" in creds):
+        raise CredentialsError("--credentials-stdin: aws_access_key_id and aws_secret_access_key go together")
+    return creds
+
+
+def _scrub(text: str, secrets: dict[str, str]) -> str:
+    for value in secrets.values():
+        text = text.replace(value, "***")
+    return text
+
+
 def fetch_s3(bucket: str, prefix: str, dest: Path, endpoint_url: str | None = None,
-             region: str | None = None) -> dict[str, Any]:
-    """Download every object under s3://bucket/prefix into dest (credentials from the environment)."""
+             region: str | None = None, credentials: dict[str, str] | None = None) -> dict[str, Any]:
+    """Download every object under s3://bucket/prefix into dest.
+
+    ``credentials`` (see :func:`read_credentials`) or, without them, boto3's own chain (environment,
+    profile, instance role). A message never holds a credential.
+    """
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    credentials = credentials or {}
     prefix = prefix.strip("/")
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    client = boto3.client("s3", endpoint_url=endpoint_url or None, region_name=region or None)
+    client = boto3.client("s3", endpoint_url=endpoint_url or None, region_name=region or None, **credentials)
     count = 0
     try:
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/" if prefix else "")
@@ -173,7 +214,7 @@ def fetch_s3(bucket: str, prefix: str, dest: Path, endpoint_url: str | None = No
                 client.download_file(bucket, key, str(out))
                 count += 1
     except (BotoCoreError, ClientError) as e:
-        raise ReleaseError(f"s3://{bucket}/{prefix}: {e}") from None
+        raise ReleaseError(_scrub(f"s3://{bucket}/{prefix}: {e}", credentials)) from None
     if count == 0:
         raise ReleaseError(f"s3://{bucket}/{prefix}: no objects under this prefix")
     return {"objects": count, "path": str(dest)}
@@ -221,6 +262,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--dest", type=Path, required=True)
     sp.add_argument("--endpoint-url")
     sp.add_argument("--region")
+    sp.add_argument("--credentials-stdin", action="store_true",
+                    help="read the S3 credentials as one JSON object from stdin (keys: "
+                         + ", ".join(S3_CREDENTIALS) + "); default: boto3's own chain")
     sp = sub.add_parser("golden", help="controller: the golden inference gate against a node")
     sp.add_argument("url")
     sp.add_argument("--repository", type=Path, required=True)
@@ -238,13 +282,18 @@ def main(argv: list[str] | None = None) -> int:
                 source = extract_tarball(args.source, args.cache / f"{STAGING_PREFIX}unpacked")
             out = prepare(source, args.cache, args.target, args.version, args.config_name)
         elif args.cmd == "fetch-s3":
-            out = fetch_s3(args.bucket, args.prefix, args.dest, args.endpoint_url, args.region)
+            creds = read_credentials(sys.stdin) if args.credentials_stdin else None
+            out = fetch_s3(args.bucket, args.prefix, args.dest, args.endpoint_url, args.region, creds)
         else:
             out = golden(args.url, args.repository, args.model, args.timeout)
             print(json.dumps(out, indent=2, sort_keys=True))
             if not out["ok"]:
                 print("golden inference gate failed:\n  " + "\n  ".join(out["failed"]), file=sys.stderr)
             return 0 if out["ok"] else 1
+    except CredentialsError as e:
+        print(json.dumps({"error": str(e)}))
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except ReleaseError as e:
         print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)
