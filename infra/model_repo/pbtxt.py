@@ -21,6 +21,9 @@ from tritonclient.grpc import model_config_pb2
 from infra.model_repo.spec import ModelSpec
 
 ModelConfig = model_config_pb2.ModelConfig
+# Real configs are a few kB (large ensembles some tens of kB); protobuf's text parser is slow and greedy
+# on huge inputs (50 MB: minutes and GBs), so refuse anything above this before parsing it.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(Exception):
@@ -89,7 +92,10 @@ def parse(text: str, path: Path | str = "config.pbtxt") -> ModelSpec:
     except ValidationError as e:  # a value the protobuf accepts but the spec forbids
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(path, err["msg"], field_lines(text).get(field), field=field) from None
+        message = f"must specify '{err['loc'][-1]}'" if err["type"] == "missing" else err["msg"]
+        lines = field_lines(text)
+        parent = field.rsplit(".", 1)[0] if "." in field else field
+        raise ConfigError(path, message, lines.get(field) or lines.get(parent), field=field) from None
 
 
 @dataclass
@@ -113,8 +119,27 @@ class LoadedConfig:
         return None
 
 
+def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
+    """A config file's text, read at most ``limit`` bytes deep: ConfigError if larger, binary or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise ConfigError(path, f"cannot read the file: {e.strerror or e}") from None
+    if len(raw) > limit:
+        raise ConfigError(path, f"the file is larger than {limit} bytes; a model configuration is a few kB "
+                          "(refused before parsing)")
+    if b"\0" in raw:
+        raise ConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(path, f"the file is not UTF-8 text (byte {e.start})", line=line) from None
+
+
 def load(path: Path) -> LoadedConfig:
-    text = path.read_text()
+    text = read_text(path)
     spec = parse(text, path)
     return LoadedConfig(path=path, text=text, spec=spec)
 

@@ -112,17 +112,49 @@ class SequenceStrategyOldest(_Msg):
     preserve_ordering: bool | None = None
 
 
+ControlKind = Literal["CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_END",
+                      "CONTROL_SEQUENCE_CORRID"]
+
+
+class SequenceControl(_Msg):
+    kind: ControlKind = "CONTROL_SEQUENCE_START"  # the protobuf's 0 value: absent from the parsed dict
+    int32_false_true: list[int] = []
+    fp32_false_true: list[float] = []
+    bool_false_true: list[bool] = []
+    data_type: DataType | None = None
+
+
+class SequenceControlInput(_Msg):
+    name: str = ""
+    control: list[SequenceControl] = []
+
+
 class SequenceBatching(_Msg):
     direct: SequenceStrategyDirect | None = None
     oldest: SequenceStrategyOldest | None = None
     max_sequence_idle_microseconds: int | None = None
-    control_input: list[dict[str, Any]] = []
+    control_input: list[SequenceControlInput] = []
     state: list[dict[str, Any]] = []
     iterative_sequence: bool | None = None
 
 
+class BatchInput(_Msg):
+    kind: Literal["BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT",
+                  "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE",
+                  "BATCH_ITEM_SHAPE", "BATCH_ITEM_SHAPE_FLATTEN"] = "BATCH_ELEMENT_COUNT"
+    target_name: list[str] = []
+    data_type: DataType | None = None  # Triton accepts TYPE_INT32 or TYPE_FP32 only
+    source_input: list[str] = []
+
+
+class BatchOutput(_Msg):
+    target_name: list[str] = []
+    kind: Literal["BATCH_SCATTER_WITH_INPUT_SHAPE"] = "BATCH_SCATTER_WITH_INPUT_SHAPE"
+    source_input: list[str] = []
+
+
 class EnsembleStep(_Msg):
-    model_name: str
+    model_name: str = ""
     model_version: int | None = None
     input_map: dict[str, str] = {}  # the step model's input name -> ensemble tensor name
     output_map: dict[str, str] = {}  # the step model's output name -> ensemble tensor name
@@ -182,7 +214,7 @@ class ResponseCache(_Msg):
 class ModelSpec(_Msg):
     """One model's configuration: what ``config.pbtxt`` says, typed."""
 
-    name: str
+    name: str = ""  # Triton names an unnamed model after its folder
     platform: str | None = None  # onnxruntime_onnx, tensorrt_plan, pytorch_libtorch, ensemble, ...
     backend: str | None = None  # python, onnxruntime, tensorrt, pytorch, ...
     runtime: str | None = None
@@ -190,8 +222,8 @@ class ModelSpec(_Msg):
     max_batch_size: int | None = None
     input: list[ModelInput] = []
     output: list[ModelOutput] = []
-    batch_input: list[dict[str, Any]] = []
-    batch_output: list[dict[str, Any]] = []
+    batch_input: list[BatchInput] = []
+    batch_output: list[BatchOutput] = []
     optimization: Optimization | None = None
     dynamic_batching: DynamicBatching | None = None
     sequence_batching: SequenceBatching | None = None

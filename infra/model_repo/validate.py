@@ -1,8 +1,9 @@
 """Validate a Triton model repository (or one model) before any server sees it.
 
-Checks the layout Triton expects, parses every config.pbtxt with Triton's own protobuf, and runs the
-semantic checks Triton would only report at load time (or never): batch sizes, dims, tensor names,
-ensemble wiring, instance kinds against the target hardware, warmup, priorities, golden data.
+Checks the layout Triton expects (safe names, version folders as Triton reads them), parses every
+config.pbtxt with Triton's own protobuf (size-bounded), runs Triton's own configuration rules
+(:mod:`infra.model_repo.config_rules`) and the rules that span models or need the target: ensemble
+steps against the models they call, ensemble cycles, GPU ids against the target's GPUs, golden data.
 Every finding names the file, line and field.
 """
 
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -20,7 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from infra.model_repo import pbtxt
+from infra.agent.manifest import ReleaseError, check_path
+from infra.model_repo import config_rules, pbtxt
 from infra.model_repo.golden import GOLDEN_FILE, Golden, wire_datatype
 from infra.model_repo.spec import ModelSpec, Tensor
 
@@ -42,7 +42,10 @@ MODEL_FILES: dict[str, str] = {
     "openvino": "model.xml",
     "fil": "xgboost.model",
 }
-TRT_PRECISIONS = {"FP32", "FP16", "INT8"}
+# Files by which Triton's AutoCompleteBackendFields recognises a backend in a version folder.
+AUTOFILL_FILES = {"model.savedmodel": "tensorflow", "model.graphdef": "tensorflow", "model.plan": "tensorrt",
+                  "model.onnx": "onnxruntime", "model.pt": "pytorch", "model.py": "python"}
+INT64_MAX = 2**63 - 1
 
 
 class Target(StrEnum):
@@ -55,6 +58,11 @@ class Target(StrEnum):
     @property
     def has_gpu(self) -> bool:
         return self is not Target.cpu
+
+    @property
+    def gpu_count(self) -> int | None:
+        """GPUs the target has, where the profile says (a Jetson has one integrated GPU, id 0)."""
+        return {Target.cpu: 0, Target.jetson: 1}.get(self)
 
 
 class Finding(BaseModel):
@@ -72,6 +80,7 @@ class Finding(BaseModel):
 class Report(BaseModel):
     path: str
     target: Target | None
+    gpus: int | None = None
     models: list[str]
     errors: list[Finding]
     warnings: list[Finding]
@@ -120,8 +129,16 @@ class _Collector:
         self.add("warning", code, path, message, **kw)  # type: ignore[arg-type]
 
 
+def _version_number(name: str) -> int | None:
+    """The version a folder name stands for, as Triton reads it: ASCII digits, no leading zero."""
+    if not re.fullmatch(r"[0-9]+", name) or (len(name) > 1 and name[0] == "0"):
+        return None
+    return int(name)
+
+
 def is_model_folder(path: Path) -> bool:
-    return (path / CONFIG).is_file() or any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
+    return (path / CONFIG).is_file() or any(p.is_dir() and _version_number(p.name) is not None
+                                            for p in path.iterdir())
 
 
 def model_folders(path: Path) -> list[Path]:
@@ -133,10 +150,23 @@ def model_folders(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def validate(path: Path, target: Target | None = None, config_name: str | None = None) -> Report:
-    """Validate a repository or a single model folder; findings are sorted by file and line."""
+def validate(path: Path | str, target: Target | None = None, config_name: str | None = None,
+             gpus: int | None = None) -> Report:
+    """Validate a repository or a single model folder; findings are sorted by file and line.
+
+    ``gpus``: how many GPUs the target has (ids 0..gpus-1); default: what ``target`` implies.
+    """
+    if str(path).strip() == "":
+        raise UsageError("no path given: name a model repository or a model folder")
+    if gpus is not None and gpus < 0:
+        raise UsageError(f"--gpus {gpus}: a GPU count is 0 or more")
     path = Path(path)
-    folders = model_folders(path)
+    try:
+        folders = model_folders(path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the folder ({e.strerror or e})") from None
+    if gpus is None and target is not None:
+        gpus = target.gpu_count
     out = _Collector()
     models: dict[str, Model] = {}
     for folder in folders:
@@ -151,11 +181,12 @@ def validate(path: Path, target: Target | None = None, config_name: str | None =
                 with contextlib.suppress(pbtxt.ConfigError):  # reported when that model is validated
                     siblings[other.name] = Model(other, pbtxt.load(other / CONFIG))
     for model in models.values():
-        _check_model(model, siblings, target, out)
+        _check_model(model, siblings, target, gpus, out)
     findings = sorted(out.findings, key=lambda f: (f.path, f.line or 0))
     return Report(
         path=str(path),
         target=target,
+        gpus=gpus,
         models=sorted(models),
         errors=[f for f in findings if f.severity == "error"],
         warnings=[f for f in findings if f.severity == "warning"],
@@ -188,7 +219,22 @@ def _load_model(folder: Path, config_name: str | None, out: _Collector) -> Model
     return Model(folder, _load_config(active_path, out), alternatives)
 
 
-def _check_model(model: Model, repo: dict[str, Model], target: Target | None, out: _Collector) -> None:
+def _check_names(model: Model, out: _Collector) -> None:
+    """Model and file names from the safe character set the release agent enforces (names are data)."""
+    bad: list[Path] = []
+    for p in [model.folder, *sorted(model.folder.rglob("*"))]:
+        if "__pycache__" in p.parts or any(b in p.parents for b in bad):
+            continue
+        try:
+            check_path(p.relative_to(model.folder.parent).as_posix(), where="repository")
+        except ReleaseError as e:
+            out.error("name.unsafe", p, str(e))
+            bad.append(p)
+
+
+def _check_model(model: Model, repo: dict[str, Model], target: Target | None, gpus: int | None,
+                 out: _Collector) -> None:
+    _check_names(model, out)
     versions = _check_versions(model, out)
     if model.config is None:
         return
@@ -196,23 +242,45 @@ def _check_model(model: Model, repo: dict[str, Model], target: Target | None, ou
     for cfg, active in configs:
         _check_config(model, cfg, versions, out)
         if active:
-            if target is not None:
-                _check_target(cfg, target, out)
-            if cfg.spec.is_ensemble:
+            _check_gpus(cfg, target, gpus, out)
+            if cfg.spec.is_ensemble and cfg.spec.ensemble_scheduling:
                 _check_ensemble(cfg, repo, out)
+                _check_ensemble_cycle(model, repo, out)
     _check_golden(model, out)
 
 
 def _check_versions(model: Model, out: _Collector) -> list[Path]:
-    versions = sorted((p for p in model.folder.iterdir() if p.is_dir() and p.name.isdigit()),
-                      key=lambda p: int(p.name))
-    for p in model.folder.iterdir():
-        if p.is_dir() and not p.name.isdigit() and p.name != ALT_CONFIGS and not p.name.startswith("."):
-            out.warning("layout.version", p, f"folder {p.name!r} is not a numeric version; Triton ignores it")
+    versions = []
+    for p in sorted(model.folder.iterdir()):
+        if not p.is_dir() or p.name == ALT_CONFIGS or p.name.startswith("."):
+            continue
+        number = _version_number(p.name)
+        if number is None:
+            why = ("has a leading zero" if re.fullmatch(r"0[0-9]+", p.name)
+                   else "fails to convert to integral number")
+            out.warning("layout.version", p, f"Triton ignores version directory {p.name!r}, which {why}")
+        elif number > INT64_MAX:
+            out.error("layout.version", p, f"version directory {p.name!r} is beyond a 64-bit version number: "
+                      "tritonserver aborts on it (std::stoll out of range)")
+        else:
+            versions.append(p)
+    versions.sort(key=lambda p: int(p.name))
     if not versions:
         out.error("layout.version", model.folder,
                   f"model {model.name!r} has no numeric version folder (e.g. {model.folder / '1'})")
     return versions
+
+
+def _resolve(spec: ModelSpec, versions: list[Path]) -> config_rules.Resolved:
+    """platform/backend as Triton auto-completes them, from the config and else from the model files."""
+    kind = config_rules.resolve(spec)
+    if kind.backend or kind.platform or spec.default_model_filename:
+        return kind
+    for v in versions[:1]:
+        for filename, backend in AUTOFILL_FILES.items():
+            if (v / filename).exists():
+                return config_rules.resolve(spec.model_copy(update={"backend": backend}))
+    return kind
 
 
 def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], out: _Collector) -> None:
@@ -222,196 +290,163 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], o
 
     if spec.name and spec.name != model.name:
         err("name", path, f"name {spec.name!r} does not match its folder {model.name!r}", fld="name")
-    if not spec.platform and not spec.backend:
-        err("platform", path, "neither platform nor backend is set", fld="name")
+    named = spec if spec.name else spec.model_copy(update={"name": model.name})
+    kind = _resolve(named, versions)
+    if not kind.platform and not kind.backend and not spec.default_model_filename:
+        err("platform", path, f"must specify 'platform' or 'backend' for '{model.name}' (no model file in "
+            f"version {versions[0].name if versions else '-'} tells Triton which backend it is)", fld="name")
 
     # The model file each version folder must hold.
-    kind = spec.platform or spec.backend or ""
-    expected = spec.default_model_filename or MODEL_FILES.get(kind) or MODEL_FILES.get(spec.backend or "")
+    expected = spec.default_model_filename or MODEL_FILES.get(kind.platform) or MODEL_FILES.get(kind.backend)
     if not spec.is_ensemble and expected:
         for v in versions:
             if not (v / expected).exists():
                 err("layout.model_file", v, f"version {v.name} of {model.name!r} has no {expected} "
-                    f"(expected by {'platform' if spec.platform else 'backend'} {kind!r})")
+                    f"(expected by {'platform' if spec.platform else 'backend'} "
+                    f"{spec.platform or kind.backend!r})")
     if spec.version_policy and spec.version_policy.specific:
         have = {int(v.name) for v in versions}
-        for i, wanted in enumerate(spec.version_policy.specific.get("versions", [])):
-            if int(wanted) not in have:
-                err("version_policy", path, f"version_policy names version {wanted}, which has no folder",
-                    fld=f"version_policy.specific.versions.{i}")
+        wanted = [int(w) for w in spec.version_policy.specific.get("versions", [])]
+        for i, w in enumerate(wanted):
+            if w not in have:
+                (warn if set(wanted) & have else err)(
+                    "version_policy", path, f"version {w} is specified for model '{model.name}', but the version "
+                    "directory is not present" + ("" if set(wanted) & have else
+                                                  "; at least one version must be available under the version "
+                                                  "policy"), fld=f"version_policy.specific.versions.{i}")
 
-    mbs = spec.max_batch_size or 0
-    if mbs < 0:
-        err("max_batch_size", path, f"max_batch_size must be >= 0, got {mbs}", fld="max_batch_size")
+    def emit(report: functools.partial[None], code: str, message: str, fld: str | None) -> None:
+        report(code, path, message, fld=fld)
 
-    # Tensors: names unique, dims valid, reshape consistent.
-    groups: tuple[tuple[str, Sequence[Tensor]], ...] = (("input", spec.input), ("output", spec.output))
-    for kind_name, tensors in groups:
-        seen: dict[str, int] = {}
-        for i, t in enumerate(tensors):
-            fld = f"{kind_name}.{i}"
-            if t.name in seen:
-                err("tensor.duplicate", path, f"{kind_name} name {t.name!r} is used twice "
-                    f"({kind_name}[{seen[t.name]}] and {kind_name}[{i}])", fld=f"{fld}.name")
-            seen.setdefault(t.name, i)
-            if not t.dims and not (kind_name == "input" and getattr(t, "reshape", None)):
-                err("tensor.dims", path, f"{kind_name} {t.name!r} has no dims", fld=fld)
-            for j, d in enumerate(t.dims):
-                if d == 0 or d < -1:
-                    err("tensor.dims", path, f"{kind_name} {t.name!r} dim {d} is invalid "
-                        "(use a positive size or -1 for variable)", fld=f"{fld}.dims.{j}")
-            if mbs > 0 and t.dims and t.dims[0] == -1 and not spec.is_ensemble:
-                warn("tensor.batch_dim", path, f"{kind_name} {t.name!r} starts with -1 while max_batch_size "
-                     f"is {mbs}: dims exclude the batch dimension, so this adds a second variable dim",
-                     fld=f"{fld}.dims")
-            if (t.reshape is not None and -1 not in t.dims and -1 not in t.reshape.shape
-                    and math.prod(t.dims) != math.prod(t.reshape.shape)):
-                err("tensor.reshape", path, f"{kind_name} {t.name!r} reshape {t.reshape.shape} holds "
-                    f"{math.prod(t.reshape.shape)} elements but dims {t.dims} hold {math.prod(t.dims)}",
-                    fld=f"{fld}.reshape")
-
-    # Batching.
-    db = spec.dynamic_batching
-    if db is not None:
-        if mbs == 0:
-            err("dynamic_batching", path, "dynamic_batching is set but max_batch_size is 0: "
-                "this model cannot batch", fld="dynamic_batching")
-        for i, p in enumerate(db.preferred_batch_size):
-            if p <= 0 or (mbs and p > mbs):
-                err("dynamic_batching.preferred_batch_size", path,
-                    f"preferred_batch_size {p} must be between 1 and max_batch_size ({mbs})",
-                    fld=f"dynamic_batching.preferred_batch_size.{i}")
-        if db.priority_levels:
-            if db.default_priority_level is not None and not 0 < db.default_priority_level <= db.priority_levels:
-                err("dynamic_batching.priority", path, f"default_priority_level {db.default_priority_level} "
-                    f"is outside 1..{db.priority_levels}", fld="dynamic_batching.default_priority_level")
-            for level in db.priority_queue_policy:
-                if not 0 < int(level) <= db.priority_levels:
-                    err("dynamic_batching.priority", path, f"priority_queue_policy level {level} is outside "
-                        f"1..{db.priority_levels}", fld=f"dynamic_batching.priority_queue_policy.{level}")
-        elif db.default_priority_level or db.priority_queue_policy:
-            err("dynamic_batching.priority", path, "priority settings need priority_levels > 0",
-                fld="dynamic_batching")
-    sb = spec.sequence_batching
-    if sb is not None and sb.oldest is not None:
-        for i, p in enumerate(sb.oldest.preferred_batch_size):
-            if mbs and p > mbs:
-                err("sequence_batching.preferred_batch_size", path,
-                    f"preferred_batch_size {p} exceeds max_batch_size ({mbs})",
-                    fld=f"sequence_batching.oldest.preferred_batch_size.{i}")
-
-    # Instances.
-    for i, g in enumerate(spec.instance_group):
-        if g.count is not None and g.count < 1:
-            err("instance_group.count", path, f"instance_group count must be >= 1, got {g.count}",
-                fld=f"instance_group.{i}.count")
-        if g.gpus and g.kind == "KIND_CPU":
-            err("instance_group.gpus", path, "gpus are listed for a KIND_CPU instance group",
-                fld=f"instance_group.{i}.gpus")
-
-    # Warmup.
-    input_names = {t.name for t in spec.input}
-    for i, w in enumerate(spec.model_warmup):
-        if w.batch_size and mbs and w.batch_size > mbs:
-            err("model_warmup", path, f"warmup {w.name!r} batch_size {w.batch_size} exceeds max_batch_size "
-                f"({mbs})", fld=f"model_warmup.{i}.batch_size")
-        for name in w.inputs:
-            if name not in input_names:
-                err("model_warmup", path, f"warmup {w.name!r} feeds {name!r}, which is not an input",
-                    fld=f"model_warmup.{i}.inputs.{name}")
-
-    # Accelerators.
-    acc = spec.optimization.execution_accelerators if spec.optimization else None
-    for i, a in enumerate(acc.gpu_execution_accelerator if acc else []):
-        precision = a.parameters.get("precision_mode")
-        if a.name == "tensorrt" and precision is not None and precision not in TRT_PRECISIONS:
-            err("optimization.precision_mode", path, f"precision_mode {precision!r} is not one of "
-                f"{sorted(TRT_PRECISIONS)}",
-                fld=f"optimization.execution_accelerators.gpu_execution_accelerator.{i}.parameters")
+    config_rules.check(named, kind, functools.partial(emit, err), functools.partial(emit, warn))
 
 
-def _check_target(cfg: pbtxt.LoadedConfig, target: Target, out: _Collector) -> None:
+def _check_gpus(cfg: pbtxt.LoadedConfig, target: Target | None, gpus: int | None, out: _Collector) -> None:
+    """Instance groups against the GPUs the target has (Triton's ValidateInstanceGroup on that host)."""
     spec = cfg.spec
-    if target.has_gpu:
+    if gpus is None or spec.is_ensemble:
         return
+    where = f"target {target.value!r}" if target is not None and target.gpu_count == gpus else "the target"
     for i, g in enumerate(spec.instance_group):
-        if g.kind == "KIND_GPU" or g.gpus:
-            out.error("target.gpu", cfg.path, f"instance_group {i} asks for GPUs but target {target.value!r} "
-                      "has none (use KIND_CPU)", cfg=cfg, fld=f"instance_group.{i}.kind")
+        who = f"instance group {g.name or f'{spec.name}_{i}'} of model {spec.name}"
+        if gpus == 0 and (g.kind == "KIND_GPU" or (g.gpus and g.kind in (None, "KIND_AUTO"))):
+            out.error("target.gpu", cfg.path, f"{who} has kind {g.kind or 'KIND_AUTO'} with GPUs but no GPUs are "
+                      f"available on {where} (use KIND_CPU)", cfg=cfg, fld=f"instance_group.{i}.kind")
+            continue
+        for j, gid in enumerate(g.gpus):
+            if not 0 <= gid < gpus and g.kind in (None, "KIND_AUTO", "KIND_GPU"):
+                out.error("target.gpu", cfg.path, f"{who} specifies invalid or unsupported gpu id {gid}; "
+                          f"{where} has {gpus} GPU{'s' if gpus != 1 else ''} (ids 0..{gpus - 1})",
+                          cfg=cfg, fld=f"instance_group.{i}.gpus.{j}")
     acc = spec.optimization.execution_accelerators if spec.optimization else None
-    if acc and acc.gpu_execution_accelerator:
-        out.warning("target.gpu", cfg.path, f"GPU execution accelerators are ignored on target {target.value!r}",
+    if gpus == 0 and acc and acc.gpu_execution_accelerator:
+        out.warning("target.gpu", cfg.path, f"GPU execution accelerators are ignored on {where}",
                     cfg=cfg, fld="optimization.execution_accelerators")
 
 
+def _full_dims(dims: list[int], batching: bool) -> list[int]:
+    return [-1, *dims] if batching else list(dims)
+
+
 def _dims_match(a: list[int], b: list[int]) -> bool:
+    """triton::common::CompareDimsWithWildcard."""
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
 
 
+@dataclass
+class _TensorNode:
+    origin: str
+    data_type: str
+    dims: list[int]
+    full_dims: list[int]
+
+
 def _check_ensemble(cfg: pbtxt.LoadedConfig, repo: dict[str, Model], out: _Collector) -> None:
+    """Ensemble steps against the models they call (Triton's ensemble_utils ValidateEnsembleConfig)."""
     spec, path = cfg.spec, cfg.path
     steps = spec.ensemble_scheduling.step if spec.ensemble_scheduling else []
-    if not steps:
-        out.error("ensemble.steps", path, "ensemble has no steps", cfg=cfg, fld="ensemble_scheduling")
-        return
-    # ensemble tensor -> (data_type, dims, where it comes from)
-    available: dict[str, tuple[str, list[int], str]] = {
-        t.name: (t.data_type, t.dims, "ensemble input") for t in spec.input
-    }
     mbs = spec.max_batch_size or 0
+    tensors: dict[str, _TensorNode] = {}
+    for t in [*spec.input, *spec.output]:
+        dims = t.reshape.shape if t.reshape is not None else t.dims
+        tensors.setdefault(t.name, _TensorNode(f"ensemble {spec.name}", t.data_type, dims, _full_dims(dims, mbs > 0)))
     for s, step in enumerate(steps):
         base = f"ensemble_scheduling.step.{s}"
         target = repo.get(step.model_name)
         if target is None or target.spec is None:
-            out.error("ensemble.model", path, f"step {s} uses model {step.model_name!r}, which is not in the "
-                      "repository", cfg=cfg, fld=f"{base}.model_name")
+            if step.model_name:
+                out.error("ensemble.model", path, f"ensemble {spec.name} contains models that are not available: "
+                          f"{step.model_name} (step {s})", cfg=cfg, fld=f"{base}.model_name")
             continue
         tspec = target.spec
-        if mbs and (tspec.max_batch_size or 0) < mbs:
-            out.error("ensemble.batch", path, f"ensemble max_batch_size {mbs} exceeds {step.model_name!r}'s "
-                      f"max_batch_size {tspec.max_batch_size or 0}", cfg=cfg, fld=f"{base}.model_name")
-        t_inputs = {t.name: t for t in tspec.input}
-        t_outputs = {t.name: t for t in tspec.output}
-        for model_input, tensor in step.input_map.items():
-            fld = f"{base}.input_map.{model_input}"
-            if model_input not in t_inputs:
-                out.error("ensemble.input", path, f"step {s} maps {model_input!r}, which is not an input of "
-                          f"{step.model_name!r} (inputs: {sorted(t_inputs)})", cfg=cfg, fld=fld)
-                continue
-            if tensor not in available:
-                out.error("ensemble.dangling", path, f"step {s} reads tensor {tensor!r}, which no earlier "
-                          "step produces and is not an ensemble input", cfg=cfg, fld=fld)
-                continue
-            dtype, dims, origin = available[tensor]
-            want = t_inputs[model_input]
-            if dtype != want.data_type:
-                out.error("ensemble.datatype", path, f"tensor {tensor!r} is {dtype} ({origin}) but "
-                          f"{step.model_name}.{model_input} expects {want.data_type}", cfg=cfg, fld=fld)
-            elif not _dims_match(dims, want.dims):
-                out.error("ensemble.dims", path, f"tensor {tensor!r} has dims {dims} ({origin}) but "
-                          f"{step.model_name}.{model_input} expects {want.dims}", cfg=cfg, fld=fld)
-        for model_input, t in t_inputs.items():
-            if model_input not in step.input_map and not t.optional:
-                out.error("ensemble.input", path, f"step {s} does not feed required input {model_input!r} of "
-                          f"{step.model_name!r}", cfg=cfg, fld=f"{base}.input_map")
-        for model_output, tensor in step.output_map.items():
-            fld = f"{base}.output_map.{model_output}"
-            if model_output not in t_outputs:
-                out.error("ensemble.output", path, f"step {s} maps {model_output!r}, which is not an output "
-                          f"of {step.model_name!r} (outputs: {sorted(t_outputs)})", cfg=cfg, fld=fld)
-                continue
-            if tensor in available:
-                out.error("ensemble.output", path, f"tensor {tensor!r} is produced twice (also by "
-                          f"{available[tensor][2]})", cfg=cfg, fld=fld)
-            o = t_outputs[model_output]
-            available[tensor] = (o.data_type, o.dims, f"output {model_output!r} of step {s}")
-    for i, o in enumerate(spec.output):
-        if o.name not in available:
-            out.error("ensemble.dangling", path, f"ensemble output {o.name!r} is produced by no step",
-                      cfg=cfg, fld=f"output.{i}.name")
-        elif available[o.name][0] != o.data_type:
-            out.error("ensemble.datatype", path, f"ensemble output {o.name!r} is declared {o.data_type} but "
-                      f"{available[o.name][2]} is {available[o.name][0]}", cfg=cfg, fld=f"output.{i}.data_type")
+        tmbs = tspec.max_batch_size or 0
+        if tmbs != 0 and tmbs < mbs:
+            out.error("ensemble.batch", path, f"ensemble {spec.name} allows maximum batch size {mbs}, but it "
+                      f"contains model {step.model_name} which only allows maximum batch size to be {tmbs}",
+                      cfg=cfg, fld=f"{base}.model_name")
+        t_inputs: dict[str, Tensor] = {t.name: t for t in tspec.input}
+        t_outputs: dict[str, Tensor] = {t.name: t for t in tspec.output}
+        where = f"in ensemble {spec.name}, ensemble tensor"
+        for side, mapping, declared in (("input", step.input_map, t_inputs), ("output", step.output_map, t_outputs)):
+            for key, tensor in mapping.items():
+                fld = f"{base}.{side}_map.{key}"
+                mapped = declared.get(key)
+                if mapped is None:
+                    verb = "mapping to" if side == "input" else "mapped from"
+                    out.error(f"ensemble.{side}", path, f"{where} {tensor} is {verb} non-existing {side} {key} in "
+                              f"model {step.model_name} ({side}s: {sorted(declared)})", cfg=cfg, fld=fld)
+                    continue
+                node = _TensorNode(f"model {step.model_name}", mapped.data_type, mapped.dims,
+                                   _full_dims(mapped.dims, tmbs > 0))
+                have = tensors.setdefault(tensor, node)
+                if have is node:
+                    continue
+                if have.data_type != node.data_type:
+                    out.error("ensemble.datatype", path, f"{where} {tensor}: inconsistent data type: "
+                              f"{have.data_type} is inferred from {have.origin} while {node.data_type} is "
+                              f"inferred from {node.origin} ({side} {key})", cfg=cfg, fld=fld)
+                elif not _dims_match(have.dims, node.dims) and not _dims_match(have.full_dims, node.full_dims):
+                    out.error("ensemble.dims", path, f"{where} {tensor}: inconsistent shape: {have.full_dims} is "
+                              f"inferred from {have.origin} while {node.full_dims} is inferred from {node.origin} "
+                              f"({side} {key})", cfg=cfg, fld=fld)
+        for name, ti in {t.name: t for t in tspec.input}.items():
+            if name not in step.input_map and not ti.optional:
+                out.error("ensemble.input", path, f"in ensemble {spec.name}, input {name} in model "
+                          f"{step.model_name} is not mapped to any ensemble tensors (step {s})", cfg=cfg,
+                          fld=f"{base}.input_map")
+
+
+def _check_ensemble_cycle(model: Model, repo: dict[str, Model], out: _Collector) -> None:
+    """Ensembles that call themselves through other ensembles (Triton: circular dependency)."""
+
+    def steps(m: Model) -> list[str]:
+        spec = m.spec
+        if spec is None or not spec.is_ensemble or spec.ensemble_scheduling is None:
+            return []
+        return [s.model_name for s in spec.ensemble_scheduling.step]
+
+    start = model.name
+    path: list[str] = [start]
+    seen: set[str] = set()
+
+    def walk(name: str) -> list[str] | None:
+        for nxt in steps(repo[name]) if name in repo else []:
+            if nxt == start:
+                return [*path, start]
+            if nxt not in seen:
+                seen.add(nxt)
+                path.append(nxt)
+                found = walk(nxt)
+                if found:
+                    return found
+                path.pop()
+        return None
+
+    cycle = walk(start)
+    if cycle and model.config is not None:
+        first = steps(model).index(cycle[1])
+        out.error("ensemble.cycle", model.config.path, f"circular dependency between ensembles: "
+                  f"{' -> '.join(cycle)}", cfg=model.config, fld=f"ensemble_scheduling.step.{first}.model_name")
 
 
 def _check_golden(model: Model, out: _Collector) -> None:

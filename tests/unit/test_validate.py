@@ -88,10 +88,12 @@ def test_preferred_batch_size_above_max(tmp_path: Path) -> None:
     assert (e.line, e.field) == (7, "dynamic_batching.preferred_batch_size.1")
 
 
-def test_dynamic_batching_on_a_model_that_cannot_batch(tmp_path: Path) -> None:
+def test_dynamic_batching_on_a_model_that_cannot_batch_is_a_warning(tmp_path: Path) -> None:
+    # Triton 2.51 loads it (the queue still applies priorities and timeouts): a warning, not an error.
     model(tmp_path, "m", PY_MODEL.format(name="m", mbs=0) + "dynamic_batching { }\n")
-    e = only_error(validate(tmp_path), "dynamic_batching")
-    assert e.line == 6
+    report = validate(tmp_path)
+    assert report.ok
+    assert [(w.line, w.field) for w in report.warnings if w.code == "dynamic_batching"] == [(6, "dynamic_batching")]
 
 
 def test_duplicate_tensor_names(tmp_path: Path) -> None:
@@ -99,8 +101,9 @@ def test_duplicate_tensor_names(tmp_path: Path) -> None:
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]',
         'input [\n  { name: "x" data_type: TYPE_FP32 dims: [ 4 ] },\n  { name: "x" data_type: TYPE_INT32 dims: [ 1 ] }\n]')
     model(tmp_path, "m", cfg)
-    e = only_error(validate(tmp_path), "tensor.duplicate")
-    assert (e.line, e.field) == (6, "input.1.name")
+    report = validate(tmp_path)  # Triton 2.51 loads such a model: a warning
+    assert report.ok
+    assert [(w.line, w.field) for w in report.warnings if w.code == "tensor.duplicate"] == [(6, "input.1.name")]
 
 
 def test_invalid_dims_and_reshape(tmp_path: Path) -> None:
@@ -173,7 +176,7 @@ def test_ensemble_type_and_model_mismatches(tmp_path: Path) -> None:
     cfg = repo / "pipeline" / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace('model_name: "postprocess"', 'model_name: "post"'))
     codes = sorted(e.code for e in validate(repo).errors)
-    assert codes == ["ensemble.dangling", "ensemble.dangling", "ensemble.datatype", "ensemble.model"]
+    assert codes == ["ensemble.datatype", "ensemble.model"]  # the step's outputs are still wired: one finding
 
 
 def test_single_model_validation_sees_its_siblings() -> None:
