@@ -1,9 +1,10 @@
-"""Helpers shared by the host checks that talk to a node from the controller (model_repository,
-release_agent): its inventory name and variables, and the address the controller reaches it at."""
+"""Helpers shared by the host checks: a node's inventory name and variables, the address the controller
+reaches it at (model_repository, release_agent), and a unit's systemd-analyze security exposure."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -31,3 +32,23 @@ def node_address(host: Any) -> str:
         if out.stdout.strip():
             return out.stdout.strip()
     return str(host.interface.default().addresses[0])
+
+
+# The most systemd-analyze security may score a unit the roles install (0 safest, 10 most exposed).
+MAX_EXPOSURE = 4.0
+_EXPOSURE = re.compile(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)")
+
+
+def exposure(host: Any, unit: str, offline: bool = False) -> tuple[float, str]:
+    """`systemd-analyze security UNIT` on the host (offline: UNIT is a unit file's path): the overall
+    exposure and the table that explains it. systemd 252 (Debian 12) prints the overall figure only in
+    the text form (--json=short lists the settings without it)."""
+    out = host.run(f"systemd-analyze security --no-pager --offline={str(offline).lower()} %s", unit)
+    found = _EXPOSURE.search(out.stdout)
+    assert found, f"systemd-analyze security {unit}: rc={out.rc}\n{out.stdout}{out.stderr}"
+    return float(found.group(1)), out.stdout
+
+
+def assert_hardened(host: Any, unit: str, offline: bool = False) -> None:
+    score, table = exposure(host, unit, offline)
+    assert score <= MAX_EXPOSURE, f"{unit}: exposure {score} > {MAX_EXPOSURE}\n{table}"

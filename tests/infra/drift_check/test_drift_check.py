@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import journal, role_defaults
+from node_helpers import assert_hardened
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 from infra.agent import bundle
@@ -84,6 +85,18 @@ def test_secret_file_is_root_only(host: Any) -> None:
 def test_unit_does_not_carry_the_secret(host: Any) -> None:
     unit = host.file(f"/etc/systemd/system/{SERVICE}.service").content_string
     assert "TRITONOPS_ADMIN_SECRET" not in unit and "EnvironmentFile=" in unit
+
+
+def test_unit_exposure(host: Any) -> None:
+    assert_hardened(host, f"{SERVICE}.service")
+
+
+def test_runs_as_root_without_capabilities(host: Any) -> None:
+    """uid 0 only as the owner of the folders it reads and writes: no capability, read-only system."""
+    show = host.check_output(f"systemctl show {SERVICE}.service -p CapabilityBoundingSet -p ProtectSystem "
+                             "-p ReadWritePaths")
+    props = dict(line.split("=", 1) for line in show.splitlines())
+    assert props["CapabilityBoundingSet"] == "" and props["ProtectSystem"] == "strict", props
 
 
 def test_run_succeeds_with_drift_not_a_unit_failure(host: Any, ran: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from gpuhost_helpers import defaults, journal
+from node_helpers import assert_hardened
 from prometheus_client.parser import text_string_to_metric_families
 
 DEFAULTS = defaults("jetson")
@@ -55,6 +56,7 @@ def test_jetson_clocks_service(host: Any, gpu: dict[str, Any], host_vars: dict[s
     assert svc.is_enabled
     assert svc.systemd_properties["ActiveState"] == "active", journal(host, "jetson-clocks")
     assert svc.systemd_properties["Result"] == "success"
+    assert_hardened(host, "jetson-clocks")
 
 
 def test_zram_configured(host: Any, gpu: dict[str, Any], host_vars: dict[str, Any]) -> None:
@@ -86,6 +88,7 @@ def test_exporter_running(host: Any, gpu: dict[str, Any]) -> None:
     svc = host.service("tegrastats-exporter")
     assert svc.is_enabled
     assert svc.is_running, journal(host, "tegrastats-exporter")
+    assert_hardened(host, "tegrastats-exporter")
 
 
 def _families(host: Any, host_vars: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from gpuhost_helpers import defaults, journal
+from node_helpers import assert_hardened
 
 from infra.observability.rules import RuleSettings, rule_groups
 
@@ -130,3 +131,4 @@ def test_dcgm_exporter_on_gpu_hosts(host: Any, gpu: dict[str, Any], host_vars: d
         assert "dcgm" not in scraped_targets
         pytest.skip("no DCGM exporter on this host")
     assert scraped_targets["dcgm"]["health"] == "up", journal(host, "dcgm-exporter")
+    assert_hardened(host, "dcgm-exporter")

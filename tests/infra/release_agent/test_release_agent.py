@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import journal
+from node_helpers import assert_hardened
 from ra_node import PYZ, SERVICE, agent_argv, inventory_vars, options
 
 from infra.agent import bundle
@@ -59,6 +60,11 @@ def test_service_is_sandboxed(host: Any) -> None:
     assert props["ProtectHome"] == "yes" and props["PrivateTmp"] == "yes" and props["PrivateDevices"] == "yes"
     assert set(props["CapabilityBoundingSet"].split()) <= {"cap_chown", "cap_fowner", "cap_dac_override"}, props
     assert props["SystemCallFilter"], props
+
+
+@pytest.mark.parametrize("unit", [SERVICE, "tritonserver"])  # Triton with the agent's deadman drop-in
+def test_unit_exposure(host: Any, unit: str) -> None:
+    assert_hardened(host, unit)
 
 
 def test_runs_the_projects_agent(host: Any, argv: list[str]) -> None:
