@@ -67,6 +67,12 @@ def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
             before = _FIELD_BEFORE.search(src)
             field = before.group(1) if before else None
         raise ConfigError(path, detail, line, column, field) from None
+    except ValueError as e:  # a value protobuf checks after tokenizing (an enum number out of range)
+        value = str(e).rsplit(": ", 1)[-1]
+        lines = text.splitlines()
+        at = next((n for n, src in enumerate(lines, 1) if value and value in src), None)
+        before = _FIELD_BEFORE.search(lines[at - 1].split(value)[0]) if at else None
+        raise ConfigError(path, str(e), at, None, before.group(1) if before else None) from None
     return msg
 
 
@@ -130,7 +136,8 @@ def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
         raise ConfigError(path, f"the file is larger than {limit} bytes; a model configuration is a few kB "
                           "(refused before parsing)")
     if b"\0" in raw:
-        raise ConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format")
+        raise ConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format",
+                          line=raw[: raw.index(b"\0")].count(b"\n") + 1)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -197,7 +204,13 @@ def field_lines(text: str) -> dict[str, int]:
         while tok.token == "-" or not token:  # a sign is its own token
             token += tok.token
             tok.NextToken()
+        while tok.token[:1] in ("'", '"'):  # adjacent strings concatenate: "a" "b" is "ab"
+            token = token[:-1] + tok.token[1:]
+            tok.NextToken()
         scalars.setdefault(name, token.strip('"'))
 
-    message(ModelConfig.DESCRIPTOR, "", None)
+    try:
+        message(ModelConfig.DESCRIPTOR, "", None)
+    except text_format.ParseError:  # a construct this walk does not follow: the lines found so far
+        pass
     return lines

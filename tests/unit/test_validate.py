@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.model_repo.validate import Target, validate
+from infra.model_repo.validate import Target, UsageError, validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 
@@ -210,3 +212,55 @@ def test_cli_parse_error_has_no_traceback(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "m/config.pbtxt:3: [max_batch]" in result.stdout
     assert "Traceback" not in result.output
+
+
+# --- hostile and broken input: findings, never a traceback or a hang ------------------------------
+
+def test_version_folder_beyond_a_64_bit_number(tmp_path: Path) -> None:
+    # tritonserver aborts on it (std::stoll throws out_of_range, uncaught)
+    model(tmp_path, "m", files=("1/model.py", "99999999999999999999999/model.py"))
+    e = only_error(validate(tmp_path), "layout.version")
+    assert e.path == str(tmp_path / "m" / "99999999999999999999999") and "64-bit" in e.message
+
+
+def test_version_folder_of_non_ascii_digits(tmp_path: Path) -> None:
+    model(tmp_path, "m", files=("\u0661/model.py",))  # ARABIC-INDIC DIGIT ONE: Python's isdigit() says yes
+    report = validate(tmp_path)
+    assert sorted(e.code for e in report.errors) == ["layout.version", "name.unsafe"]
+    assert any("no numeric version folder" in e.message for e in report.errors)
+
+
+def test_unsafe_model_and_file_names(tmp_path: Path) -> None:
+    model(tmp_path, "a b", PY_MODEL.format(name="a b", mbs=8))
+    model(tmp_path, "ok", files=("1/model.py", "1/$(reboot).txt"))
+    report = validate(tmp_path)
+    assert sorted((e.code, Path(e.path).name) for e in report.errors) == [
+        ("name.unsafe", "$(reboot).txt"), ("name.unsafe", "a b")]
+    assert all("not allowed" in e.message for e in report.errors)
+
+
+def test_an_empty_path_is_a_usage_error() -> None:
+    with pytest.raises(UsageError):
+        validate("")
+
+
+def test_a_huge_config_is_refused_before_parsing(tmp_path: Path) -> None:
+    entry = 'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    model(tmp_path, "m", 'name: "m"\nbackend: "python"\n' + entry * (50 * 2**20 // len(entry)))  # 50 MB
+    start = time.perf_counter()
+    e = only_error(validate(tmp_path), "parse")
+    assert time.perf_counter() - start < 5
+    assert e.path.endswith("m/config.pbtxt") and "larger than 1048576 bytes" in e.message
+
+
+@pytest.mark.parametrize(("data", "message", "line"), [
+    (b'name: "m"\nbackend: "python"\n\x00\x01\x02', "binary", 3),
+    (b'name: "m"\n\xff\xfe garbage', "not UTF-8", 2),
+])
+def test_binary_or_undecodable_config(tmp_path: Path, data: bytes, message: str, line: int) -> None:
+    folder = model(tmp_path, "m")
+    (folder / "config.pbtxt").write_bytes(data)
+    e = only_error(validate(tmp_path), "parse")
+    assert message in e.message and e.line == line
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output and message in result.output
