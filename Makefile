@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := triton,k8s,ansible,obs,dev
-# Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64).
+# Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
+# libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it).
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
-	slirp4netns qemu-user-static binfmt-support curl
+	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
 .PHONY: all demo test drift-live unit integration lint apt venv bench molecule host-checks clean
 

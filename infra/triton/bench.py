@@ -1,17 +1,24 @@
-"""Load generator for Triton: closed loop (concurrency N) or open loop (Poisson arrivals).
+"""Load for Triton: closed loop (concurrency N) or open loop (Poisson arrivals), two engines.
 
-Requests go through tritonclient's asyncio clients (``tritonclient.http.aio`` or
-``tritonclient.grpc.aio``). Every run is bounded by a request count *and* a duration, and only
-loopback targets (or hosts the caller explicitly allows, e.g. the project's own test containers)
-are accepted. The report holds client-side throughput and latency percentiles, errors by kind, and
-the server-side breakdown (queue / compute input / infer / output per request, batch size) taken
-from Triton's statistics API as the difference between a snapshot before and after the run.
+``perf_analyzer`` (:mod:`infra.triton.perf_analyzer`, Triton's own C++ load generator) measures:
+``tritonops bench`` and ``tritonops tune`` use it, so their figures are perf_analyzer's. ``python``
+sends requests through tritonclient's asyncio clients: half the throughput on a small machine, but it
+keeps going when requests fail (errors are counted by kind) and a caller can stop it at any moment,
+which is what fault and soak tests need.
+
+Every run is bounded in time (and, if asked, in requests), is preceded by a check that the server
+answers and the model is ready, and only loopback targets (or hosts the caller explicitly allows,
+e.g. the project's own test containers) are accepted. The report holds throughput and latency
+percentiles, errors, and the server-side breakdown (queue / compute input / infer / output per
+request, batch size) taken from Triton's statistics API as the difference between a snapshot before
+and after the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import random
 import socket
 import time
@@ -24,8 +31,11 @@ from urllib.parse import urlsplit
 import numpy as np
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
+from infra.triton import perf_analyzer
+
 Protocol = Literal["http", "grpc"]
 Mode = Literal["closed", "open"]
+Engine = Literal["perf_analyzer", "python"]
 
 # A ceiling on in-flight requests in open-loop mode: arrivals beyond it are counted as
 # "client_overload" errors instead of piling up without bound.
@@ -34,6 +44,14 @@ MAX_IN_FLIGHT = 1024
 
 class TargetNotAllowed(ValueError):
     """The load target is neither loopback nor an explicitly allowed host."""
+
+
+class UnknownModel(ValueError):
+    """The server answers but does not serve the named model (version)."""
+
+
+class ServerUnreachable(RuntimeError):
+    """Nothing answers at the target's address (or it is not live)."""
 
 
 def split_url(url: str) -> tuple[str, int | None]:
@@ -77,25 +95,31 @@ class BenchConfig:
     mode: Mode = "closed"
     concurrency: int = 4  # closed loop: requests in flight
     rate: float = 100.0  # open loop: mean arrivals per second (Poisson)
-    max_requests: int = 1000
+    max_requests: int | None = 1000  # None: only max_seconds bounds the run
     max_seconds: float = 10.0
     batch_size: int = 1
     model_version: str = ""
     request_timeout_s: float = 30.0
     seed: int = 0
     allowed_hosts: tuple[str, ...] = ()
+    engine: Engine = "python"
+    stability_pct: float = 10.0  # perf_analyzer: how far windows may differ and still count as stable
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "max_requests", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("rate", "max_seconds", "request_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: must be >= 1, got {value}")
+        for name in ("rate", "max_seconds", "request_timeout_s", "stability_pct"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):  # nan and inf are refused too
+                raise ValueError(f"{name}: must be a finite number > 0, got {value}")
         if self.protocol not in ("http", "grpc"):
             raise ValueError(f"protocol: must be http or grpc, got {self.protocol!r}")
         if self.mode not in ("closed", "open"):
             raise ValueError(f"mode: must be closed or open, got {self.mode!r}")
+        if self.engine not in ("perf_analyzer", "python"):
+            raise ValueError(f"engine: must be perf_analyzer or python, got {self.engine!r}")
 
 
 @dataclass
@@ -129,15 +153,32 @@ class BenchReport:
     p95_ms: float
     p99_ms: float
     mean_ms: float
-    max_ms: float
+    max_ms: float | None  # None: perf_analyzer does not report it
     errors: dict[str, int] = field(default_factory=dict)
     server: ServerBreakdown = field(default_factory=ServerBreakdown)
     stopped_by: str = "count"  # "count", "time" or "caller" (should_stop returned True)
+    engine: str = "python"
+
+    @classmethod
+    def unmeasured(cls, cfg: BenchConfig, errors: dict[str, int], server: ServerBreakdown | None = None,
+                   elapsed_s: float = 0.0) -> BenchReport:
+        """A run that produced no figures (NaN), only errors and what the server counted."""
+        server = server or ServerBreakdown()
+        nan = float("nan")
+        return cls(config=_config(cfg), sent=server.requests + server.failures, succeeded=server.requests,
+                   elapsed_s=elapsed_s, throughput_rps=0.0, inferences_per_s=0.0, p50_ms=nan, p95_ms=nan,
+                   p99_ms=nan, mean_ms=nan, max_ms=None, errors=errors, server=server, engine=cfg.engine)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """JSON-ready: a figure that could not be measured (NaN) is None."""
+        d: dict[str, Any] = {k: None if isinstance(v, float) and math.isnan(v) else v
+                             for k, v in asdict(self).items()}
         d["server"]["batch_size"] = round(self.server.batch_size, 3)
         return d
+
+
+def _config(cfg: BenchConfig) -> dict[str, Any]:
+    return {k: v for k, v in asdict(cfg).items() if k != "allowed_hosts"}
 
 
 def _percentiles(latencies: list[float]) -> tuple[float, float, float, float, float]:
@@ -202,8 +243,58 @@ def error_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _sync_client(cfg: BenchConfig) -> Any:
+    if cfg.protocol == "http":
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(cfg.url, connection_timeout=10.0,
+                                                network_timeout=cfg.request_timeout_s)
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(cfg.url)
+
+
+def _sync_stats(client: Any, cfg: BenchConfig) -> dict[str, Any]:
+    if cfg.protocol == "http":
+        return dict(client.get_inference_statistics(cfg.model))
+    return dict(client.get_inference_statistics(cfg.model, as_json=True))
+
+
+def _reason(e: BaseException) -> str:
+    text = e.message() if isinstance(e, InferenceServerException) else str(e)
+    return (text or type(e).__name__).strip().splitlines()[0][:200]
+
+
+def preflight(cfg: BenchConfig) -> dict[str, Any]:
+    """The model's configuration, once the server answers and the model is ready.
+
+    ServerUnreachable when nothing (live) answers at ``cfg.url``; UnknownModel when the model (version)
+    is not ready there. Either way no load has been sent.
+    """
+    client = _sync_client(cfg)
+    what = f"{cfg.model}" + (f" version {cfg.model_version}" if cfg.model_version else "")
+    try:
+        try:
+            live = client.is_server_live()
+        except (InferenceServerException, OSError) as e:
+            raise ServerUnreachable(f"{cfg.url}: no Triton answers over {cfg.protocol} ({_reason(e)})") from None
+        if not live:
+            raise ServerUnreachable(f"{cfg.url}: Triton answers but is not live")
+        try:
+            ready = client.is_model_ready(cfg.model, cfg.model_version)
+        except InferenceServerException as e:
+            raise UnknownModel(f"model {what!r} is not served at {cfg.url} ({_reason(e)})") from None
+        if not ready:
+            raise UnknownModel(f"model {what!r} is not loaded and ready at {cfg.url}")
+        if cfg.protocol == "http":
+            return dict(client.get_model_config(cfg.model, cfg.model_version))
+        return dict(client.get_model_config(cfg.model, cfg.model_version, as_json=True)["config"])
+    finally:
+        client.close()
+
+
 class _Client:
-    """The few calls the bench needs, over either asyncio client."""
+    """The few calls the python engine needs, over either asyncio client."""
 
     def __init__(self, cfg: BenchConfig) -> None:
         self.cfg = cfg
@@ -222,15 +313,6 @@ class _Client:
 
             self.client = aio.InferenceServerClient(cfg.url)
         self.mod = mod
-
-    async def config(self) -> dict[str, Any]:
-        if self.cfg.protocol == "http":
-            result: dict[str, Any] = await self.client.get_model_config(
-                self.cfg.model, self.cfg.model_version
-            )
-            return result
-        cfg = await self.client.get_model_config(self.cfg.model, self.cfg.model_version, as_json=True)
-        return dict(cfg["config"])
 
     async def stats(self) -> dict[str, Any]:
         if self.cfg.protocol == "http":
@@ -269,20 +351,15 @@ class _Client:
         await self.client.close()
 
 
-async def run_async(
+async def _run_python(
     cfg: BenchConfig,
+    model_config: dict[str, Any],
     on_done: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> BenchReport:
-    """Run one bounded load test.
-
-    ``on_done(n)`` is called as requests complete (progress); ``should_stop()``, when given, is
-    polled before each request and ends the run early (in-flight requests still complete).
-    """
-    check_target(cfg.url, cfg.allowed_hosts)
     client = _Client(cfg)
+    limit = cfg.max_requests if cfg.max_requests is not None else math.inf
     try:
-        model_config = await client.config()
         inputs = client.inputs(model_config, np.random.default_rng(cfg.seed))
         before = await client.stats()
         latencies: list[float] = []
@@ -308,7 +385,7 @@ async def run_async(
             async def worker() -> None:
                 nonlocal sent, stopped_by
                 while True:
-                    if sent >= cfg.max_requests:
+                    if sent >= limit:
                         return
                     if time.perf_counter() >= deadline:
                         stopped_by = "time"
@@ -324,7 +401,7 @@ async def run_async(
             rng = random.Random(cfg.seed)
             in_flight: set[asyncio.Task[None]] = set()
             next_at = start
-            while sent < cfg.max_requests:
+            while sent < limit:
                 next_at += rng.expovariate(cfg.rate)
                 if next_at >= deadline:
                     stopped_by = "time"
@@ -360,7 +437,7 @@ async def run_async(
     server = breakdown(before, after, cfg.model)
     ok = len(latencies)
     return BenchReport(
-        config={k: v for k, v in asdict(cfg).items() if k != "allowed_hosts"},
+        config=_config(cfg),
         sent=sent,
         succeeded=ok,
         elapsed_s=elapsed,
@@ -377,10 +454,52 @@ async def run_async(
     )
 
 
+def _run_perf_analyzer(cfg: BenchConfig) -> BenchReport:
+    """One perf_analyzer measurement; the server breakdown covers its whole run (warm-up windows too)."""
+    pa = perf_analyzer.find()
+    client = _sync_client(cfg)
+    failed: perf_analyzer.PerfAnalyzerError | None = None
+    try:
+        before = _sync_stats(client, cfg)
+        start = time.perf_counter()
+        try:
+            m = pa.measure(cfg)
+        except perf_analyzer.PerfAnalyzerError as e:
+            failed = e
+        elapsed = time.perf_counter() - start
+        after = _sync_stats(client, cfg)
+    finally:
+        client.close()
+    server = breakdown(before, after, cfg.model)
+    if failed is not None:
+        if not server.failures:
+            raise failed
+        # perf_analyzer stops at the first failed request; the server counted how many failed.
+        return BenchReport.unmeasured(cfg, {"server": server.failures}, server, elapsed)
+    return BenchReport(
+        config=_config(cfg), sent=server.requests + server.failures, succeeded=server.requests, elapsed_s=elapsed,
+        throughput_rps=m.inferences_per_s / cfg.batch_size, inferences_per_s=m.inferences_per_s,
+        p50_ms=m.p50_ms, p95_ms=m.p95_ms, p99_ms=m.p99_ms, mean_ms=m.mean_ms, max_ms=None, server=server,
+        stopped_by="count" if cfg.max_requests is not None else "time", engine="perf_analyzer",
+    )
+
+
 def run(
     cfg: BenchConfig,
     on_done: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> BenchReport:
-    """Synchronous wrapper around :func:`run_async`."""
-    return asyncio.run(run_async(cfg, on_done, should_stop))
+    """Run one bounded load test with ``cfg.engine``.
+
+    Raises TargetNotAllowed, ServerUnreachable or UnknownModel before any load is sent, and
+    PerfAnalyzerError when perf_analyzer is missing or cannot measure. With the python engine,
+    ``on_done(n)`` is called as requests complete (progress) and ``should_stop()``, when given, is
+    polled before each request and ends the run early (in-flight requests still complete).
+    """
+    check_target(cfg.url, cfg.allowed_hosts)
+    model_config = preflight(cfg)
+    if cfg.engine == "perf_analyzer":
+        if should_stop is not None:
+            raise ValueError("should_stop: the perf_analyzer engine runs to its own bounds; use engine='python'")
+        return _run_perf_analyzer(cfg)
+    return asyncio.run(_run_python(cfg, model_config, on_done, should_stop))

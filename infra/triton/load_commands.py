@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from infra.agent.exitcodes import ExitCode
 from infra.model_repo import pbtxt
-from infra.triton import bench
+from infra.triton import bench, perf_analyzer
 from infra.triton import tune as tuner
 
 console = Console(stderr=True)
@@ -27,7 +29,7 @@ def _progress(enabled: bool) -> Progress:
 
 
 def _report_table(r: bench.BenchReport) -> Table:
-    t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop)")
+    t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
@@ -54,9 +56,17 @@ def bench_cmd(
     mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
     concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
     rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = 100.0,
-    requests: Annotated[int, typer.Option(help="Stop after this many requests")] = 1000,
-    duration: Annotated[float, typer.Option(help="Stop after this many seconds")] = 10.0,
+    requests: Annotated[
+        int | None, typer.Option(help="Measure this many requests (default: as many as --duration allows)")
+    ] = None,
+    duration: Annotated[float, typer.Option(help="Measurement time budget in seconds")] = 10.0,
     batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = 1,
+    engine: Annotated[
+        str, typer.Option(help="perf_analyzer (Triton's load generator, the reference) or python (asyncio)")
+    ] = "perf_analyzer",
+    stability: Annotated[
+        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+    ] = 10.0,
     allow_host: Annotated[
         list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
     ] = None,
@@ -64,22 +74,29 @@ def bench_cmd(
 ) -> None:
     """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
 
-    Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments or a target that is not
-    loopback (or --allow-host).
+    The perf_analyzer engine splits --duration into measurement windows and reports the stable ones
+    (it needs libb64-0d from Debian and nvidia-cuda-runtime-cu12 from PyPI: `make apt venv`).
+
+    Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments, a target that is not
+    loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url or
+    the engine could not measure.
     """
     try:
         cfg = bench.BenchConfig(
             url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
             rate=rate, max_requests=requests, max_seconds=duration, batch_size=batch_size,
-            allowed_hosts=tuple(allow_host or ()),
+            allowed_hosts=tuple(allow_host or ()), engine=engine, stability_pct=stability,  # type: ignore[arg-type]
         )
-        bench.check_target(url, cfg.allowed_hosts)
-    except ValueError as e:
-        console.print(f"[red]error:[/] {e}")
+        with _progress(not as_json) as progress:
+            python = cfg.engine == "python"
+            task = progress.add_task(f"{model} {protocol} {mode} ({engine})", total=requests if python else None)
+            report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
+    except ValueError as e:  # bad bounds, a refused target, an unknown model
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
-    with _progress(not as_json) as progress:
-        task = progress.add_task(f"{model} {protocol} {mode}", total=requests)
-        report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
+    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -100,8 +117,14 @@ def tune_cmd(
     url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port")] = "127.0.0.1:8000",
     budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
     concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
-    requests: Annotated[int, typer.Option(help="Requests per setting (upper bound)")] = 2000,
-    duration: Annotated[float, typer.Option(help="Seconds per setting (upper bound)")] = 5.0,
+    requests: Annotated[
+        int | None, typer.Option(help="Requests measured per setting (default: as many as --duration allows)")
+    ] = None,
+    duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)")] = 5.0,
+    engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = "perf_analyzer",
+    stability: Annotated[
+        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+    ] = 10.0,
     instances: Annotated[str, typer.Option(help="Instance counts to try")] = "1,2",
     delays: Annotated[str, typer.Option(help="max_queue_delay_microseconds values to try")] = "0,500,2000",
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
@@ -110,18 +133,31 @@ def tune_cmd(
 ) -> None:
     """Sweep dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
 
+    Each setting is measured with perf_analyzer (--engine). The recommendation is written into
+    MODEL/config.pbtxt changing only dynamic_batching and instance_group: comments, license header
+    and field order stay, and the file is replaced atomically.
+
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
-    errors, 2 bad arguments.
+    errors, 2 bad arguments, an unusable config.pbtxt or a model the server does not serve, 3 no
+    Triton answers at --url or the engine is missing.
     """
     config_path = repository / model / "config.pbtxt"
     try:
-        spec = pbtxt.parse(config_path.read_text(), config_path)
+        spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
+        if not (math.isfinite(budget_ms) and budget_ms > 0):
+            raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
         load = bench.BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
-                                 max_seconds=duration)
+                                 max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
         bench.check_target(url)
-    except (OSError, ValueError, pbtxt.ConfigError) as e:
-        console.print(f"[red]error:[/] {e}")
+        bench.preflight(load)
+        if load.engine == "perf_analyzer":
+            perf_analyzer.find()
+    except (ValueError, pbtxt.ConfigError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
     grid = tuner.default_grid(
         spec.max_batch_size or 0, _ints(instances, "instances"), _ints(delays, "delays")
     )
@@ -132,7 +168,8 @@ def tune_cmd(
             progress.advance(task)
             progress.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
-                + ("" if t.error_free else f"  errors {t.report.errors}"), highlight=False)
+                + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"), highlight=False,
+                markup=False)
 
         result = tuner.tune(url, spec, grid, load, budget_ms, on_trial=on_trial)
     png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))

@@ -4,14 +4,16 @@ Each setting is applied to a model *without touching the repository*: Triton (in
 control mode) reloads the model from a config override sent through the repository API
 (``load_model(name, config=json)``). Each setting is measured with :mod:`infra.triton.bench`; the
 recommendation is the highest throughput whose p95 stays within the latency budget and that had no
-errors. The recommendation is written back into the model's ``config.pbtxt`` through
-:mod:`infra.model_repo.pbtxt`, and a PNG plots throughput against p95 for every setting.
+errors. The recommendation is written back into the model's ``config.pbtxt`` changing only the
+batching and instance fields (:mod:`infra.model_repo.pbtxt_edit`), and a PNG plots throughput against
+p95 for every setting.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,9 +23,9 @@ from typing import Any
 import tritonclient.http as httpclient
 from google.protobuf import json_format
 
-from infra.model_repo import pbtxt
+from infra.model_repo import pbtxt, pbtxt_edit
 from infra.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
-from infra.triton import bench
+from infra.triton import bench, perf_analyzer
 
 
 @dataclass(frozen=True)
@@ -102,23 +104,21 @@ class Trial:
     setting: Setting
     report: bench.BenchReport
     within_budget: bool
+    failure: str = ""  # why the engine could not measure this setting (then report.errors says so)
 
     @property
     def error_free(self) -> bool:
         return not self.report.errors
 
     def to_dict(self) -> dict[str, Any]:
+        report = self.report.to_dict()
         return {
             "setting": dataclasses.asdict(self.setting),
             "label": self.setting.label,
             "within_budget": self.within_budget,
-            "throughput_rps": self.report.throughput_rps,
-            "inferences_per_s": self.report.inferences_per_s,
-            "p50_ms": self.report.p50_ms,
-            "p95_ms": self.report.p95_ms,
-            "p99_ms": self.report.p99_ms,
-            "errors": self.report.errors,
-            "server": self.report.to_dict()["server"],
+            **{k: report[k] for k in ("throughput_rps", "inferences_per_s", "p50_ms", "p95_ms", "p99_ms",
+                                      "errors", "server", "engine")},
+            "failure": self.failure,
         }
 
 
@@ -161,7 +161,10 @@ def measure(
     *,
     warmup_requests: int = 50,
 ) -> bench.BenchReport:
-    """Reload ``spec.name`` with ``setting`` through the repository API, warm it up, bench it."""
+    """Reload ``spec.name`` with ``setting`` through the repository API, warm it up, bench it.
+
+    The warm-up is a few requests from the python engine; the measurement uses ``load.engine``.
+    """
     bench.check_target(http_url, load.allowed_hosts)
     client = httpclient.InferenceServerClient(http_url)
     try:
@@ -170,8 +173,8 @@ def measure(
     finally:
         client.close()
     if warmup_requests:
-        warm = dataclasses.replace(load, max_requests=warmup_requests, max_seconds=min(5.0, load.max_seconds))
-        bench.run(warm)
+        bench.run(dataclasses.replace(load, engine="python", max_requests=warmup_requests,
+                                      max_seconds=min(5.0, load.max_seconds)))
     return bench.run(load)
 
 
@@ -187,15 +190,19 @@ def tune(
     restore: bool = True,
 ) -> TuneResult:
     """Measure every setting and recommend one; ``spec`` (the repository's config) is reloaded at the end."""
-    if budget_ms <= 0:
-        raise ValueError(f"budget_ms: must be > 0, got {budget_ms}")
+    if not (math.isfinite(budget_ms) and budget_ms > 0):
+        raise ValueError(f"budget_ms: must be a finite number > 0, got {budget_ms}")
     if load.model != spec.name:
         raise ValueError(f"load.model: {load.model!r} is not the tuned model {spec.name!r}")
     trials: list[Trial] = []
     try:
         for setting in settings:
-            report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
-            trial = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
+            try:
+                report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
+                trial = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
+            except perf_analyzer.PerfAnalyzerError as e:  # e.g. no stable measurement: this setting only
+                trial = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
+                              failure=str(e))
             trials.append(trial)
             if on_trial:
                 on_trial(trial)
@@ -212,11 +219,20 @@ def tune(
     return TuneResult(spec.name, budget_ms, trials, recommend(trials))
 
 
+# The top-level fields a setting decides; write_recommendation changes these and nothing else.
+SETTING_FIELDS = ("dynamic_batching", "instance_group")
+
+
 def write_recommendation(config_path: Path, setting: Setting) -> ModelSpec:
-    """Rewrite ``config_path`` (config.pbtxt) with ``setting`` applied; returns the new spec."""
-    spec = pbtxt.parse(config_path.read_text(), config_path)
-    new = apply(spec, setting)
-    config_path.write_text(pbtxt.render(new))
+    """Write ``setting`` into ``config_path`` (config.pbtxt); returns the new spec.
+
+    Only the setting's fields change: the operator's comments, license header and field order stay
+    (:mod:`infra.model_repo.pbtxt_edit`), and the file is replaced atomically.
+    """
+    text = pbtxt.read_text(config_path)
+    new = apply(pbtxt.parse(text, config_path), setting)
+    pbtxt_edit.write(config_path, pbtxt_edit.set_fields(text, pbtxt.spec_to_proto(new), SETTING_FIELDS,
+                                                        config_path))
     return new
 
 
@@ -229,6 +245,8 @@ def plot(result: TuneResult, path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(9, 6))
     for t in result.trials:
+        if math.isnan(t.report.p95_ms):
+            continue  # nothing measured, nothing to place
         colour = "tab:green" if t.within_budget and t.error_free else "tab:red"
         marker = "o" if t.setting.dynamic_batching else "s"
         ax.scatter(t.report.p95_ms, t.report.inferences_per_s, c=colour, marker=marker, s=50)

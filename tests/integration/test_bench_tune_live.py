@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.model_repo import pbtxt
-from infra.triton import bench, server
+from infra.triton import bench, perf_analyzer, server
 
 pytestmark = pytest.mark.integration
 
@@ -89,9 +89,51 @@ def test_bench_cli_json(triton: server.TritonServer) -> None:
                                       "--requests", "40", "--concurrency", "2", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    assert report["engine"] == "perf_analyzer"  # the default engine
     assert report["succeeded"] == 40
     assert report["server"]["requests"] == 40
     assert set(report) >= {"throughput_rps", "p50_ms", "p95_ms", "p99_ms", "errors", "server"}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_engine_measures_and_keeps_the_server_breakdown(triton: server.TritonServer,
+                                                                      protocol: str) -> None:
+    url = triton.http_url if protocol == "http" else triton.grpc_url
+    cfg = bench.BenchConfig(url=url, model=TUNED, protocol=protocol, concurrency=8,  # type: ignore[arg-type]
+                            max_requests=None, max_seconds=3, stability_pct=100, engine="perf_analyzer")
+    start = time.monotonic()
+    r = bench.run(cfg)
+    assert time.monotonic() - start < perf_analyzer.time_limit(cfg)
+    assert r.engine == "perf_analyzer" and r.stopped_by == "time" and r.errors == {}
+    assert r.throughput_rps > 0 and 0 < r.p50_ms <= r.p95_ms <= r.p99_ms
+    assert r.server.requests == r.succeeded > 0  # Triton's statistics API over the whole run
+    assert r.server.compute_infer_ms > 0
+    if TUNED == "mlp_batched":  # its repository config batches dynamically
+        assert r.server.batch_size > 1
+
+
+def test_perf_analyzer_engine_counts_failed_requests(triton: server.TritonServer, fault: Path) -> None:
+    fault.write_text(json.dumps({"fail": True}))
+    result = CliRunner().invoke(app, ["bench", "faulty", "--url", triton.http_url, "--duration", "2", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["errors"]["server"] == report["server"]["failures"] > 0
+    assert report["p95_ms"] is None  # nothing measured; JSON null, not NaN
+
+
+@pytest.mark.parametrize("engine", ["perf_analyzer", "python"])
+def test_bench_cli_names_a_model_the_server_does_not_serve(triton: server.TritonServer, engine: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "no_such_model", "--url", triton.http_url, "--engine", engine])
+    assert result.exit_code == 2, result.output
+    assert "model 'no_such_model' is not loaded and ready at" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_tune_cli_names_a_model_the_server_does_not_serve(triton: server.TritonServer, tmp_path: Path) -> None:
+    shutil.copytree(triton.repository / TUNED, tmp_path / "unloaded", ignore=shutil.ignore_patterns("__pycache__"))
+    result = CliRunner().invoke(app, ["tune", "unloaded", "--repository", str(tmp_path), "--url", triton.http_url])
+    assert result.exit_code == 2, result.output
+    assert "model 'unloaded' is not loaded and ready" in " ".join(result.output.split())
 
 
 def test_bench_cli_refuses_a_remote_target() -> None:
@@ -105,12 +147,14 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
 ) -> None:
     config = triton.repository / TUNED / "config.pbtxt"
     original = config.read_text()
+    header = "# Copyright 2026 Example Corp.\n# SPDX-License-Identifier: Apache-2.0\n\n"
+    config.write_text(header + original)
     png = tmp_path / "tune.png"
     try:
         result = CliRunner().invoke(app, [
             "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
-            "--instances", "1", "--delays", "2000", "--concurrency", "16", "--requests", "600",
-            "--duration", "3", "--budget-ms", "10000", "--plot", str(png), "--json",
+            "--instances", "1", "--delays", "2000", "--concurrency", "16", "--duration", "3",
+            "--stability", "100", "--budget-ms", "10000", "--plot", str(png), "--json",
         ])
         assert result.exit_code == 0, result.output
         out = json.loads(result.stdout)
@@ -123,7 +167,9 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         on = [t for t in out["trials"] if t["setting"]["dynamic_batching"]]
         assert all(t["server"]["batch_size"] > 1.0 for t in on)
         best = out["recommended"]
+        assert all(t["engine"] == "perf_analyzer" for t in out["trials"])  # ranked on perf_analyzer's figures
         assert best["inferences_per_s"] == max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
+        assert config.read_text().startswith(header)  # the operator's header stays
         written = pbtxt.parse(config.read_text())
         assert written.instance_group[0].count == best["setting"]["instances"]
         assert (written.dynamic_batching is not None) == best["setting"]["dynamic_batching"]
@@ -153,7 +199,7 @@ def test_tune_exits_1_when_no_setting_meets_the_budget(triton: server.TritonServ
     original = config.read_text()
     result = CliRunner().invoke(app, [
         "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
-        "--instances", "1", "--delays", "0", "--concurrency", "2", "--requests", "40", "--duration", "2",
+        "--instances", "1", "--delays", "0", "--concurrency", "2", "--requests", "200", "--duration", "2",
         "--budget-ms", "0.001", "--plot", str(tmp_path / "t.png"), "--json",
     ])
     assert result.exit_code == 1, result.output

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +12,9 @@ from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.model_repo import pbtxt
+from infra.model_repo import pbtxt, pbtxt_edit
 from infra.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
-from infra.triton import bench, tune
+from infra.triton import bench, perf_analyzer, server, tune
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:8000", "http://127.0.0.1:8001", "localhost:8000", "[::1]:8000",
@@ -171,3 +173,233 @@ def test_tune_cli_names_a_missing_config(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["tune", "nope", "--repository", str(tmp_path), "--url", "127.0.0.1:1"])
     assert result.exit_code == 2
     assert "nope/config.pbtxt" in result.output
+
+
+# --- bad input (issue 13): usage errors exit 2, an unreachable server exits 3, nothing is sent -----------
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "-5", "0"])
+def test_bench_cli_refuses_a_rate_that_is_not_a_positive_number(rate: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "m", "--url", "127.0.0.1:1", "--mode", "open", "--rate", rate])
+    assert result.exit_code == 2, result.output
+    assert "rate: must be a finite number > 0" in result.output
+
+
+@pytest.mark.parametrize("field", ["rate", "max_seconds", "request_timeout_s", "stability_pct"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_bench_config_refuses_nan_and_inf(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        bench.BenchConfig(url="127.0.0.1:8000", model="m", **{field: value})
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bench_cli_exits_3_when_no_triton_answers(protocol: str) -> None:
+    port = server.free_port()  # nothing listens there
+    result = CliRunner().invoke(app, ["bench", "m", "--url", f"127.0.0.1:{port}", "--protocol", protocol,
+                                      "--duration", "1"])
+    assert result.exit_code == 3, result.output
+    assert f"127.0.0.1:{port}: no Triton answers over {protocol}" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def _repo(tmp_path: Path, text: str | bytes) -> Path:
+    (tmp_path / "m").mkdir()
+    config = tmp_path / "m" / "config.pbtxt"
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return config
+
+
+def test_tune_cli_exits_3_when_no_triton_answers(tmp_path: Path) -> None:
+    _repo(tmp_path, pbtxt.render(_spec()))
+    port = server.free_port()
+    result = CliRunner().invoke(app, ["tune", "m", "--repository", str(tmp_path), "--url", f"127.0.0.1:{port}"])
+    assert result.exit_code == 3, result.output
+    assert "no Triton answers" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+    (b"name: \"m\"\nbackend: \"caf\xe9\"\n", "not UTF-8"),
+])
+def test_tune_cli_names_an_unusable_config_file(tmp_path: Path, content: bytes, message: str) -> None:
+    config = _repo(tmp_path, content)
+    result = CliRunner().invoke(app, ["tune", "m", "--repository", str(tmp_path), "--url", "127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert str(config) in result.output.replace("\n", "") and message in " ".join(result.output.split())
+
+
+def test_tune_cli_refuses_a_nan_budget(tmp_path: Path) -> None:
+    _repo(tmp_path, pbtxt.render(_spec()))
+    result = CliRunner().invoke(app, ["tune", "m", "--repository", str(tmp_path), "--url", "127.0.0.1:1",
+                                      "--budget-ms", "nan"])
+    assert result.exit_code == 2, result.output
+    assert "budget-ms" in result.output
+
+
+def test_smoke_cli_refuses_a_repository_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    result = CliRunner().invoke(app, ["smoke", "http://127.0.0.1:1", "--repository", str(missing)])
+    assert result.exit_code == 2, result.output
+    assert f"--repository {missing}: not a folder" in " ".join(result.output.split())
+
+
+# --- the perf_analyzer engine: its command line, its CSV, its failures ------------------------------------
+
+PA_CSV = (
+    "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
+    "Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,"
+    "Avg latency,request/response,response wait\n"
+    "16,4160.8,2,438,1436,105,542,1313,0,3620,4818,5606,8151,3840,2,3825\n"
+)
+
+
+def test_perf_analyzer_csv_is_read_by_column_name() -> None:
+    m = perf_analyzer.parse_csv(PA_CSV)
+    assert m.inferences_per_s == pytest.approx(4160.8)
+    assert (m.p50_ms, m.p90_ms, m.p95_ms, m.p99_ms, m.mean_ms) == pytest.approx((3.62, 4.818, 5.606, 8.151, 3.84))
+    with pytest.raises(perf_analyzer.PerfAnalyzerError, match="p95 latency"):
+        perf_analyzer.parse_csv(PA_CSV.replace("p95 latency", "p95"))
+    with pytest.raises(perf_analyzer.PerfAnalyzerError, match="empty"):
+        perf_analyzer.parse_csv("")
+
+
+def test_perf_analyzer_arguments_carry_the_load_and_its_bounds() -> None:
+    closed = bench.BenchConfig(url="http://127.0.0.1:8000", model="m", concurrency=64, max_requests=None,
+                               max_seconds=10, stability_pct=20, engine="perf_analyzer")
+    args = perf_analyzer.arguments(closed)
+    assert args[:8] == ["-m", "m", "-u", "127.0.0.1:8000", "-i", "http", "-b", "1"]
+    assert args[args.index("--concurrency-range") + 1] == "64:64"
+    assert args[args.index("--measurement-interval") + 1] == "2000"  # 10 s over 5 windows at most
+    assert args[args.index("--max-trials") + 1] == "5" and args[args.index("--stability-percentage") + 1] == "20"
+    opened = replace(closed, mode="open", rate=250.0, max_requests=3000, protocol="grpc", model_version="2")
+    args = perf_analyzer.arguments(opened)
+    assert args[args.index("--request-rate-range") + 1] == "250:250"
+    assert args[args.index("--request-distribution") + 1] == "poisson"
+    assert args[args.index("--request-count") + 1] == "3000" and "--measurement-interval" not in args
+    assert args[args.index("-x") + 1] == "2" and args[args.index("-i") + 1] == "grpc"
+
+
+def test_perf_analyzer_failures_read_as_one_clear_line() -> None:
+    cfg = bench.BenchConfig(url="127.0.0.1:8000", model="m", max_requests=None, max_seconds=5)
+    unstable = "Failed to obtain stable measurement within 5 measurement windows for concurrency 16."
+    assert "no stable measurement" in perf_analyzer.failure(unstable, cfg)
+    assert "--duration" in perf_analyzer.failure(unstable, cfg)
+    assert perf_analyzer.failure("*** Measurement Settings ***\nerror: failed to get model metadata: boom\n", cfg) \
+        == "perf_analyzer failed: error: failed to get model metadata: boom"
+
+
+@pytest.mark.parametrize(("library", "package"), [("libb64.so.0d", "libb64-0d"),
+                                                  ("libcudart.so.12", "nvidia-cuda-runtime-cu12")])
+def test_a_missing_shared_library_names_its_package(tmp_path: Path, library: str, package: str) -> None:
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text(f"#!/bin/sh\necho 'perf_analyzer: error while loading shared libraries: {library}: "
+                    "cannot open shared object file: No such file or directory' >&2\nexit 127\n")
+    fake.chmod(0o755)
+    with pytest.raises(perf_analyzer.PerfAnalyzerError, match=package):
+        perf_analyzer.PerfAnalyzer(fake, None).check()
+
+
+def test_the_cuda_runtime_wheel_goes_on_the_loader_path(tmp_path: Path) -> None:
+    env = perf_analyzer.PerfAnalyzer(tmp_path / "pa", tmp_path / "cudart").env()
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep)[0] == str(tmp_path / "cudart")
+
+
+# --- the recommendation keeps the operator's file -----------------------------------------------------------
+
+OPERATOR_CONFIG = """\
+# Copyright 2026 Example Corp. Licensed under the Apache License, Version 2.0.
+# SPDX-License-Identifier: Apache-2.0
+
+# The scoring model: keep backend first, our runbook greps for it.
+backend: "python"
+name: "m"   # the name Triton serves
+max_batch_size: 8
+
+instance_group [
+  {
+    kind: KIND_CPU  # two cores on the gateways
+    count: 2
+  }
+]
+input {
+  name: "x"
+  data_type: TYPE_FP32
+  dims: [ 4 ]
+}
+# batching: tuned 2026-01
+dynamic_batching { preferred_batch_size: 4 max_queue_delay_microseconds: 100 }
+output {
+  name: "y"
+  data_type: TYPE_FP32
+  dims: [ 4 ]
+}
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+"""
+
+
+def test_writing_a_recommendation_keeps_comments_header_and_field_order(tmp_path: Path) -> None:
+    config = tmp_path / "config.pbtxt"
+    config.write_text(OPERATOR_CONFIG)
+    config.chmod(0o640)
+    new = tune.write_recommendation(config, tune.Setting(True, 1, (8,), 1500))
+    text = config.read_text()
+    assert text.startswith(OPERATOR_CONFIG.split("instance_group")[0])  # header, comments, order up to there
+    assert "# batching: tuned 2026-01\n" in text and "# the name Triton serves" in text
+    assert text.endswith(OPERATOR_CONFIG.split("dynamic_batching")[1].split("}\n", 1)[1])  # output, parameters
+    assert [s.name for s in pbtxt_edit.spans(text)] == [s.name for s in pbtxt_edit.spans(OPERATOR_CONFIG)]
+    # The result parses to exactly the recommended configuration, through Triton's own protobuf.
+    assert pbtxt.parse_proto(text) == pbtxt.spec_to_proto(new)
+    assert pbtxt.parse(text).dynamic_batching == DynamicBatching(preferred_batch_size=[8],
+                                                                 max_queue_delay_microseconds=1500)
+    assert config.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pbtxt"]  # no temp file left
+
+
+def test_batching_off_removes_only_the_batching_block(tmp_path: Path) -> None:
+    config = tmp_path / "config.pbtxt"
+    config.write_text(OPERATOR_CONFIG)
+    tune.write_recommendation(config, tune.Setting(False, 2))
+    text = config.read_text()
+    assert "dynamic_batching" not in text
+    assert text == OPERATOR_CONFIG.replace(
+        "dynamic_batching { preferred_batch_size: 4 max_queue_delay_microseconds: 100 }\n", "")
+    assert pbtxt.parse(text).dynamic_batching is None
+
+
+def test_a_field_the_operator_never_wrote_is_appended(tmp_path: Path) -> None:
+    config = tmp_path / "config.pbtxt"
+    original = 'name: "m"  # plain\nbackend: "python"\nmax_batch_size: 8\n'
+    config.write_text(original)
+    tune.write_recommendation(config, tune.Setting(True, 3, (), 0))
+    text = config.read_text()
+    assert text.startswith(original)
+    spec = pbtxt.parse(text)
+    assert spec.instance_group[0].count == 3 and spec.dynamic_batching == DynamicBatching()
+
+
+def test_edit_refuses_a_field_modelconfig_lacks() -> None:
+    with pytest.raises(ValueError, match="no_such_field"):
+        pbtxt_edit.set_fields(OPERATOR_CONFIG, pbtxt.parse_proto(OPERATOR_CONFIG), ["no_such_field"])
+
+
+def test_a_crash_mid_write_leaves_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.pbtxt"
+    config.write_text(OPERATOR_CONFIG)
+
+    def crash(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(pbtxt.ConfigError, match="No space left"):
+        tune.write_recommendation(config, tune.Setting(True, 1, (8,), 1500))
+    assert config.read_text() == OPERATOR_CONFIG
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pbtxt"]
+
+
+def test_a_symlinked_config_is_not_replaced(tmp_path: Path) -> None:
+    real = tmp_path / "real.pbtxt"
+    real.write_text(OPERATOR_CONFIG)
+    link = tmp_path / "config.pbtxt"
+    link.symlink_to(real)
+    with pytest.raises(pbtxt.ConfigError, match="symlink"):
+        tune.write_recommendation(link, tune.Setting(False, 1))
+    assert link.is_symlink() and real.read_text() == OPERATOR_CONFIG
