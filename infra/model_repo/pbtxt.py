@@ -8,6 +8,7 @@ so semantic findings can name ``file:line`` just like parse errors do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from dataclasses import dataclass
@@ -209,8 +210,6 @@ def field_lines(text: str) -> dict[str, int]:
             tok.NextToken()
         scalars.setdefault(name, token.strip('"'))
 
-    try:
+    with contextlib.suppress(text_format.ParseError):  # a construct this walk does not follow: lines so far
         message(ModelConfig.DESCRIPTOR, "", None)
-    except text_format.ParseError:  # a construct this walk does not follow: the lines found so far
-        pass
     return lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -220,16 +221,24 @@ def _load_model(folder: Path, config_name: str | None, out: _Collector) -> Model
 
 
 def _check_names(model: Model, out: _Collector) -> None:
-    """Model and file names from the safe character set the release agent enforces (names are data)."""
-    bad: list[Path] = []
-    for p in [model.folder, *sorted(model.folder.rglob("*"))]:
-        if "__pycache__" in p.parts or any(b in p.parents for b in bad):
-            continue
+    """Model and file names from the safe character set the release agent enforces (names are data).
+
+    Each name is checked once, as one part of a release path; a refused folder is not walked into.
+    """
+    def safe(path: Path) -> bool:
         try:
-            check_path(p.relative_to(model.folder.parent).as_posix(), where="repository")
+            check_path(path.name, where="repository")
         except ReleaseError as e:
-            out.error("name.unsafe", p, str(e))
-            bad.append(p)
+            out.error("name.unsafe", path, str(e))
+            return False
+        return True
+
+    if not safe(model.folder):
+        return
+    for root, dirs, files in os.walk(model.folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and safe(Path(root, d))]
+        for f in files:
+            safe(Path(root, f))
 
 
 def _check_model(model: Model, repo: dict[str, Model], target: Target | None, gpus: int | None,

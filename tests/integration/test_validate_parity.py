@@ -8,7 +8,6 @@ through the repository API and asserts Triton accepts it exactly when validate p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
