@@ -264,3 +264,15 @@ def test_binary_or_undecodable_config(tmp_path: Path, data: bytes, message: str,
     assert message in e.message and e.line == line
     result = CliRunner().invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 1 and "Traceback" not in result.output and message in result.output
+
+
+def test_cli_gpus_option_and_empty_path(tmp_path: Path) -> None:
+    model(tmp_path, "m", PY_MODEL.format(name="m", mbs=8) + "instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["validate", str(tmp_path), "--gpus", "2"]).exit_code == 0
+    one = runner.invoke(app, ["validate", str(tmp_path), "--gpus", "1", "--json"])
+    assert one.exit_code == 1
+    assert [e["field"] for e in json.loads(one.stdout)["errors"]] == ["instance_group.0.gpus.0"]
+    assert runner.invoke(app, ["validate", str(tmp_path), "--gpus", "-1"]).exit_code == 2
+    empty = runner.invoke(app, ["validate", ""])
+    assert empty.exit_code == 2 and "Traceback" not in empty.output
