@@ -13,7 +13,9 @@ from rich.markup import escape
 from infra.agent import manifest as manifests
 from infra.agent.exitcodes import HELP as EXIT_HELP
 from infra.agent.exitcodes import ExitCode
-from infra.agent.manifest import MANIFEST_FILE, ReleaseError
+from infra.agent.manifest import MANIFEST_FILE, MANIFEST_MAX, ReleaseError, read_bounded
+from infra.agent.releases import write_atomic
+from infra.cli_params import path as path_arg
 from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
 from infra.k8s.commands import render as render_cmd
@@ -48,7 +50,7 @@ def _print_json(data: object) -> None:
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="A model repository, or one model folder")],
+    path: Annotated[Path, typer.Argument(help="A model repository, or one model folder", parser=path_arg)],
     target: Annotated[Target | None, typer.Option(help="Hardware the repository is for")] = None,
     config_name: Annotated[
         str | None, typer.Option(help="Use configs/NAME.pbtxt as the active config (tritonserver --model-config-name)")
@@ -75,28 +77,36 @@ def validate(
 
 @app.command()
 def manifest(
-    path: Annotated[Path, typer.Argument(help="A model repository (or release) folder")],
+    path: Annotated[Path, typer.Argument(help="A model repository (or release) folder", parser=path_arg)],
     compare_to: Annotated[
-        Path | None, typer.Option("--compare", help="A manifest JSON to compare the folder against")
+        Path | None, typer.Option("--compare", help="A manifest JSON to compare the folder against", parser=path_arg)
     ] = None,
     write: Annotated[bool, typer.Option(help=f"Also write {MANIFEST_FILE} into the folder")] = False,
 ) -> None:
     """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
+    def usage(message: str) -> typer.Exit:
+        err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return typer.Exit(ExitCode.USAGE)
+
     if not path.is_dir():
-        err_console.print(f"[red]error:[/] {path}: not a directory")
-        raise typer.Exit(ExitCode.USAGE)
-    current = manifests.tree_files(path)
-    if compare_to is not None:
-        try:
-            saved = manifests.parse(compare_to.read_bytes(), str(compare_to))
-        except (OSError, ReleaseError) as e:
-            err_console.print(f"[red]error:[/] {escape(str(e))}")
-            raise typer.Exit(ExitCode.USAGE) from None
+        raise usage(f"{path}: not a directory")
+    out = path / MANIFEST_FILE
+    if write and (out.is_symlink() or (out.exists() and not out.is_file())):
+        raise usage(f"{out}: not a regular file; the manifest is never written through a link or over a folder")
+    try:
+        saved = None if compare_to is None else manifests.parse(read_bounded(compare_to, MANIFEST_MAX),
+                                                                str(compare_to))
+        current = manifests.tree_files(path)
+    except ReleaseError as e:
+        raise usage(str(e)) from None
+    except OSError as e:
+        raise usage(f"{e.filename or path}: cannot read ({e.strerror or e})") from None
+    if saved is not None:
         diff = manifests.compare(saved, current)
         _print_json(diff)
         raise typer.Exit(ExitCode.FINDINGS if any(diff.values()) else ExitCode.OK)
     if write:
-        (path / MANIFEST_FILE).write_text(manifests.text(current))
+        write_atomic(out, manifests.text(current))
     typer.echo(manifests.text(current), nl=False)
 
 
@@ -105,15 +115,16 @@ def smoke(
     url: Annotated[str, typer.Argument(help="http://HOST:8000, grpc://HOST:8001 or grpcs://HOST:8001")],
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Check only these models")] = None,
     repository: Annotated[
-        Path | None, typer.Option(help="Local copy of the deployed repository: golden data and the expected models")
+        Path | None, typer.Option(help="Local copy of the deployed repository: golden data and the expected models",
+                                  parser=path_arg)
     ] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Default: http://HOST:8002/metrics")] = None,
     header: Annotated[
         list[str] | None, typer.Option(help="NAME=VALUE sent to restricted APIs (the admin header)")
     ] = None,
-    ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://")] = None,
-    cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS")] = None,
-    key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS")] = None,
+    ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
+    cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
+    key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Live, ready, every model READY, golden inference within tolerance, metrics served.
@@ -123,10 +134,16 @@ def smoke(
     headers = {}
     for h in header or []:
         name, sep, value = h.partition("=")
-        if not sep:
+        if not sep or not name:
             err_console.print(f"[red]error:[/] --header {h!r}: expected NAME=VALUE")
             raise typer.Exit(ExitCode.USAGE)
         headers[name] = value
+    problems = [f"--repository {repository}: not a folder"] if repository and not repository.is_dir() else []
+    problems += [f"--{opt} {p}: not found, or not a regular file"
+                 for opt, p in (("ca", ca), ("cert", cert), ("key", key)) if p is not None and not p.is_file()]
+    if problems:
+        err_console.print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
     try:
         report = run_smoke(url, models=model or (), repository=repository, metrics_url=metrics_url,
                            headers=headers, ca=ca, cert=cert, key=key)
@@ -142,7 +159,8 @@ def smoke(
 
 @app.command()
 def serve(
-    repository: Annotated[Path, typer.Argument(help="Model repository to serve")] = Path("examples/model_repository"),
+    repository: Annotated[Path, typer.Argument(help="Model repository to serve", parser=path_arg)] = Path(
+        "examples/model_repository"),
     model_control_mode: Annotated[str, typer.Option(help="none, poll or explicit")] = "none",
 ) -> None:
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""

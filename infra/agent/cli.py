@@ -3,7 +3,9 @@
 Push mode (the model_repository role runs these on a node): status, install, activate, mark, prune,
 verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the sidecar, or an edge
 node's service). Drift: probe, check. Exit codes (exitcodes.py): 0 ok, 1 a release step failed or was
-refused (the message names the file and the step) or drift found, 2 usage error, 3 a check could not run.
+refused (the message names the file and the step) or drift found, 2 usage error (a bad argument, or a
+file or folder named that cannot be used; nothing was changed), 3 the store or Triton did not answer or
+answered with something unusable (a check or pull that could not run).
 Secrets come from the environment only:
 TRITONOPS_ADMIN_SECRET (Triton's admin header), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_SESSION_TOKEN (an S3 store).
@@ -13,34 +15,85 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from . import drift, manifest, releases
-from .manifest import ReleaseError
+from .exitcodes import ExitCode
+from .manifest import ReleaseError, StoreError, UsageError
 from .metrics import serve
-from .pull import Agent
+from .pull import TRANSIENT_STEPS, Agent
 from .store import Store
 from .triton import DEFAULT_HEADER, Triton
 
 
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _number(low: float, high: float = math.inf, low_ok: bool = True) -> Any:
+    """A finite float in [low, high) (or (low, high) without ``low_ok``): NaN and infinity are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and (value >= low if low_ok else value > low) and value < high):
+            bound = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high < math.inf else "")
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number {bound}")
+        return value
+    return parse
+
+
+def _url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port is not a number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected http(s)://HOST:PORT")
+    return text
+
+
+def _listen(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT (a port from 1 to 65535)")
+    return text
+
+
 def _layout(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--link", type=Path, required=True, help="the models symlink (tritonserver --model-repository)")
-    sp.add_argument("--releases", type=Path, required=True, help="folder holding one folder per release")
+    sp.add_argument("--link", type=_path, required=True, help="the models symlink (tritonserver --model-repository)")
+    sp.add_argument("--releases", type=_path, required=True, help="folder holding one folder per release")
 
 
 def _pull_args(sp: argparse.ArgumentParser) -> None:
     _layout(sp)
     sp.add_argument("--store", required=True, help="s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
     sp.add_argument("--channel", required=True)
-    sp.add_argument("--trusted-key", type=Path, action="append", default=[], required=True,
+    sp.add_argument("--trusted-key", type=_path, action="append", default=[], required=True,
                     help="a public key (PEM) whose signature a release must carry; repeat while rotating")
     sp.add_argument("--s3-endpoint", help="an S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL_S3)")
-    sp.add_argument("--cache", type=Path, help="a node-local blob cache shared by the pods on a node")
-    sp.add_argument("--keep", type=int, default=3, help="releases to keep (default 3)")
+    sp.add_argument("--cache", type=_path, help="a node-local blob cache shared by the pods on a node")
+    sp.add_argument("--keep", type=_count, default=3, help="releases to keep (default 3)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
 
@@ -54,9 +107,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--digest", help="the content the release id must have (a reused id is reported)")
     sp = sub.add_parser("install", help="verify a pushed copy (folder or tarball) and rename it into place")
     _layout(sp)
-    sp.add_argument("--staging", type=Path, required=True)
+    sp.add_argument("--staging", type=_path, required=True, help="the pushed copy: a folder directly in --releases")
     sp.add_argument("--release", required=True)
-    sp.add_argument("--tarball", type=Path)
+    sp.add_argument("--tarball", type=_path, help="a pushed tarball, unpacked into --staging (both removed after)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
     sp = sub.add_parser("activate", help="switch the models symlink to a release (atomic rename)")
@@ -68,25 +121,26 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--release", required=True)
     sp = sub.add_parser("prune", help="keep the last N releases")
     _layout(sp)
-    sp.add_argument("--keep", type=int, required=True)
+    sp.add_argument("--keep", type=_count, required=True)
     sp = sub.add_parser("recover", help="point the link back at the last gated release (boot, before Triton)")
     _layout(sp)
-    sp.add_argument("--grace", type=float, default=0.0,
+    sp.add_argument("--grace", type=_number(0), default=0.0,
                     help="only revert a switch older than this many seconds (a timer on a running node)")
     sp = sub.add_parser("verify", help="check a release folder against its manifest")
-    sp.add_argument("path", type=Path)
+    sp.add_argument("path", type=_path)
     sp = sub.add_parser("sync", help="pull: put the channel's release in place (a pod's init container)")
     _pull_args(sp)
     sp = sub.add_parser("pull", help="pull: keep this target on its channel (sidecar or node service)")
     _pull_args(sp)
-    sp.add_argument("--triton", default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
+    sp.add_argument("--triton", type=_url, default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
     sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
-    sp.add_argument("--interval", type=float, default=30.0, help="seconds between polls (default 30)")
-    sp.add_argument("--jitter", type=float, default=0.2, help="fraction of the interval to randomise (0.2)")
-    sp.add_argument("--listen", help="HOST:PORT for /metrics, /ready and /status")
-    sp.add_argument("--textfile", type=Path, help="write the metrics into this node-exporter textfile folder")
-    sp.add_argument("--load-timeout", type=float, default=600.0)
-    sp.add_argument("--golden-timeout", type=float, default=120.0)
+    sp.add_argument("--interval", type=_number(0, low_ok=False), default=30.0,
+                    help="seconds between polls (default 30)")
+    sp.add_argument("--jitter", type=_number(0, 1), default=0.2, help="fraction of the interval to randomise (0.2)")
+    sp.add_argument("--listen", type=_listen, help="HOST:PORT for /metrics, /ready and /status")
+    sp.add_argument("--textfile", type=_path, help="write the metrics into this node-exporter textfile folder")
+    sp.add_argument("--load-timeout", type=_number(0, low_ok=False), default=600.0)
+    sp.add_argument("--golden-timeout", type=_number(0, low_ok=False), default=120.0)
     sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
     drift.add_commands(sub)
     return p
@@ -107,12 +161,35 @@ def _pull(args: argparse.Namespace) -> int:
         agent.gate_active()
         out = agent.poll()
         print(json.dumps(out, indent=2, sort_keys=True))
-        return 1 if out["result"] in ("failed", "error") else 0
+        if out["result"] == "error" or out.get("step") in TRANSIENT_STEPS:
+            return ExitCode.FAILED  # the store or Triton did not answer: nothing was decided
+        return ExitCode.FINDINGS if out["result"] == "failed" else ExitCode.OK
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     agent.run(args.interval, args.jitter, stop=stop, textfile=args.textfile)
     return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """What argparse cannot see: the kind of the files and folders named (before anything is changed)."""
+    releases = getattr(args, "releases", None)
+    if releases is not None and releases.exists() and not releases.is_dir():
+        raise UsageError(f"--releases {releases}: not a folder")
+    if args.cmd == "verify" and not args.path.is_dir():
+        raise UsageError(f"{args.path}: not a release folder")
+    for key in getattr(args, "trusted_key", []):
+        if not key.is_file():
+            raise UsageError(f"--trusted-key {key}: not found, or not a regular file")
+
+
+def exit_code(e: ReleaseError) -> int:
+    """UsageError 2, StoreError (or a step that could not reach the store or Triton) 3, any other failure 1."""
+    if isinstance(e, UsageError):
+        return ExitCode.USAGE
+    if isinstance(e, StoreError) or getattr(e, "step", None) in TRANSIENT_STEPS:
+        return ExitCode.FAILED
+    return ExitCode.FINDINGS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         return drift.run(args)
     out: Any
     try:
+        _check_args(args)
         if args.cmd == "status":
             out = releases.status(args.link, args.releases, args.release, args.digest)
         elif args.cmd == "install":
@@ -142,6 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     except ReleaseError as e:
         print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return exit_code(e)
     print(json.dumps(out, indent=2, sort_keys=True))
     return 0

@@ -10,19 +10,57 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 MANIFEST_FILE = "MANIFEST.sha256.json"
 GOLDEN_FILE = "golden.json"
 _CHUNK = 1 << 20
+MANIFEST_MAX = 64 << 20  # bytes: a manifest of some 500,000 files
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}$")
 
 
 class ReleaseError(Exception):
-    """A release step failed; the message names the file, the field or the step."""
+    """A release step failed; the message names the file, the field or the step (exit 1)."""
+
+
+class UsageError(ReleaseError, ValueError):
+    """A bad argument, or an input the user named that cannot be used (exit 2)."""
+
+
+class StoreError(ReleaseError):
+    """A store or server did not answer, or answered with something unusable (exit 3)."""
+
+
+def read_bounded(path: Path, limit: int, error: type[ReleaseError] = ReleaseError, follow: bool = True) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: a FIFO, a device, a folder or an oversized
+    file is refused (raising ``error`` naming the file) instead of blocking or filling memory; so is a
+    symbolic link unless ``follow``."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        raise error(f"{path}: not found") from None
+    except OSError as e:
+        raise error(f"{path}: cannot open ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
+        raise error(f"{path}: {kind}, not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > limit:
+            raise error(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise error(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > limit:
+        raise error(f"{path}: more than the {limit} bytes allowed")
+    return data
 
 
 def sha256_file(path: Path) -> str:
@@ -61,11 +99,11 @@ def digest(files: dict[str, str]) -> str:
     return hashlib.sha256(text(files).encode()).hexdigest()
 
 
-def check_path(rel: str, where: str = "manifest") -> str:
+def check_path(rel: str, where: str = "manifest", error: type[ReleaseError] = ReleaseError) -> str:
     """A file path inside a release: relative, no '..', each part from a safe character set."""
     parts = rel.split("/")
     if not rel or rel.startswith("/") or not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
-        raise ReleaseError(f"{where}: file path {rel!r} is not allowed (use letters, digits and '._+-' in each "
+        raise error(f"{where}: file path {rel!r} is not allowed (use letters, digits and '._+-' in each "
                            "part, not starting with '-')")
     return rel
 
@@ -74,8 +112,8 @@ def parse(raw: bytes, where: str) -> dict[str, str]:
     """The files of a manifest's text, checked: sha256 values and safe relative paths only."""
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ReleaseError(f"{where}: not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ReleaseError(f"{where}: not valid JSON ({str(e)[:200]})") from None
     if not isinstance(doc, dict) or doc.get("algorithm") != "sha256" or not isinstance(doc.get("files"), dict):
         raise ReleaseError(f"{where}: expected {{'algorithm': 'sha256', 'files': {{PATH: SHA256, ...}}}}")
     files = {}
@@ -88,11 +126,9 @@ def parse(raw: bytes, where: str) -> dict[str, str]:
 
 def read(release_dir: Path) -> dict[str, str]:
     path = Path(release_dir) / MANIFEST_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"{path}: missing (every release carries its manifest)") from None
-    return parse(raw, str(path))
+    if not path.exists() and not path.is_symlink():
+        raise ReleaseError(f"{path}: missing (every release carries its manifest)")
+    return parse(read_bounded(path, MANIFEST_MAX), str(path))
 
 
 def compare(expected: dict[str, str], actual: dict[str, str]) -> dict[str, list[str]]:

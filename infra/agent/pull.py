@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest, releases, signing
-from .manifest import MANIFEST_FILE, ReleaseError
+from .manifest import MANIFEST_FILE, ReleaseError, StoreError
 from .metrics import Metrics
 from .store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
 from .triton import Triton, golden_gate
+
+# Steps whose failure says the store or Triton did not answer (retried), not that the release is bad.
+TRANSIENT_STEPS = ("fetch", "triton")
 
 
 class StepFailed(ReleaseError):
@@ -52,14 +55,21 @@ def _step(name: str, fn: Callable[[], Any]) -> Any:
 
 
 def parse_pointer(raw: bytes, where: str) -> dict[str, Any]:
+    """A channel pointer read from a store; anything else is the store's fault (StoreError, exit 3)."""
     try:
         doc = json.loads(raw.decode("utf-8"))
         release, digest = str(doc["release"]), str(doc["digest"])
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-        raise ReleaseError(f"{where}: expected a channel pointer {{'release': ID, 'digest': SHA256}}") from None
-    releases.check_release_id(release)
+    except (ValueError, RecursionError, KeyError, TypeError):
+        raise StoreError(f"{where}: expected a channel pointer {{'release': ID, 'digest': SHA256}}") from None
+    try:
+        releases.check_release_id(release)
+    except ReleaseError as e:
+        raise StoreError(f"{where}: {e}") from None
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ReleaseError(f"{where}: digest {digest[:80]!r} is not a sha256 hex digest")
+        raise StoreError(f"{where}: digest {digest[:80]!r} is not a sha256 hex digest")
+    history = doc.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        raise StoreError(f"{where}: history is not a list of {{'release', 'digest'}} entries")
     return dict(doc)
 
 
@@ -319,7 +329,7 @@ class Agent:
         except StepFailed as e:
             self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
             # Transient: the store, the link or Triton itself (not ready, restarting) may come back.
-            if e.step in ("fetch", "triton") or (self.triton is not None and not self.triton.live()):
+            if e.step in TRANSIENT_STEPS or (self.triton is not None and not self.triton.live()):
                 # The store or the link may come back: retry with backoff (1, 2, 4 ... 32 intervals of
                 # this poll), staying "behind" meanwhile so that TritonopsReleaseBehindChannel can fire.
                 tries = self.retry_at.get(digest, (0, 0.0))[0] + 1

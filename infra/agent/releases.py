@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest
-from .manifest import MANIFEST_FILE, ReleaseError
+from .manifest import MANIFEST_FILE, ReleaseError, UsageError
 
 STATE_FILE = "current.json"
 STAGING_PREFIX = ".staging-"
@@ -33,7 +33,7 @@ STAGING_PREFIX = ".staging-"
 def check_release_id(release: str) -> str:
     ok = bool(release) and release[0].isalnum() and all(c.isalnum() or c in "._-" for c in release)
     if not ok or len(release) > 100 or not release.isascii():
-        raise ReleaseError(f"release id {release!r}: use letters, digits, '.', '_' or '-' (starting alphanumeric)")
+        raise UsageError(f"release id {release!r}: use letters, digits, '.', '_' or '-' (starting alphanumeric)")
     return release
 
 
@@ -192,6 +192,16 @@ def _refuse_reuse(dest: Path, files: dict[str, str]) -> None:
                            "a release id names one content for ever: publish the new content under a new id")
 
 
+def _check_push(releases: Path, staging: Path, tarball: Path | None) -> None:
+    """What install consumes (and removes) must be a push area of ``releases``, never anything else."""
+    if staging.parent.resolve() != releases.resolve() or staging.name in (*list_releases(releases), STATE_FILE):
+        raise UsageError(f"--staging {staging}: must be a push folder directly inside {releases} (such as "
+                         f"{releases / (STAGING_PREFIX + 'ID')}), not a release; nothing was changed")
+    if tarball is not None and (Path(tarball).exists() or Path(tarball).is_symlink()) and (
+            Path(tarball).is_symlink() or not Path(tarball).is_file()):
+        raise UsageError(f"--tarball {tarball}: not a regular file; nothing was changed")
+
+
 def install(releases: Path, staging: Path, release: str, tarball: Path | None = None,
             owner: str | None = None, group: str | None = None) -> dict[str, Any]:
     """Verify a pushed or fetched release in ``staging`` and rename it to releases/<release>.
@@ -203,6 +213,7 @@ def install(releases: Path, staging: Path, release: str, tarball: Path | None = 
     check_release_id(release)
     releases, staging = Path(releases), Path(staging)
     dest = releases / release
+    _check_push(releases, staging, tarball)
     try:
         if tarball is not None and Path(tarball).is_file():
             _remove(staging)
@@ -268,7 +279,10 @@ def activate(link: Path, releases: Path, release: str, touch: list[str] | None =
     check_release_id(release)
     link, releases = Path(link), Path(releases)
     if not (releases / release).is_dir():
-        raise ReleaseError(f"{releases / release}: no such release on this node")
+        raise UsageError(f"{releases / release}: no such release on this node")
+    for m in touch or []:
+        if "/" in manifest.check_path(m, "--touch", UsageError):
+            raise UsageError(f"--touch {m!r}: a model folder name, not a path")
     touched = touch_models(releases / release, touch or [])
     previous = active_release(link, releases)
     if previous == release:
@@ -290,6 +304,8 @@ def activate(link: Path, releases: Path, release: str, touch: list[str] | None =
 def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, Any]:
     """Record the release as current (after the golden gate) and append it to the history."""
     check_release_id(release)
+    if release not in list_releases(releases):
+        raise UsageError(f"{Path(releases) / release}: no such release on this node (only an installed one is marked)")
     st = state(releases)
     digest = digest or release_digest(releases, release)
     if st.get("current") == release and st.get("digest") == digest:
@@ -308,7 +324,7 @@ def prune(link: Path, releases: Path, keep: int) -> dict[str, Any]:
     Only release folders (with a manifest) and this module's staging folders are ever removed.
     """
     if keep < 1:
-        raise ReleaseError(f"keep: {keep} must be at least 1")
+        raise UsageError(f"--keep {keep}: must be at least 1")
     releases = Path(releases)
     st = state(releases)
     order = [h["release"] for h in reversed(st.get("history", []))]

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .manifest import ReleaseError
+from .manifest import ReleaseError, UsageError
 
 SIGNATURE_SUFFIX = ".sig"
 
@@ -28,9 +28,15 @@ def _openssl(args: list[str], what: str) -> subprocess.CompletedProcess:
 
 def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
     """A new Ed25519 key pair; refuses to overwrite an existing private key."""
+    if not str(private_key).strip() or not str(public_key).strip():
+        raise UsageError("keygen: the private and the public key each need a file path")
     private_key, public_key = Path(private_key), Path(public_key)
-    if private_key.exists():
-        raise ReleaseError(f"{private_key}: exists; remove it first if you really mean to replace the key")
+    if private_key.exists() or private_key.is_symlink():
+        raise UsageError(f"{private_key}: exists; remove it first if you really mean to replace the key")
+    if private_key.absolute() == public_key.absolute():
+        raise UsageError(f"{private_key}: the private and the public key cannot be the same file")
+    if public_key.is_dir():
+        raise UsageError(f"{public_key}: a folder; the public key needs a file path")
     private_key.parent.mkdir(parents=True, exist_ok=True)
     public_key.parent.mkdir(parents=True, exist_ok=True)
     old = os.umask(0o077)
@@ -50,14 +56,15 @@ def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
 def sign(data: bytes, private_key: Path) -> bytes:
     """The Ed25519 signature of ``data`` (64 bytes)."""
     if not Path(private_key).is_file():
-        raise ReleaseError(f"{private_key}: signing key not found (tritonops release keygen writes one)")
+        raise UsageError(f"{private_key}: signing key not found, or not a regular file "
+                         "(tritonops release keygen writes one)")
     with tempfile.TemporaryDirectory(prefix="tritonops-sign-") as tmp:
         src, out = Path(tmp) / "data", Path(tmp) / "sig"
         src.write_bytes(data)
         r = _openssl(["pkeyutl", "-sign", "-inkey", str(private_key), "-rawin", "-in", str(src), "-out", str(out)],
                      str(private_key))
         if r.returncode != 0:
-            raise ReleaseError(f"{private_key}: cannot sign with this key: {r.stderr.strip()[:300]}")
+            raise UsageError(f"{private_key}: cannot sign with this key: {r.stderr.strip()[:300]}")
         return out.read_bytes()
 
 
@@ -71,7 +78,7 @@ def verify(data: bytes, signature: bytes, trusted_keys: list[Path], what: str) -
         sig.write_bytes(signature)
         for key in trusted_keys:
             if not Path(key).is_file():
-                raise ReleaseError(f"{key}: trusted public key not found")
+                raise UsageError(f"{key}: trusted public key not found, or not a regular file")
             r = _openssl(["pkeyutl", "-verify", "-pubin", "-inkey", str(key), "-rawin", "-in", str(src),
                           "-sigfile", str(sig)], str(key))
             if r.returncode == 0:

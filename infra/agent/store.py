@@ -27,16 +27,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .manifest import ReleaseError
+from .manifest import MANIFEST_MAX, StoreError, UsageError, read_bounded
 
 POINTER_MAX = 256 << 10
-MANIFEST_MAX = 64 << 20
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def channel_key(channel: str) -> str:
     if not channel or not all(c.isalnum() or c in "._-" for c in channel) or channel[0] in ".-":
-        raise ReleaseError(f"channel {channel!r}: use letters, digits, '.', '_' or '-'")
+        raise UsageError(f"channel {channel!r}: use letters, digits, '.', '_' or '-'")
     return f"channels/{channel}.json"
 
 
@@ -52,6 +51,8 @@ class Store:
     """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = 30.0) -> None:
+        if not url.strip():
+            raise UsageError("store: empty; expected s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
         url = url.rstrip("/") or url
         self.url = url
         self.timeout = timeout
@@ -62,7 +63,7 @@ class Store:
         if self.kind == "s3":
             self.bucket, self.prefix = parts.netloc, parts.path.strip("/")
             if not self.bucket:
-                raise ReleaseError(f"{url}: expected s3://BUCKET/PREFIX")
+                raise UsageError(f"{url}: expected s3://BUCKET/PREFIX")
             self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
             endpoint = s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             # Path-style on a given endpoint (S3-compatible stores), virtual-hosted on AWS.
@@ -73,7 +74,7 @@ class Store:
         elif self.kind == "file":
             self.root = Path(parts.path if parts.scheme else url)
         else:
-            raise ReleaseError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+            raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
 
     def __str__(self) -> str:
         return self.url
@@ -101,16 +102,14 @@ class Store:
             try:
                 st = path.stat()
             except FileNotFoundError:
-                raise ReleaseError(f"{path}: not found") from None
+                raise StoreError(f"{path}: not found") from None
             except OSError as e:
-                raise ReleaseError(f"{path}: {e.strerror}") from None
+                raise StoreError(f"{path}: {e.strerror}") from None
             self.requests += 1
             stamp = f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}"
             if conditional and self._validators.get(key, {}).get("stamp") == stamp:
                 return None
-            if st.st_size > limit:
-                raise ReleaseError(f"{path}: {st.st_size} bytes, more than {limit}")
-            data = path.read_bytes()
+            data = read_bounded(path, limit, StoreError)  # never a FIFO, a device or more than limit
             self._validators[key] = {"stamp": stamp}
             return data
         headers: dict[str, str] = {}
@@ -123,7 +122,7 @@ class Store:
             with self._open(key, headers) as resp:
                 data = resp.read(limit + 1)
                 if len(data) > limit:
-                    raise ReleaseError(f"{where}: more than {limit} bytes")
+                    raise StoreError(f"{where}: more than {limit} bytes")
                 validators = {}
                 if resp.headers.get("ETag"):
                     validators["etag"] = resp.headers["ETag"]
@@ -134,9 +133,9 @@ class Store:
         except urllib.error.HTTPError as e:
             if e.code == 304:
                 return None
-            raise ReleaseError(f"{where}: HTTP {e.code} {e.reason}") from None
+            raise StoreError(f"{where}: HTTP {e.code} {e.reason}") from None
         except (OSError, ValueError) as e:
-            raise ReleaseError(f"{where}: {getattr(e, 'reason', None) or e}") from None
+            raise StoreError(f"{where}: {getattr(e, 'reason', None) or e}") from None
 
     def download(self, key: str, dest: Path, sha256: str) -> int:
         """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written."""
@@ -146,6 +145,9 @@ class Store:
         try:
             if self.kind == "file":
                 self.requests += 1
+                path = self.root / key
+                if not path.is_file():  # never open a FIFO (blocks) or a device (endless)
+                    raise StoreError(f"{path}: not found, or not a regular file")
             src = open(self.root / key, "rb") if self.kind == "file" else self._open(key, {})  # noqa: SIM115
             with src, open(dest, "wb") as out:
                 for chunk in iter(lambda: src.read(1 << 20), b""):
@@ -153,12 +155,12 @@ class Store:
                     out.write(chunk)
                     size += len(chunk)
         except urllib.error.HTTPError as e:
-            raise ReleaseError(f"{where}: HTTP {e.code} {e.reason}") from None
+            raise StoreError(f"{where}: HTTP {e.code} {e.reason}") from None
         except OSError as e:
-            raise ReleaseError(f"{where}: {getattr(e, 'reason', None) or e.strerror or e}") from None
+            raise StoreError(f"{where}: {getattr(e, 'reason', None) or e.strerror or e}") from None
         if h.hexdigest() != sha256:
             os.unlink(dest)
-            raise ReleaseError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
+            raise StoreError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
         return size
 
 

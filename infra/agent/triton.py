@@ -2,7 +2,7 @@
 
 The admin header's value comes from the environment (``TRITONOPS_ADMIN_SECRET``), never argv.
 The golden gate reads each model's ``golden.json`` from the release (bounded: a regular file of at
-most ``GOLDEN_MAX_BYTES``) and sends its cases through the KServe v2 JSON protocol.
+most ``GOLDEN_MAX_BYTES``, its structure checked) and sends its cases through the KServe v2 JSON protocol.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import stat
 import time
 import urllib.error
 import urllib.parse
@@ -19,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .manifest import GOLDEN_FILE, ReleaseError
+from .manifest import GOLDEN_FILE, ReleaseError, read_bounded
 
 SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
 DEFAULT_HEADER = "triton-admin-key"
@@ -53,7 +52,10 @@ class Triton:
             raise ReleaseError(f"{method} {self.url}{path}: HTTP {e.code}: {detail}") from None
         except (OSError, ValueError) as e:
             raise ReleaseError(f"{method} {self.url}{path}: {getattr(e, 'reason', None) or e}") from None
-        return json.loads(raw.decode()) if raw.strip() else None
+        try:
+            return json.loads(raw.decode()) if raw.strip() else None
+        except (ValueError, RecursionError):
+            raise ReleaseError(f"{method} {self.url}{path}: the answer is not JSON") from None
 
     def ready(self) -> bool:
         try:
@@ -80,6 +82,10 @@ class Triton:
     def index(self) -> list[dict[str, Any]]:
         return list(self._call("POST", "/v2/repository/index", {}, admin=True) or [])
 
+    def loaded(self) -> list[dict[str, Any]]:
+        """Every loaded model version (statistics API), also one loaded with its own files, which the index omits."""
+        return list((self._call("GET", "/v2/models/stats", admin=True) or {}).get("model_stats", []))
+
     def ready_models(self) -> list[str]:
         return sorted({str(e.get("name")) for e in self.index() if e.get("state") == "READY"})
 
@@ -91,7 +97,10 @@ class Triton:
                    {"parameters": {"unload_dependents": False}}, admin=True)
 
     def infer(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v2/models/{_q(model)}/infer", body))
+        resp = self._call("POST", f"/v2/models/{_q(model)}/infer", body)
+        if not isinstance(resp, dict):
+            raise ReleaseError(f"POST {self.url}/v2/models/{_q(model)}/infer: the answer is not a JSON object")
+        return resp
 
     def model_ready(self, model: str) -> bool:
         try:
@@ -106,27 +115,41 @@ def _q(name: str) -> str:
 
 
 def read_golden(path: Path) -> dict[str, Any]:
-    """A golden.json, bounded: a regular file (never a FIFO or device) of at most GOLDEN_MAX_BYTES."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as e:
-        raise ReleaseError(f"{path}: cannot open ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ReleaseError(f"{path}: not a regular file")
-        if st.st_size > GOLDEN_MAX_BYTES:
-            raise ReleaseError(f"{path}: {st.st_size} bytes, more than the {GOLDEN_MAX_BYTES} a golden file may have")
-        raw = f.read(GOLDEN_MAX_BYTES + 1)
+    """A golden.json, bounded (a regular file of at most GOLDEN_MAX_BYTES, never a FIFO or device) and
+    checked: every case has tensors with a datatype, a shape of sizes and a data list; tolerances are
+    finite and not negative. Anything else is a ReleaseError naming the file and the field."""
+    raw = read_bounded(path, GOLDEN_MAX_BYTES, follow=False)
     try:
         doc = json.loads(raw.decode("utf-8"))
-        cases = doc["cases"]
-        assert isinstance(cases, list) and cases
-        for c in cases:
-            assert isinstance(c["inputs"], dict) and isinstance(c["outputs"], dict)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        raise ReleaseError(f"{path}: expected {{'cases': [{{'name', 'inputs': {{..}}, 'outputs': {{..}}}}]}}") from None
+    except (ValueError, RecursionError) as e:
+        raise ReleaseError(f"{path}: not valid JSON ({str(e)[:200]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list) or not doc["cases"]:
+        raise ReleaseError(f"{path}: expected {{'cases': [{{'name', 'inputs': {{..}}, 'outputs': {{..}}}}]}}")
+    for field in ("rtol", "atol"):
+        value = doc.get(field, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ReleaseError(f"{path}: {field} {value!r} is not a finite number >= 0")
+    for i, case in enumerate(doc["cases"]):
+        if not isinstance(case, dict):
+            raise ReleaseError(f"{path}: cases[{i}] is not an object")
+        for side in ("inputs", "outputs"):
+            tensors = case.get(side)
+            if not isinstance(tensors, dict):
+                raise ReleaseError(f"{path}: cases[{i}].{side} is not an object of tensors")
+            for name, t in tensors.items():
+                _check_tensor(t, f"{path}: cases[{i}].{side}[{name!r}]")
     return dict(doc)
+
+
+def _check_tensor(t: Any, where: str) -> None:
+    if not isinstance(t, dict) or not isinstance(t.get("datatype"), str):
+        raise ReleaseError(f"{where}: expected {{'datatype', 'shape', 'data'}}")
+    shape = t.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        raise ReleaseError(f"{where}.shape: expected a list of sizes")
+    if not isinstance(t.get("data"), list):
+        raise ReleaseError(f"{where}.data: expected a list")
 
 
 def _close(want: Any, got: Any, rtol: float, atol: float) -> bool:
@@ -134,11 +157,18 @@ def _close(want: Any, got: Any, rtol: float, atol: float) -> bool:
         return bool(want == got)
     try:
         w, g = float(want), float(got)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return bool(want == got)
     if math.isnan(w) or math.isnan(g):
         return math.isnan(w) and math.isnan(g)
     return abs(g - w) <= atol + rtol * abs(w)  # numpy.allclose's rule
+
+
+def _abs_error(want: Any, got: Any) -> float:
+    try:
+        return abs(float(got) - float(want))
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
 
 
 def golden_case(triton: Triton, model: str, case: dict[str, Any], rtol: float, atol: float) -> str | None:
@@ -150,18 +180,22 @@ def golden_case(triton: Triton, model: str, case: dict[str, Any], rtol: float, a
         resp = triton.infer(model, body)
     except ReleaseError as e:
         return str(e)
-    got = {o.get("name"): o for o in resp.get("outputs", [])}
+    outputs = resp.get("outputs") if isinstance(resp, dict) else None
+    if not isinstance(outputs, list):
+        return "the answer holds no list of outputs"
+    got = {o["name"]: o for o in outputs if isinstance(o, dict) and isinstance(o.get("name"), str)}
     for name, want in case["outputs"].items():
         out = got.get(name)
         if out is None:
             return f"output {name!r} missing from the response"
-        if list(out.get("shape", [])) != list(want["shape"]):
-            return f"output {name!r}: shape {out.get('shape')} != expected {want['shape']}"
-        data = out.get("data", [])
+        data = out.get("data")
+        if not isinstance(out.get("shape"), list) or not isinstance(data, list):
+            return f"output {name!r}: the answer has no shape or data list"
+        if out["shape"] != list(want["shape"]):
+            return f"output {name!r}: shape {out['shape']} != expected {want['shape']}"
         pairs = list(zip(want["data"], data, strict=False))
         if len(data) != len(want["data"]) or not all(_close(w, g, rtol, atol) for w, g in pairs):
-            worst = max((abs(float(g) - float(w)) for w, g in pairs
-                         if not isinstance(w, (str, bool))), default=float("nan"))
+            worst = max((_abs_error(w, g) for w, g in pairs if not isinstance(w, (str, bool))), default=math.nan)
             return f"output {name!r}: values differ (max abs error {worst:.3g}, rtol={rtol}, atol={atol})"
     return None
 

@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a build or Podman step failed (the message names the log), 2
 from __future__ import annotations
 
 import json
+import re
 import time
 from enum import StrEnum
 from typing import Annotated
@@ -17,7 +18,7 @@ from rich.table import Table
 
 from infra.agent.exitcodes import ExitCode
 from infra.hosts.images import ImageSpec, build_image, image_status
-from infra.hosts.nodes import list_nodes, node_dicts, node_down, node_up
+from infra.hosts.nodes import NAME_RE, list_nodes, node_dicts, node_down, node_up
 from infra.hosts.podman import HostsError
 
 hosts_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -27,6 +28,28 @@ console = Console(stderr=True)
 class Arch(StrEnum):
     amd64 = "amd64"
     arm64 = "arm64"
+
+
+_PORTS = re.compile(r"^\d{1,5}(-\d{1,5})?$")
+
+
+def _name(value: str) -> str:
+    """Checked before Podman is asked anything."""
+    if not NAME_RE.match(value):
+        raise typer.BadParameter(f"{value!r}: use lower-case letters, digits, '.', '_' or '-' (at most 63)")
+    return value
+
+
+def _publish(values: list[str] | None) -> list[str] | None:
+    """Podman's [[IP:][HOST_PORT]:]CONTAINER_PORT[/PROTOCOL], checked before Podman is asked anything."""
+    for v in values or []:
+        spec, _, proto = v.partition("/")
+        parts = spec.rsplit(":", 2)
+        ok = bool(_PORTS.match(parts[-1])) and proto in ("", "tcp", "udp", "sctp")
+        ok = ok and (len(parts) < 2 or parts[-2] == "" or bool(_PORTS.match(parts[-2])))
+        if not ok:
+            raise typer.BadParameter(f"{v!r}: expected [[IP:][HOST_PORT]:]CONTAINER_PORT[/tcp|udp]")
+    return values
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -66,9 +89,10 @@ def build(
 
 @hosts_app.command("up")
 def up(
-    name: Annotated[str, typer.Argument(help="Node name (also its hostname).")],
+    name: Annotated[str, typer.Argument(help="Node name (also its hostname).", callback=_name)],
     arch: Annotated[Arch, typer.Option("--arch")] = Arch.amd64,
-    publish: Annotated[list[str] | None, typer.Option("--publish", "-p", help="host:container port.")] = None,
+    publish: Annotated[list[str] | None, typer.Option("--publish", "-p", help="host:container port.",
+                                                      callback=_publish)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Recreate the node if it exists.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -90,7 +114,7 @@ def up(
 
 
 @hosts_app.command("down")
-def down(name: Annotated[str, typer.Argument(help="Node name.")]) -> None:
+def down(name: Annotated[str, typer.Argument(help="Node name.", callback=_name)]) -> None:
     """Remove a node."""
     try:
         removed = node_down(name)

@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.agent.exitcodes import ExitCode
+from infra.cli_params import folder_to_write, path
 from infra.k8s.config import ENVIRONMENTS, STACKS, ConfigError
 
 
 def render(
     stack: Annotated[str, typer.Option("--stack", help=f"Stack under stacks/: {', '.join(STACKS)}.")],
     env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}.")],
-    out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.", parser=path,
+                                      callback=folder_to_write)],
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
 ) -> None:
     """Write the Kubernetes objects (and Helm values, AWS specs) a stack creates, as plain YAML."""

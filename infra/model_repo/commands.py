@@ -1,7 +1,8 @@
 """``tritonops release`` (publish, promote, rollback, status, keygen) and ``tritonops agent build``.
 
 Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
-gate refused a promotion (with the figures), 2 usage error.
+gate refused a promotion (with the figures), 2 usage error (a bad argument, an unknown channel, an
+unusable key or folder), 3 the store or Prometheus did not answer or holds something unusable.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.agent import bundle, signing
+from infra.agent.cli import exit_code
 from infra.agent.exitcodes import ExitCode
-from infra.agent.manifest import ReleaseError
+from infra.agent.manifest import ReleaseError, UsageError
+from infra.cli_params import finite, path
 from infra.model_repo import canary
 from infra.model_repo import publish as pub
+from infra.model_repo.validate import Target
 
 release_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Publish signed model releases to a store and move channel pointers.")
@@ -38,7 +42,7 @@ def _run(fn: Any, as_json: bool, render: Any = None) -> None:
         out = fn()
     except ReleaseError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(ExitCode.FINDINGS) from None
+        raise typer.Exit(exit_code(e)) from None
     if as_json or render is None:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
@@ -47,8 +51,9 @@ def _run(fn: Any, as_json: bool, render: Any = None) -> None:
 
 @release_app.command("keygen")
 def keygen_cmd(
-    private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret")],
-    public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust")],
+    private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret",
+                                                parser=path)],
+    public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust", parser=path)],
 ) -> None:
     """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
     _run(lambda: dict(zip(("private_key", "public_key"),
@@ -57,11 +62,12 @@ def keygen_cmd(
 
 @release_app.command("publish")
 def publish_cmd(
-    repository: Annotated[Path, typer.Argument(help="The model repository folder to release")],
+    repository: Annotated[Path, typer.Argument(help="The model repository folder to release", parser=path)],
     to: Store,
     channel: Annotated[str | None, typer.Option(help="Move this channel to the release (none: upload only)")] = None,
-    key: Annotated[Path, typer.Option("--key", help="The private signing key")] = Path("release-signing.key"),
-    target: Annotated[str | None, typer.Option(help="Validate for this hardware: cpu, gpu or jetson")] = None,
+    key: Annotated[Path, typer.Option("--key", help="The private signing key", parser=path)] = Path(
+        "release-signing.key"),
+    target: Annotated[Target | None, typer.Option(help="Validate for this hardware")] = None,
     version: Annotated[str | None, typer.Option(help="Release id (default: the digest's first 16 hex digits)")] = None,
     config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
     s3_endpoint: S3Endpoint = None,
@@ -80,8 +86,8 @@ def publish_cmd(
             moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
-    _run(lambda: pub.publish(repository, to, channel, key, target, version, config_name, s3_endpoint, progress),
-         as_json, render)
+    _run(lambda: pub.publish(repository, to, channel, key, target.value if target else None, version, config_name,
+                             s3_endpoint, progress), as_json, render)
 
 
 @release_app.command("promote")
@@ -97,9 +103,10 @@ def promote_cmd(
         help="A model to compare (repeatable; default: every model either track served)")] = None,
     window: Annotated[str, typer.Option(help="How far back to compare (a Prometheus duration)")] = "10m",
     max_failure_increase: Annotated[float, typer.Option(
-        help="Canary failure ratio may exceed stable's by this much (absolute, 0.01 = 1 point)")] = 0.01,
+        help="Canary failure ratio may exceed stable's by this much (absolute, 0.01 = 1 point)",
+        callback=finite(0, 1))] = 0.01,
     max_latency_increase: Annotated[float, typer.Option(
-        help="Canary p95 may exceed stable's by this fraction (0.2 = 20%)")] = 0.2,
+        help="Canary p95 may exceed stable's by this fraction (0.2 = 20%)", callback=finite(0))] = 0.2,
     min_requests: Annotated[int, typer.Option(
         help="Requests each track must have served per model in the window")] = 100,
     as_json: AsJson = False,
@@ -131,7 +138,7 @@ def promote_cmd(
         raise typer.Exit(ExitCode.FINDINGS) from None
     except ReleaseError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(ExitCode.FINDINGS) from None
+        raise typer.Exit(ExitCode.FAILED if isinstance(e, canary.GateError) else exit_code(e)) from None
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -219,7 +226,16 @@ def status_cmd(
 
 
 @agent_app.command("build")
-def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)")]) -> None:
+def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)",
+                                                  parser=path)]) -> None:
     """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
-    path = bundle.build(out)
-    typer.echo(json.dumps({"path": str(path), "bytes": path.stat().st_size}))
+    def build() -> dict:
+        if out.is_dir() or (out.exists() and not out.is_file()):
+            raise UsageError(f"{out}: exists and is not a regular file")
+        try:
+            written = bundle.build(out)
+        except OSError as e:
+            raise UsageError(f"{out}: cannot write ({e.strerror or e})") from None
+        return {"path": str(written), "bytes": written.stat().st_size}
+
+    _run(build, True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.agent import manifest, signing
-from infra.agent.manifest import ReleaseError
+from infra.agent.manifest import ReleaseError, StoreError, UsageError
 from infra.agent.pull import parse_pointer
 from infra.agent.releases import check_release_id
 from infra.agent.store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
@@ -29,6 +29,7 @@ from infra.model_repo import canary
 from infra.model_repo.release import check_repository
 
 HISTORY = 20
+TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
 
 
 class Writer:
@@ -44,8 +45,10 @@ class Writer:
             self.bucket, self.prefix = self.reader.bucket, self.reader.prefix
         elif self.reader.kind == "file":
             self.root = self.reader.root
+            if self.root.exists() and not self.root.is_dir():
+                raise UsageError(f"{url}: not a folder; publish to s3://BUCKET/PREFIX or to a folder")
         else:
-            raise ReleaseError(f"{url}: publish to s3://BUCKET/PREFIX or to the folder an HTTP server publishes")
+            raise UsageError(f"{url}: publish to s3://BUCKET/PREFIX or to the folder an HTTP server publishes")
 
     def _key(self, key: str) -> str:
         return "/".join(p for p in (self.prefix, key) if p)
@@ -61,9 +64,9 @@ class Writer:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise ReleaseError(f"{self.url}/{key}: {e}") from None
+            raise StoreError(f"{self.url}/{key}: {e}") from None
         except BotoCoreError as e:
-            raise ReleaseError(f"{self.url}/{key}: {e}") from None
+            raise StoreError(f"{self.url}/{key}: {e}") from None
 
     def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
         """An object's bytes, read with the controller's credentials (boto3's chain for S3)."""
@@ -76,25 +79,28 @@ class Writer:
             data = bytes(body.read(limit + 1))
         except ClientError as e:
             missing = e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey")
-            raise ReleaseError(f"{self.url}/{key}: {'not found' if missing else e}") from None
+            raise StoreError(f"{self.url}/{key}: {'not found' if missing else e}") from None
         except BotoCoreError as e:
-            raise ReleaseError(f"{self.url}/{key}: {e}") from None
+            raise StoreError(f"{self.url}/{key}: {e}") from None
         if len(data) > limit:
-            raise ReleaseError(f"{self.url}/{key}: more than {limit} bytes")
+            raise StoreError(f"{self.url}/{key}: more than {limit} bytes")
         return data
 
     def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
         """One object; a folder store writes a temporary file and renames it (atomic for readers)."""
         if self.reader.kind == "file":
             dest = self.root / key
-            dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.partial")
-            if isinstance(data, Path):
-                shutil.copyfile(data, tmp)
-            else:
-                tmp.write_bytes(data)
-            tmp.chmod(0o644)
-            tmp.replace(dest)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(data, Path):
+                    shutil.copyfile(data, tmp)
+                else:
+                    tmp.write_bytes(data)
+                tmp.chmod(0o644)
+                tmp.replace(dest)
+            except OSError as e:
+                raise StoreError(f"{dest}: cannot write ({e.strerror or e})") from None
             return
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -104,7 +110,7 @@ class Writer:
             else:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
         except (BotoCoreError, ClientError) as e:
-            raise ReleaseError(f"{self.url}/{key}: upload failed: {e}") from None
+            raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
 
 
 def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
@@ -135,6 +141,10 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path, targe
             progress: Any = None) -> dict[str, Any]:
     """Validate, sign, upload (each file once, by content), then move the channel pointer."""
     source = Path(source)
+    if not source.is_dir():
+        raise UsageError(f"{source}: not a model repository folder")
+    if channel is not None:
+        channel_key(channel)  # a bad name is refused before anything is uploaded
     files, warnings = check_repository(source, target, config_name)
     text = manifest.text(files).encode()
     digest = manifest.digest(files)
@@ -143,7 +153,11 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path, targe
     writer = Writer(to, s3_endpoint)
     id_key = f"ids/{release}.json"
     if writer.exists(id_key):
-        known = json.loads(writer.get(id_key) or b"{}")
+        try:
+            known = json.loads(writer.get(id_key) or b"{}")
+            assert isinstance(known, dict)
+        except (ValueError, RecursionError, AssertionError):
+            raise StoreError(f"{to}/{id_key}: not a release id record {{'release', 'digest'}}") from None
         if known.get("digest") != digest:
             raise ReleaseError(f"{to}: release id {release!r} was published with other content "
                                f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
@@ -177,9 +191,10 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
     (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
     """
     writer = Writer(to, s3_endpoint)
+    channel_key(channel)
     src = read_pointer(writer, source_channel)
     if src is None:
-        raise ReleaseError(f"{to}: channel {source_channel!r} does not exist")
+        raise UsageError(f"{to}: channel {source_channel!r} does not exist")
     report = None
     if gate is not None:
         report = canary.check(gate)
@@ -196,12 +211,12 @@ def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str
     writer = Writer(to, s3_endpoint)
     cur = read_pointer(writer, channel)
     if cur is None:
-        raise ReleaseError(f"{to}: channel {channel!r} does not exist")
+        raise UsageError(f"{to}: channel {channel!r} does not exist")
     earlier = [h for h in cur.get("history", []) if h.get("digest") != cur["digest"]]
     pick = next((h for h in earlier if release in (None, h.get("release"))), None)
     if pick is None:
         have = ", ".join(h.get("release", "?") for h in earlier) or "none"
-        raise ReleaseError(f"{to}: channel {channel!r} has no earlier release {release or ''} (history: {have})")
+        raise UsageError(f"{to}: channel {channel!r} has no earlier release {release or ''} (history: {have})")
     moved = move_pointer(writer, channel, pick["release"], pick["digest"], f"rollback from {cur['release']}")
     return {"channel": channel, "release": pick["release"], "digest": pick["digest"], "changed": moved["changed"],
             "previous": cur["release"]}
@@ -221,8 +236,13 @@ def _parse_metrics(text: str) -> list[dict[str, Any]]:
 
 def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
     """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
+    import urllib.parse
     import urllib.request
 
+    for url in targets:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(f"--target {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
     reader = Store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
@@ -234,8 +254,8 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
         row: dict[str, Any] = {"target": url}
         try:
             with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the operator's targets
-                series = _parse_metrics(resp.read().decode())
-        except OSError as e:
+                series = _parse_metrics(resp.read(TARGET_METRICS_MAX).decode(errors="replace"))
+        except (OSError, ValueError) as e:  # unreachable, or not a metrics page
             row["error"] = str(getattr(e, "reason", None) or e)
             out["targets"].append(row)
             continue

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from infra.cli_params import finite, folder_to_write, path
 from infra.observability.export import export
 from infra.observability.keda import ScalingPolicy
 from infra.observability.rules import RuleSettings
@@ -16,12 +18,25 @@ from infra.observability.rules import RuleSettings
 obs_app = typer.Typer(no_args_is_help=True, help="Prometheus rules, Grafana dashboards, KEDA queries.")
 
 
+_JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+
+
+def _job(value: str) -> str:
+    """The job is written into PromQL selectors (job="..."): a plain scrape job name only."""
+    if not _JOB.match(value):
+        raise typer.BadParameter(f"{value!r}: use letters, digits and '_.:/-' (a Prometheus scrape job name)")
+    return value
+
+
 @obs_app.command("export")
 def export_cmd(
-    directory: Annotated[Path, typer.Argument(help="Output directory: rules file and dashboards/.")],
-    job: Annotated[str, typer.Option(help="Prometheus scrape job of Triton's metrics port.")] = "triton",
+    directory: Annotated[Path, typer.Argument(help="Output directory: rules file and dashboards/.", parser=path,
+                                              callback=folder_to_write)],
+    job: Annotated[str, typer.Option(help="Prometheus scrape job of Triton's metrics port.",
+                                     callback=_job)] = "triton",
     max_replicas: Annotated[int, typer.Option(help="The autoscaler's maximum replicas.")] = 10,
-    pending_target: Annotated[float, typer.Option(help="Pending requests per replica to aim at.")] = 5.0,
+    pending_target: Annotated[float, typer.Option(help="Pending requests per replica to aim at.",
+                                                  callback=finite(0, low_ok=False))] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
 ) -> None:
     """Write Prometheus rule files and Grafana dashboard JSON into DIRECTORY.

@@ -211,7 +211,7 @@ def test_node_side_cli_runs_with_a_bare_python(staged: dict, node: tuple[Path, P
     assert json.loads(out.stdout)["active"] == rid
     bad = subprocess.run([sys.executable, "-I", str(script), "activate", "--link", str(link), "--releases",
                           str(releases), "--release", "../etc"], capture_output=True, text=True, env=env, cwd="/")
-    assert bad.returncode == 1 and "release id" in json.loads(bad.stdout)["error"]
+    assert bad.returncode == 2 and "release id" in json.loads(bad.stdout)["error"]  # usage error
 
 
 def test_tarball_source(tmp_path: Path) -> None:

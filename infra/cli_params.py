@@ -1,0 +1,42 @@
+"""Checks on command-line values that every ``tritonops`` command module shares (typer parsers and callbacks).
+
+click turns an empty argument into ``Path("")``, which is the current folder, and accepts ``nan`` and
+``inf`` for a float even with a range; these refuse both as usage errors (exit 2) naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+
+def path(text: str | Path) -> Path:
+    """A typer ``parser``: a path that is not the empty string."""
+    if not str(text).strip():
+        raise typer.BadParameter("an empty path (say '.' for the current folder)")
+    return Path(text)
+
+
+def finite(low: float | None = None, high: float | None = None, low_ok: bool = True) -> Callable[[float], float]:
+    """A typer ``callback``: a finite number within [low, high] ((low, high] without ``low_ok``)."""
+    def check(value: float) -> float:
+        if value is None:
+            return value
+        too_low = low is not None and (value < low if low_ok else value <= low)
+        if not math.isfinite(value) or too_low or (high is not None and value > high):
+            bound = " ".join(filter(None, [
+                f"{'>=' if low_ok else '>'} {low:g}" if low is not None else "",
+                f"<= {high:g}" if high is not None else ""]))
+            raise typer.BadParameter(f"{value}: expected a finite number {bound}".rstrip())
+        return value
+    return check
+
+
+def folder_to_write(value: Path | None) -> Path | None:
+    """A typer ``callback``: an output folder that is a folder, or does not exist yet."""
+    if value is not None and value.exists() and not value.is_dir():
+        raise typer.BadParameter(f"{value}: exists and is not a folder")
+    return value
