@@ -41,6 +41,8 @@ _CORE: dict[tuple[str, str], Any] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("networking.k8s.io/v1", "Ingress"): k8s.networking.v1.Ingress,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
 }
 _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "stringData": "string_data",
@@ -49,6 +51,7 @@ _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "globalDefault": "global_default",
     "preemptionPolicy": "preemption_policy",
     "imagePullSecrets": "image_pull_secrets",
+    "roleRef": "role_ref",
 }
 
 
@@ -222,6 +225,7 @@ class GpuOperator(pulumi.ComponentResource):
 class MonitoringArgs:
     config: PlatformConfig
     secrets: pulumi.Input[dict[str, str]]  # secretKey -> webhook URL / routing key (a Pulumi secret)
+    grafana_password: pulumi.Input[str]  # Grafana's admin password (a Pulumi secret)
 
     def __post_init__(self) -> None:
         if not self.config.monitoring.enabled:
@@ -239,11 +243,17 @@ class Monitoring(pulumi.ComponentResource):
         config_yaml = pulumi.Output.secret(args.secrets).apply(
             lambda s: _yaml(platform.alertmanager_config(cfg, dict(s or {})))
         )
-        secret = k8s_object(
-            platform.alertmanager_secret(cfg, config_yaml),
-            pulumi.ResourceOptions(parent=self, depends_on=objs, additional_secret_outputs=["stringData", "data"]),
-        )
-        self.release = helm_release(platform.monitoring_release(cfg), self, [*objs, secret])
+        secrets = [
+            k8s_object(
+                obj,
+                pulumi.ResourceOptions(parent=self, depends_on=objs, additional_secret_outputs=["stringData", "data"]),
+            )
+            for obj in (
+                platform.alertmanager_secret(cfg, config_yaml),
+                platform.grafana_admin_secret(cfg, pulumi.Output.secret(args.grafana_password)),
+            )
+        ]
+        self.release = helm_release(platform.monitoring_release(cfg), self, [*objs, *secrets])
         self.register_outputs({"status": self.release.status})
 
 

@@ -10,6 +10,7 @@ error is a :class:`ConfigError` that names the full config key, e.g.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,14 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# repository:tag, optionally @sha256:<digest> (the digest is what runs; the tag names the version label)
+_IMAGE = re.compile(r"^(?P<repo>[^@\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[0-9a-f]{64})?$")
+# A model name that becomes a routed path (/v2/models/<name>): the characters ingress-nginx's strict
+# path validation and the Gateway API's path rules both accept.
+_ROUTED_MODEL = re.compile(r"^[A-Za-z0-9_~-][A-Za-z0-9._~-]*$")
+# An HTTPRoute holds fewer than 128 path matches in all (Gateway API validation): 3 server paths
+# (/v2, /v2/health/live, /v2/health/ready) and 3 per model (metadata, ready, infer).
+GATEWAY_MAX_MODELS = (127 - 3) // 3
 
 
 def project_name(stack: str) -> str:
@@ -142,6 +151,10 @@ class AlertmanagerConfig(_Cfg):
 
 
 class MonitoringConfig(_Cfg):
+    """kube-prometheus-stack. Grafana's admin login comes from the Secret ``grafanaAdminSecret``
+    (keys admin-user, admin-password): ``pulumi up`` creates it from the secret config value
+    ``grafanaAdminPassword``; with ``tritonops render`` you create it (secrets-required.yaml)."""
+
     enabled: bool = True
     namespace: str = "monitoring"
     release_name: str = "kube-prometheus-stack"
@@ -151,6 +164,8 @@ class MonitoringConfig(_Cfg):
     storage_class: str | None = None
     alertmanager_replicas: int = Field(default=1, ge=1)
     grafana_dashboard_label: str = "grafana_dashboard"
+    grafana_admin_user: str = "admin"
+    grafana_admin_secret: str = "grafana-admin"
     alertmanager: AlertmanagerConfig = AlertmanagerConfig()
 
 
@@ -298,6 +313,31 @@ class IngressConfig(_Cfg):
     gateway_namespace: str | None = None
 
 
+class DnsConfig(_Cfg):
+    """The cluster DNS pods every pod of the namespace may query (UDP and TCP 53)."""
+
+    namespace: str = "kube-system"
+    pod_labels: dict[str, str] = Field(default={"k8s-app": "kube-dns"}, min_length=1)  # CoreDNS on EKS, kubeadm
+
+
+class NetworkPolicyConfig(_Cfg):
+    """What the namespace's NetworkPolicies let out (everything else is denied, in and out).
+
+    ``modelStoreCidrs``: where a model service's pods may connect to fetch models: the release
+    store (``release.store`` or its ``s3Endpoint``) or Triton's own ``modelRepository`` s3:// (S3,
+    and STS for the IRSA role), and only on that store's port (443 for s3:// and https://, 80 for
+    http://, or the port the URL names). The default, ``0.0.0.0/0``, is any IPv4 address on that
+    port except link-local 169.254.0.0/16 (the node's instance metadata service); narrow it to the
+    store's addresses (an S3 VPC endpoint, the mirror's subnet; for IRSA include STS's).
+    """
+
+    dns: DnsConfig = DnsConfig()
+    model_store_cidrs: list[str] = Field(default=["0.0.0.0/0"], min_length=1)
+    # Where the drift check reaches the Kubernetes API (443, 6443): narrow it to the API endpoint's
+    # addresses (on EKS the control plane's ENIs in the cluster subnets).
+    api_server_cidrs: list[str] = Field(default=["0.0.0.0/0"], min_length=1)
+
+
 class AdminApiConfig(_Cfg):
     header: str = "triton-admin-key"
     secret_name: str = "triton-admin-api"  # Kubernetes Secret holding the header value
@@ -317,6 +357,7 @@ class TritonStackConfig(_Cfg):
     priority: int = Field(default=100000, ge=0, le=1000000000)
     ingress: IngressConfig = IngressConfig()
     admin_api: AdminApiConfig = AdminApiConfig()
+    network_policy: NetworkPolicyConfig = NetworkPolicyConfig()
     # Pod Security Standard the namespace enforces (warn and audit stay restricted). Only a model
     # service with release.nodeCache (a hostPath volume) needs privileged.
     pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
@@ -414,6 +455,9 @@ def _check_platform(cfg: Any, source: str | None) -> None:
             )
     if cfg.gpu_operator.time_slicing and cfg.gpu_operator.mig_strategy != "none":
         raise ConfigError(_key("platform", ("gpuOperator", "migStrategy")), "use time-slicing or MIG, not both", source)
+    _check_object_name(
+        ("monitoring", "grafanaAdminSecret"), cfg.monitoring.grafana_admin_secret, "Secret", source, "platform"
+    )
     am = cfg.monitoring.alertmanager
     names = [r.name for r in am.receivers]
     for field, value in (
@@ -448,10 +492,12 @@ def _check_repository(repo: ModelRepository, loc: tuple[int | str, ...], source:
         raise ConfigError(_key("triton", (*loc, "claimName")), "a pvc repository needs claimName", source)
 
 
-def _check_object_name(loc: tuple[int | str, ...], name: str, what: str, source: str | None) -> None:
+def _check_object_name(
+    loc: tuple[int | str, ...], name: str, what: str, source: str | None, stack: str = "triton"
+) -> None:
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
         raise ConfigError(
-            _key("triton", loc), f"{name!r} is not a valid {what} name (lowercase, digits, '-', '.')", source
+            _key(stack, loc), f"{name!r} is not a valid {what} name (lowercase, digits, '-', '.')", source
         )
 
 
@@ -617,8 +663,29 @@ def _check_triton(cfg: Any, source: str | None) -> None:
             _check_release(cfg, svc, (*k, "release"), source)
         if svc.model_repository is not None:
             _check_repository(svc.model_repository, (*k, "modelRepository"), source)
-        if ":" not in svc.image or svc.image.endswith(":latest"):
-            raise ConfigError(_key("triton", (*k, "image")), f"pin an image tag (got {svc.image!r})", source)
+        image = _IMAGE.match(svc.image)
+        if image is None or image["tag"] == "latest":
+            raise ConfigError(
+                _key("triton", (*k, "image")),
+                f"pin an image tag, optionally with its digest: REPOSITORY:TAG[@sha256:DIGEST] (got {svc.image!r})",
+                source,
+            )
+        if cfg.ingress.mode == "gateway" and len(svc.models) > GATEWAY_MAX_MODELS:
+            raise ConfigError(
+                _key("triton", (*k, "models")),
+                f"{len(svc.models)} models: an HTTPRoute holds fewer than 128 path matches, which routes at most "
+                f"{GATEWAY_MAX_MODELS} models (3 paths each, 3 for the server); split the service",
+                source,
+            )
+        if cfg.ingress.mode != "none":
+            for j, model in enumerate(svc.models):
+                if not _ROUTED_MODEL.match(model.name):
+                    raise ConfigError(
+                        _key("triton", (*k, "models", j, "name")),
+                        f"{model.name!r}: a routed model's name becomes the path /v2/models/<name> "
+                        "(letters, digits, '_', '-', '.', '~'; not starting with '.')",
+                        source,
+                    )
     if cfg.ingress.mode != "none" and not cfg.ingress.host_suffix:
         raise ConfigError(_key("triton", ("ingress", "hostSuffix")), "ingress needs hostSuffix", source)
     if cfg.ingress.mode == "ingress" and not cfg.ingress.tls_secret:
@@ -629,6 +696,17 @@ def _check_triton(cfg: Any, source: str | None) -> None:
         )
     if cfg.ingress.mode == "gateway" and not cfg.ingress.gateway_name:
         raise ConfigError(_key("triton", ("ingress", "gatewayName")), "gateway mode needs gatewayName", source)
+    for field, cidrs in (
+        ("modelStoreCidrs", cfg.network_policy.model_store_cidrs),
+        ("apiServerCidrs", cfg.network_policy.api_server_cidrs),
+    ):
+        for j, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError as exc:
+                raise ConfigError(
+                    _key("triton", ("networkPolicy", field, j)), f"{cidr!r} is not a CIDR: {exc}", source
+                ) from exc
     try:
         check_budget(cfg)
     except ValueError as exc:

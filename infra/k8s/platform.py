@@ -1,7 +1,8 @@
 """Pure builders for the platform stack: the GPU Operator, kube-prometheus-stack and KEDA.
 
 Each chart is a :class:`HelmRelease` (pinned chart, repository, namespace, values as data) plus the
-plain objects around it (namespaces, the time-slicing ConfigMap, the Alertmanager config Secret).
+plain objects around it (namespaces, the time-slicing ConfigMap, the Alertmanager config and Grafana
+admin Secrets).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ Obj = dict[str, Any]
 TIME_SLICING_CONFIG_MAP = "time-slicing-config"
 ALERTMANAGER_SECRET = "alertmanager-tritonops"
 SECRETS_KEY = "alertmanagerSecrets"  # secret config object: secretKey -> webhook URL / routing key
+GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"  # secret config value: Grafana's admin password
+GRAFANA_USER_KEY, GRAFANA_SECRET_PASSWORD_KEY = "admin-user", "admin-password"  # keys of the Secret
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,19 @@ def alertmanager_secret(cfg: PlatformConfig, config_yaml: Any) -> Obj:
     }
 
 
+def grafana_admin_secret(cfg: PlatformConfig, password: Any) -> Obj:
+    """Grafana's admin login (``password``: a Pulumi secret in ``pulumi up``); the chart reads it
+    through ``grafana.admin.existingSecret`` and creates no Secret (nor default password) of its own."""
+    mon = cfg.monitoring
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": mon.grafana_admin_secret, "namespace": mon.namespace, "labels": labels(cfg)},
+        "type": "Opaque",
+        "stringData": {GRAFANA_USER_KEY: mon.grafana_admin_user, GRAFANA_SECRET_PASSWORD_KEY: password},
+    }
+
+
 def monitoring_release(cfg: PlatformConfig) -> HelmRelease:
     mon = cfg.monitoring
     storage: Obj = {
@@ -197,6 +213,12 @@ def monitoring_release(cfg: PlatformConfig) -> HelmRelease:
             }
         },
         "grafana": {
+            # The login comes from our Secret, never from the chart's default admin password.
+            "admin": {
+                "existingSecret": mon.grafana_admin_secret,
+                "userKey": GRAFANA_USER_KEY,
+                "passwordKey": GRAFANA_SECRET_PASSWORD_KEY,
+            },
             "sidecar": {
                 "dashboards": {
                     "enabled": True,

@@ -60,6 +60,11 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
             out.secrets.append(
                 _secret_ref(platform.alertmanager_secret(cfg, None), project_name(stack) + ":" + platform.SECRETS_KEY)
             )
+            out.secrets.append(
+                _secret_ref(
+                    platform.grafana_admin_secret(cfg, None), project_name(stack) + ":" + platform.GRAFANA_PASSWORD_KEY
+                )
+            )
         if cfg.gpu_operator.enabled:
             out.objects += platform.gpu_operator_objects(cfg)
             out.releases.append(platform.gpu_operator_release(cfg))
@@ -240,6 +245,19 @@ def _alertmanager_secrets(cfg: PlatformConfig) -> Any:
     return pulumi.Output.secret(values)
 
 
+def _grafana_password() -> Any:
+    """Grafana's admin password from the secret config value; refused when unset (never a chart default)."""
+    import pulumi
+
+    password = pulumi.Config().get_secret(platform.GRAFANA_PASSWORD_KEY)
+    if password is None:
+        raise ConfigError(
+            f"{project_name('platform')}:{platform.GRAFANA_PASSWORD_KEY}",
+            f"set Grafana's admin password: pulumi config set --secret {platform.GRAFANA_PASSWORD_KEY} VALUE",
+        )
+    return password
+
+
 def platform_program() -> dict[str, Any]:
     import pulumi
 
@@ -249,13 +267,14 @@ def platform_program() -> dict[str, Any]:
     assert isinstance(cfg, PlatformConfig)
     # Checked before anything (the provider included) is created.
     secrets: Any = _alertmanager_secrets(cfg) if cfg.monitoring.enabled else {}
+    grafana_password: Any = _grafana_password() if cfg.monitoring.enabled else None
     provider = kube_provider("platform", cfg.cluster)
     opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     out: dict[str, Any] = {}
     # Monitoring first: the others' ServiceMonitors need its CRDs.
     after: list[Any] = []
     if cfg.monitoring.enabled:
-        out["monitoring"] = Monitoring("monitoring", MonitoringArgs(cfg, secrets), opts)
+        out["monitoring"] = Monitoring("monitoring", MonitoringArgs(cfg, secrets, grafana_password), opts)
         after.append(out["monitoring"])
     if cfg.gpu_operator.enabled:
         out["gpu_operator"] = GpuOperator("gpu-operator", GpuOperatorArgs(cfg), opts, depends_on=after)

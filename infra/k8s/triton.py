@@ -35,10 +35,12 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import ipaddress
 import json
 import os
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from infra.agent.bundle import build_bytes
 from infra.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
@@ -131,19 +133,23 @@ def labels(cfg: TritonStackConfig, svc: ModelService | None = None, track: str |
         "tritonops.io/environment": cfg.environment,
     }
     if svc is not None:
-        out |= selector(svc) | {"app.kubernetes.io/version": svc.image.rsplit(":", 1)[1]}
+        out |= selector(svc) | {"app.kubernetes.io/version": image_tag(svc.image)}
     if track is not None:
         out[TRACK_LABEL] = track
     return out
 
 
+def image_tag(image: str) -> str:
+    """TAG of ``REPOSITORY:TAG[@sha256:DIGEST]`` (the version label; with a digest, the digest is what runs)."""
+    return image.split("@", 1)[0].rsplit(":", 1)[1]
+
+
+SERVER_POD_LABELS = {"app.kubernetes.io/name": "triton", "app.kubernetes.io/component": "inference-server"}
+
+
 def selector(svc: ModelService) -> dict[str, str]:
     """The server pods of one model service (other pods of the service, e.g. jobs, set another component)."""
-    return {
-        "app.kubernetes.io/name": "triton",
-        "app.kubernetes.io/instance": name_of(svc),
-        "app.kubernetes.io/component": "inference-server",
-    }
+    return {**SERVER_POD_LABELS, "app.kubernetes.io/instance": name_of(svc)}
 
 
 def track_selector(svc: ModelService, track: str = STABLE) -> dict[str, str]:
@@ -460,6 +466,14 @@ def release_agent_container(cfg: TritonStackConfig, svc: ModelService, track: st
         "timeoutSeconds": 3,
         "failureThreshold": 3,
     }
+    # The agent serves /metrics from its own thread, a load or golden run in progress included: a
+    # minute without an answer means a hung agent, which kubelet restarts (Triton keeps serving).
+    c["livenessProbe"] = {
+        "httpGet": {"path": "/metrics", "port": AGENT_PORT_NAME},
+        "periodSeconds": AGENT_PROBE_PERIOD_S,
+        "timeoutSeconds": 3,
+        "failureThreshold": 6,
+    }
     return c
 
 
@@ -684,21 +698,57 @@ def _metrics_ports(svc: ModelService) -> list[int]:
     return [METRICS_PORT, AGENT_PORT] if svc.release is not None else [METRICS_PORT]
 
 
+_DEFAULT_PORTS = {"https": 443, "s3": 443, "http": 80}
+_LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")  # the node's instance metadata service
+
+
+def model_store_ports(svc: ModelService) -> list[int]:
+    """TCP ports a service's pods open to its model store: the release store (or its S3 endpoint), or
+    Triton's own s3:// repository (S3 and, for the IRSA role, STS: both 443). None for a PVC."""
+    rel, repo = svc.release, svc.model_repository
+    if rel is not None:
+        url = urlsplit(rel.s3_endpoint or rel.store)
+        return [url.port or _DEFAULT_PORTS[url.scheme]]
+    if repo is not None and repo.type == "s3":
+        return [_DEFAULT_PORTS["s3"]]
+    return []
+
+
+def _ip_block(cidr: str) -> Obj:
+    """An ipBlock peer; a CIDR that spans link-local leaves it out (no instance-metadata credentials)."""
+    net = ipaddress.ip_network(cidr)
+    if isinstance(net, ipaddress.IPv4Network) and net != _LINK_LOCAL and _LINK_LOCAL.subnet_of(net):
+        return {"ipBlock": {"cidr": cidr, "except": [str(_LINK_LOCAL)]}}
+    return {"ipBlock": {"cidr": cidr}}
+
+
 def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    """Every server pod of the service, both tracks: inference from the callers, metrics from Prometheus."""
+    """Every server pod of the service, both tracks: inference from the callers, metrics from Prometheus;
+    out, only the model store's port on ``networkPolicy.modelStoreCidrs`` (DNS: :func:`namespace_egress_policy`)."""
     callers = {cfg.namespace, *cfg.allowed_namespaces}
     if cfg.ingress.mode == "ingress":
         callers.add(cfg.ingress.controller_namespace)
     if cfg.ingress.mode == "gateway" and cfg.ingress.gateway_namespace:
         callers.add(cfg.ingress.gateway_namespace)
     tcp = "TCP"
+    store = model_store_ports(svc)
+    egress: list[Obj] = (
+        [
+            {
+                "to": [_ip_block(c) for c in cfg.network_policy.model_store_cidrs],
+                "ports": [{"port": p, "protocol": tcp} for p in store],
+            }
+        ]
+        if store
+        else []
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _meta(name_of(svc), cfg, svc),
         "spec": {
             "podSelector": {"matchLabels": selector(svc)},
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
                     "from": [{"namespaceSelector": _ns_selector(sorted(callers))}],
@@ -715,6 +765,7 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
                     "ports": [{"port": p, "protocol": tcp} for p in _metrics_ports(svc)],
                 },
             ],
+            "egress": egress,
         },
     }
 
@@ -798,27 +849,62 @@ def _hosts(cfg: TritonStackConfig, svc: ModelService) -> tuple[str, str]:
     return http, f"grpc-{http}"
 
 
+# --- what the routers expose: the KServe v2 inference protocol, nothing else --------------------
+# Health, server metadata and, per model, metadata, readiness and inference. Not routed: the model
+# repository (/v2/repository/*, load/unload), model config and statistics, shared memory, trace and
+# logging (Triton's restricted APIs, for in-cluster admins with the header), nor versioned paths
+# (/v2/models/<m>/versions/<v>/...: the routers serve the version policy's choice).
+HTTP_SERVER_PATHS = ("/v2", "/v2/health/live", "/v2/health/ready")
+HTTP_MODEL_SUFFIXES = ("", "/ready", "/infer")
+GRPC_SERVICE = "inference.GRPCInferenceService"
+GRPC_METHODS = (
+    "ServerLive",
+    "ServerReady",
+    "ServerMetadata",
+    "ModelReady",
+    "ModelMetadata",
+    "ModelInfer",
+    "ModelStreamInfer",
+)
+HTTPROUTE_MATCHES_PER_RULE = 64  # Gateway API: at most 64 matches in a rule (and < 128 in a route)
+
+
+def http_paths(svc: ModelService) -> list[str]:
+    """The exact HTTP paths a router sends to Triton."""
+    return [*HTTP_SERVER_PATHS, *(f"/v2/models/{m.name}{s}" for m in svc.models for s in HTTP_MODEL_SUFFIXES)]
+
+
+def grpc_paths() -> list[str]:
+    """The gRPC methods a router sends to Triton, as HTTP/2 paths (/package.Service/Method)."""
+    return [f"/{GRPC_SERVICE}/{m}" for m in GRPC_METHODS]
+
+
 CANARY_ANNOTATION = "nginx.ingress.kubernetes.io/canary"
 CANARY_WEIGHT_ANNOTATION = "nginx.ingress.kubernetes.io/canary-weight"
 
 
 def ingresses(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """ingress-nginx Ingresses: HTTP/REST, and gRPC (backend-protocol GRPC, needs TLS for HTTP/2).
+    """ingress-nginx Ingresses: HTTP/REST, and gRPC (backend-protocol GRPC, needs TLS for HTTP/2), each
+    on the exact paths of :func:`http_paths` and :func:`grpc_paths` only.
 
-    With a canary, each gets a twin on the same host and path marked ``canary: "true"`` with
+    With a canary, each gets a twin on the same host and paths marked ``canary: "true"`` with
     ``canary-weight``: ingress-nginx sends that percentage of the host's requests to the canary's
     Service and the rest to the main Ingress's (stable) Service.
     """
     http_host, grpc_host = _hosts(cfg, svc)
     tracks = [STABLE, CANARY] if canary_of(svc) is not None else [STABLE]
+    routes = (("http", http_host, "http", "HTTP", http_paths(svc)), ("grpc", grpc_host, "grpc", "GRPC", grpc_paths()))
     out = []
     for track in tracks:
-        for kind, host, port, proto in (("http", http_host, "http", "HTTP"), ("grpc", grpc_host, "grpc", "GRPC")):
+        for kind, host, port, proto, paths in routes:
             backend = {"service": {"name": track_name(svc, track), "port": {"name": port}}}
             spec: Obj = {
                 "ingressClassName": cfg.ingress.class_name,
                 "rules": [
-                    {"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}
+                    {
+                        "host": host,
+                        "http": {"paths": [{"path": p, "pathType": "Exact", "backend": backend} for p in paths]},
+                    }
                 ],
             }
             if cfg.ingress.tls_secret:
@@ -852,22 +938,30 @@ def _backend_refs(svc: ModelService, port: int) -> list[Obj]:
 
 
 def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """An HTTPRoute and a GRPCRoute; with a canary their backendRefs split the requests by weight."""
+    """An HTTPRoute (exact paths of :func:`http_paths`) and a GRPCRoute (exact methods of
+    ``inference.GRPCInferenceService``); with a canary their backendRefs split the requests by weight.
+    A request that matches no rule gets 404 from the gateway and never reaches Triton."""
     http_host, grpc_host = _hosts(cfg, svc)
     parent = {
         "name": cfg.ingress.gateway_name,
         **({"namespace": cfg.ingress.gateway_namespace} if cfg.ingress.gateway_namespace else {}),
     }
+    paths = http_paths(svc)
+    n = HTTPROUTE_MATCHES_PER_RULE
+    http_rules = [
+        {
+            "matches": [{"path": {"type": "Exact", "value": p}} for p in paths[i : i + n]],
+            "backendRefs": _backend_refs(svc, HTTP_PORT),
+        }
+        for i in range(0, len(paths), n)
+    ]
+    grpc_matches = [{"method": {"type": "Exact", "service": GRPC_SERVICE, "method": m}} for m in GRPC_METHODS]
     return [
         {
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "HTTPRoute",
             "metadata": _meta(f"{name_of(svc)}-http", cfg, svc),
-            "spec": {
-                "parentRefs": [parent],
-                "hostnames": [http_host],
-                "rules": [{"backendRefs": _backend_refs(svc, HTTP_PORT)}],
-            },
+            "spec": {"parentRefs": [parent], "hostnames": [http_host], "rules": http_rules},
         },
         {
             "apiVersion": "gateway.networking.k8s.io/v1",
@@ -876,7 +970,7 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
             "spec": {
                 "parentRefs": [parent],
                 "hostnames": [grpc_host],
-                "rules": [{"backendRefs": _backend_refs(svc, GRPC_PORT)}],
+                "rules": [{"matches": grpc_matches, "backendRefs": _backend_refs(svc, GRPC_PORT)}],
             },
         },
     ]
@@ -976,9 +1070,80 @@ def admin_secret(cfg: TritonStackConfig, token: Any) -> Obj:
     }
 
 
+DEFAULT_DENY = "default-deny"
+NAMESPACE_EGRESS = "namespace-egress"
+
+
+def default_deny_policy(cfg: TritonStackConfig) -> Obj:
+    """Every pod of the namespace isolated both ways: what no other NetworkPolicy allows is refused."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(DEFAULT_DENY, cfg),
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
+def namespace_egress_policy(cfg: TritonStackConfig) -> Obj:
+    """What every pod of the namespace may reach: the cluster DNS, and the namespace's Triton servers'
+    HTTP and gRPC ports (in-namespace callers, e.g. the drift check; the servers' policy admits them).
+    The drift check's paths to the agents' port are its own (``infra.k8s.drift``)."""
+    dns = cfg.network_policy.dns
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(NAMESPACE_EGRESS, cfg),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": _ns_selector([dns.namespace]),
+                            "podSelector": {"matchLabels": dict(dns.pod_labels)},
+                        }
+                    ],
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                },
+                {
+                    "to": [{"podSelector": {"matchLabels": dict(SERVER_POD_LABELS)}}],
+                    "ports": [{"port": p, "protocol": "TCP"} for p in (HTTP_PORT, GRPC_PORT)],
+                },
+            ],
+        },
+    }
+
+
+KUBE_API_EGRESS = "kube-api-egress"
+KUBE_API_CLIENTS = {"app.kubernetes.io/component": "drift-check"}  # infra/k8s/drift.py's pods list pods
+
+
+def kube_api_egress_policy(cfg: TritonStackConfig) -> Obj:
+    """The drift check's pods may reach the Kubernetes API (443, 6443) on ``networkPolicy.apiServerCidrs``."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(KUBE_API_EGRESS, cfg),
+        "spec": {
+            "podSelector": {"matchLabels": dict(KUBE_API_CLIENTS)},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [_ip_block(c) for c in cfg.network_policy.api_server_cidrs],
+                    "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+                }
+            ],
+        },
+    }
+
+
 def namespace_objects(cfg: TritonStackConfig) -> list[Obj]:
     return [
         namespace(cfg),
+        default_deny_policy(cfg),
+        namespace_egress_policy(cfg),
+        kube_api_egress_policy(cfg),
         priority_class(cfg),
         prometheus_rule(cfg),
         dashboards_config_map(cfg),

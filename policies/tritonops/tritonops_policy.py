@@ -14,10 +14,16 @@ every container of the pod, init containers included, must be non-root, hardened
 A canary Deployment (pod label ``track: canary``) is a Triton workload like any other, except that
 no PodDisruptionBudget needs to cover it: it is a small, fixed, short-lived slice beside the stable
 Deployment of the same ``app.kubernetes.io/instance``, which must exist (and is covered).
+
+Exposure: Triton's admin APIs answer only with the admin header (``--http-restricted-api`` and
+``--grpc-restricted-protocol`` on every API group a router must not reach); every Triton pod is
+covered by NetworkPolicies in both directions, none of which allows everything; its namespace denies
+by default and enforces Pod Security "restricted".
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,11 +41,17 @@ PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+NAMESPACE = "kubernetes:core/v1:Namespace"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
 AGENT_FILE = "tritonops-agent.pyz"  # infra.k8s.triton.AGENT_KEY (the pack does not import the package)
 TRACK = "track"  # infra.k8s.triton.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
+# Triton's API groups only the admin header may reach (infra.triton.admin.RESTRICTED_APIS): inference,
+# metadata and health stay open, every other group of `tritonserver --help` is restricted.
+RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
+RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")  # Triton's names for HTTP, gRPC
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -201,6 +213,37 @@ def validate_container_resources(args: Any, report_violation: Report) -> None:
             report_violation(f"{where} has no resources {', '.join(missing)}")
 
 
+def restricted_groups(args: Iterable[Any], flag: str) -> set[str]:
+    """API groups ``flag`` restricts (``--flag=GROUPS:KEY=VALUE`` or ``--flag GROUPS:KEY=VALUE``, repeatable;
+    a setting without a non-empty KEY=VALUE restricts nothing)."""
+    argv = [str(a) for a in args]
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
+    values += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    groups: set[str] = set()
+    for value in values:
+        apis, _, header = value.partition(":")
+        key, _, secret = header.partition("=")
+        if key and secret:
+            groups |= {g.strip() for g in apis.split(",")}
+    return groups
+
+
+def validate_restricted_apis(args: Any, report_violation: Report) -> None:
+    """Triton servers restrict every admin API group (model repository, config, shared memory,
+    statistics, trace, logging) to callers with the admin header, over HTTP and gRPC."""
+    if not is_triton_workload(args.resource_type, args.props):
+        return
+    for c in _triton_containers(args.props):
+        argv = [*(c.get("command") or []), *(c.get("args") or [])]
+        for flag in RESTRICTED_FLAGS:
+            missing = [g for g in RESTRICTED_APIS if g not in restricted_groups(argv, flag)]
+            if missing:
+                report_violation(
+                    f"{_name(args.props, args.name)}: container {c.get('name')!r} leaves {', '.join(missing)} "
+                    f"open: start tritonserver with {flag}={','.join(RESTRICTED_APIS)}:<header>=<value>"
+                )
+
+
 def image_pinned(image: str) -> bool:
     if "@sha256:" in image:
         return True
@@ -209,17 +252,20 @@ def image_pinned(image: str) -> bool:
 
 
 def validate_pinned_images(args: Any, report_violation: Report) -> None:
-    """Every container image of a Triton workload has an explicit tag (not latest) or a digest."""
+    """Every container image of a Triton workload has an explicit tag (not latest) or a digest; in prod
+    (or with requireDigest) a digest: a tag can be moved to other content, a digest cannot."""
     if not is_triton_workload(args.resource_type, args.props):
         return
-    spec = _pod_spec(args.props)
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+    config = args.get_config()
+    labels = (args.props.get("metadata") or {}).get("labels") or {}
+    need_digest = bool(config.get("requireDigest")) or labels.get("tritonops.io/environment") == "prod"
+    for c in _all_containers(args.props):
         image = str(c.get("image", ""))
+        where = f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r}"
         if not image_pinned(image):
-            report_violation(
-                f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r} "
-                "is not pinned (use an explicit tag other than latest, or a digest)"
-            )
+            report_violation(f"{where} is not pinned (use an explicit tag other than latest, or a digest)")
+        elif need_digest and "@sha256:" not in image:
+            report_violation(f"{where} has no digest: in prod pin REPOSITORY:TAG@sha256:DIGEST")
 
 
 def validate_high_availability(args: Any, report_violation: Report) -> None:
@@ -330,24 +376,114 @@ def validate_pdb_coverage(args: Any, report_violation: Report) -> None:
             report_violation(f"{_name(d.props, d.name)}: no PodDisruptionBudget selects this Triton Deployment")
 
 
+def _selects_all(selector: Mapping[str, Any] | None) -> bool:
+    return selector is not None and not selector.get("matchLabels") and not selector.get("matchExpressions")
+
+
+def _policy_types(spec: Mapping[str, Any]) -> list[str]:
+    """Kubernetes' default: Ingress, plus Egress when the policy has egress rules."""
+    return list(spec.get("policyTypes") or (["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]))
+
+
+def _open_peer(peer: Mapping[str, Any]) -> bool:
+    """A peer that matches every address: {}, all namespaces' pods, or an ipBlock of prefix length 0."""
+    block = peer.get("ipBlock")
+    if block is not None:
+        try:
+            return ipaddress.ip_network(str(block.get("cidr")), strict=False).prefixlen == 0
+        except ValueError:
+            return False
+    ns, pods = peer.get("namespaceSelector"), peer.get("podSelector")
+    return (ns is None and pods is None) or (_selects_all(ns) and (pods is None or _selects_all(pods)))
+
+
+def allow_all_rules(spec: Mapping[str, Any]) -> list[str]:
+    """The directions a NetworkPolicy opens to everyone: an ingress rule without sources or with an open
+    source (on any port: the server's ports are what matter), an egress rule to an open destination on
+    every port (an open destination on named ports, e.g. a model store's 443, is a limit, not a hole)."""
+    found = []
+    for rule in spec.get("ingress") or []:
+        peers = rule.get("from") or []
+        if not peers or any(_open_peer(p) for p in peers):
+            found.append("ingress")
+            break
+    for rule in spec.get("egress") or []:
+        peers = rule.get("to") or []
+        if (not peers or any(_open_peer(p) for p in peers)) and not rule.get("ports"):
+            found.append("egress")
+            break
+    return found
+
+
 def validate_network_policy_coverage(args: Any, report_violation: Report) -> None:
-    """Every Triton Deployment is selected by a NetworkPolicy (ingress) in its namespace."""
+    """Every Triton Deployment is selected by NetworkPolicies in its namespace for ingress and egress, and
+    none selecting it allows all traffic (an allow-all policy does not count: it undoes the others)."""
     policies = [r for r in args.resources if r.resource_type == NETWORK_POLICY]
     for d in _triton_deployments(args.resources):
         labels = _pod_labels(d.props)
-        covered = False
+        directions: set[str] = set()
         for p in policies:
             spec = p.props.get("spec") or {}
             selector = spec.get("podSelector")
-            selects_all = selector == {} or selector == {"matchLabels": {}}
-            if (
-                _same_ns(p.props, d.props)
-                and (selects_all or _selects(selector, labels))
-                and "Ingress" in (spec.get("policyTypes") or ["Ingress"])
-            ):
-                covered = True
-        if not covered:
-            report_violation(f"{_name(d.props, d.name)}: no NetworkPolicy covers this Triton Deployment")
+            if not (_same_ns(p.props, d.props) and (_selects_all(selector) or _selects(selector, labels))):
+                continue
+            holes = allow_all_rules(spec)
+            for hole in holes:
+                report_violation(
+                    f"{_name(d.props, d.name)}: NetworkPolicy {_name(p.props, p.name)} allows all {hole} "
+                    "traffic, so no other policy limits it"
+                )
+            directions |= set(_policy_types(spec)) - set(t.capitalize() for t in holes)
+        for direction in ("Ingress", "Egress"):
+            if direction not in directions:
+                report_violation(
+                    f"{_name(d.props, d.name)}: no NetworkPolicy limits this Triton Deployment's {direction.lower()}"
+                )
+
+
+def _triton_namespaces(resources: Iterable[Any]) -> list[str]:
+    return sorted({(d.props.get("metadata") or {}).get("namespace") or "" for d in _triton_deployments(resources)})
+
+
+def validate_default_deny(args: Any, report_violation: Report) -> None:
+    """The namespace of every Triton Deployment has a default-deny NetworkPolicy: every pod, both
+    directions, no rules (what no other policy allows is refused)."""
+    policies = [r for r in args.resources if r.resource_type == NETWORK_POLICY]
+    for ns in _triton_namespaces(args.resources):
+        specs = [
+            p.props.get("spec") or {}
+            for p in policies
+            if ((p.props.get("metadata") or {}).get("namespace") or "") == ns
+        ]
+        if not any(
+            _selects_all(spec.get("podSelector"))
+            and {"Ingress", "Egress"} <= set(_policy_types(spec))
+            and not spec.get("ingress")
+            and not spec.get("egress")
+            for spec in specs
+        ):
+            report_violation(
+                f"namespace {ns or '(default)'}: no default-deny NetworkPolicy (podSelector {{}}, policyTypes "
+                "Ingress and Egress, no rules) beside its Triton Deployments"
+            )
+
+
+def validate_pod_security(args: Any, report_violation: Report) -> None:
+    """The namespace of every Triton Deployment is created by the stack and enforces Pod Security
+    "restricted" (label pod-security.kubernetes.io/enforce)."""
+    namespaces = {
+        (r.props.get("metadata") or {}).get("name"): (r.props.get("metadata") or {}).get("labels") or {}
+        for r in args.resources
+        if r.resource_type == NAMESPACE
+    }
+    for ns in _triton_namespaces(args.resources):
+        if ns not in namespaces:
+            report_violation(f"namespace {ns or '(default)'}: Triton runs in a namespace the stack does not create")
+        elif namespaces[ns].get(POD_SECURITY_ENFORCE) != "restricted":
+            report_violation(
+                f"namespace {ns}: {POD_SECURITY_ENFORCE} is {namespaces[ns].get(POD_SECURITY_ENFORCE)!r}, "
+                "not 'restricted'"
+            )
 
 
 # --- the policies --------------------------------------------------------------------------------
@@ -372,7 +508,10 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     _resource("triton-non-root", validate_non_root),
     _resource("triton-container-hardening", validate_container_hardening),
     _resource("triton-container-resources", validate_container_resources),
-    _resource("triton-pinned-images", validate_pinned_images),
+    _resource("triton-restricted-apis", validate_restricted_apis),
+    _resource("triton-pinned-images", validate_pinned_images, config_schema=PolicyConfigSchema(properties={
+        "requireDigest": {"type": "boolean", "default": False},
+    })),
     _resource("triton-high-availability", validate_high_availability, config_schema=PolicyConfigSchema(properties={
         "requireHighAvailability": {"type": "boolean", "default": False},
         "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
@@ -381,6 +520,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     _resource("helm-chart-pinned", validate_helm_pinned),
     _stack("triton-pdb-coverage", validate_pdb_coverage),
     _stack("triton-network-policy-coverage", validate_network_policy_coverage),
+    _stack("namespace-default-deny", validate_default_deny),
+    _stack("namespace-pod-security-restricted", validate_pod_security),
 ]
 RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-gpu-resources": validate_gpu_resources,
@@ -388,6 +529,7 @@ RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-non-root": validate_non_root,
     "triton-container-hardening": validate_container_hardening,
     "triton-container-resources": validate_container_resources,
+    "triton-restricted-apis": validate_restricted_apis,
     "triton-pinned-images": validate_pinned_images,
     "triton-high-availability": validate_high_availability,
     "scaledobject-fallback": validate_scaled_object_fallback,
@@ -396,4 +538,6 @@ RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
 STACK_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-pdb-coverage": validate_pdb_coverage,
     "triton-network-policy-coverage": validate_network_policy_coverage,
+    "namespace-default-deny": validate_default_deny,
+    "namespace-pod-security-restricted": validate_pod_security,
 }

@@ -23,6 +23,7 @@ from infra.k8s.config import STACKS_DIR, project_name
 ROOT = Path(__file__).resolve().parents[3]
 SECRETS = {
     "tritonops-triton:adminApiToken": "test-admin-token",
+    "tritonops-platform:grafanaAdminPassword": "test-grafana-password",
     "tritonops-platform:alertmanagerSecrets": json.dumps(
         {
             "slackDev": "https://hooks.slack.example/dev",
@@ -73,7 +74,7 @@ class Mocks(pulumi.runtime.Mocks):
 
 
 def stack_config(
-    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True
+    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True, omit: tuple[str, ...] = ()
 ) -> tuple[dict[str, str], list[str]]:
     """The stack file's config as the engine hands it to a program: every value a string."""
     doc = yaml.safe_load((STACKS_DIR / stack / f"Pulumi.{env}.yaml").read_text())
@@ -89,7 +90,7 @@ def stack_config(
     secret_keys = []
     if secrets:
         for k, v in SECRETS.items():
-            if k.startswith(prefix):
+            if k.startswith(prefix) and k not in omit:
                 config[k] = v
                 secret_keys.append(k)
     return config, secret_keys
@@ -106,12 +107,18 @@ def _urns(value: Any) -> list[pulumi.Output[str]]:
 
 
 def run_program(
-    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True, mocks: Mocks | None = None
+    stack: str,
+    env: str,
+    overrides: dict[str, Any] | None = None,
+    secrets: bool = True,
+    mocks: Mocks | None = None,
+    omit: tuple[str, ...] = (),
 ) -> Mocks:
-    """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns."""
+    """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns.
+    ``secrets``: set the SECRETS of the stack, less the keys in ``omit``."""
     mocks = mocks if mocks is not None else Mocks()
     pulumi.runtime.set_mocks(mocks, project=project_name(stack), stack=env, preview=False)
-    config, secret_keys = stack_config(stack, env, overrides, secrets)
+    config, secret_keys = stack_config(stack, env, overrides, secrets, omit)
     pulumi.runtime.set_all_config(config, secret_keys)
 
     @pulumi.runtime.test

@@ -73,15 +73,20 @@ def test_gpu_operator_release_and_time_slicing() -> None:
 def test_monitoring_alertmanager_config_is_a_secret() -> None:
     cfg: PlatformConfig = _cfg("platform", "prod")
     secrets = pulumi.Output.secret({"slackOps": "https://hooks/ops", "pagerdutyRoutingKey": "rk-1"})
-    mocks = run_fn(lambda: [Monitoring("monitoring", MonitoringArgs(cfg, secrets))])
-    (secret,) = mocks.of_type("kubernetes:core/v1:Secret")
+    password = pulumi.Output.secret("grafana-pw-1")
+    mocks = run_fn(lambda: [Monitoring("monitoring", MonitoringArgs(cfg, secrets, password))])
+    secrets = {s.inputs["metadata"]["name"]: s for s in mocks.of_type("kubernetes:core/v1:Secret")}
+    secret, grafana = secrets[platform.ALERTMANAGER_SECRET], secrets[cfg.monitoring.grafana_admin_secret]
     assert is_secret(secret.inputs["stringData"])
     text = unwrap(secret.inputs["stringData"])["alertmanager.yaml"]
     assert "rk-1" in text and "https://hooks/ops" in text
+    assert is_secret(grafana.inputs["stringData"])
+    assert unwrap(grafana.inputs["stringData"]) == {"admin-user": "admin", "admin-password": "grafana-pw-1"}
     (rel,) = mocks.of_type("kubernetes:helm.sh/v3:Release")
     assert rel.inputs["chart"] == "kube-prometheus-stack"
     assert rel.inputs["name"] == "kube-prometheus-stack"  # fixed: KEDA's Prometheus URL depends on it
     assert "rk-1" not in str(rel.inputs)  # the receiver secrets never reach the Helm values
+    assert "grafana-pw-1" not in str(rel.inputs)  # nor Grafana's password
 
 
 def test_keda_release() -> None:

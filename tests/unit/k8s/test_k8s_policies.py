@@ -99,11 +99,14 @@ def _triton_resources(env: str = "prod") -> list[PolicyResource]:
     return [r for r in _resources(env) if r.resource_type.startswith("kubernetes:")]
 
 
-def _mutate(resources: list[PolicyResource], typ: str, fn: Any, index: int = 0) -> list[PolicyResource]:
+def _mutate(
+    resources: list[PolicyResource], typ: str, fn: Any, index: int = 0, name: str | None = None
+) -> list[PolicyResource]:
+    """``fn`` applied to the ``index``-th resource of type ``typ`` (among those whose metadata.name is ``name``)."""
     out = []
     seen = 0
     for r in resources:
-        if r.resource_type == typ:
+        if r.resource_type == typ and (name is None or r.props["metadata"]["name"] == name):
             if seen == index:
                 props = copy.deepcopy(dict(r.props))
                 fn(props)
@@ -165,11 +168,6 @@ DEP = tp.DEPLOYMENT
             tp.PDB,
             lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "someone-else"}),
         ),
-        (
-            "triton-network-policy-coverage",
-            tp.NETWORK_POLICY,
-            lambda p: p["spec"]["podSelector"]["matchLabels"].update({"app.kubernetes.io/instance": "someone-else"}),
-        ),
     ],
 )
 def test_policy_fires(policy: str, typ: str, mutation: Any) -> None:
@@ -181,10 +179,56 @@ def test_policy_fires(policy: str, typ: str, mutation: Any) -> None:
     assert len(found[policy]) >= 1
 
 
+@pytest.mark.parametrize(
+    ("policy", "mutation"),
+    [
+        ("triton-network-policy-coverage", lambda p: p["spec"]["ingress"][0].pop("from")),
+        ("triton-network-policy-coverage", lambda p: p["spec"]["ingress"][0].update({"from": [{"namespaceSelector": {}}]})),
+        ("triton-network-policy-coverage", lambda p: p["spec"]["egress"][0].pop("ports")),
+    ],
+)
+def test_network_policy_of_a_service_fires(policy: str, mutation: Any) -> None:
+    env = "prod"
+    broken = _mutate(_resources(env), tp.NETWORK_POLICY, mutation, name="triton-vision")
+    found = run_policies(broken, env)
+    assert set(found) == {policy}, found
+    assert len(found[policy]) >= 1
+
+
+def test_an_allow_all_policy_does_not_count() -> None:
+    """An extra policy that opens everything to the Triton pods (it undoes every other) fires, in either
+    direction, even beside the service's own policy and the default deny."""
+    env = "prod"
+    resources = _resources(env)
+    for spec in ({"podSelector": {}, "ingress": [{}]}, {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}):
+        extra = _resource(tp.NETWORK_POLICY, {"metadata": {"name": "allow-all", "namespace": "triton"}, "spec": spec})
+        found = run_policies([*resources, extra], env)
+        assert set(found) == {"triton-network-policy-coverage"}, found
+        assert all("triton/allow-all allows all" in m for m in found["triton-network-policy-coverage"])
+
+
+def test_default_deny_isolates_a_service_without_its_own_policy() -> None:
+    """A service policy that selects nothing leaves its pods isolated by the default deny (unreachable, not
+    exposed); without the default deny too, its ingress is unlimited and both rules fire."""
+    env = "prod"
+    other = {"app.kubernetes.io/instance": "someone-else"}
+    broken = _mutate(
+        _resources(env), tp.NETWORK_POLICY, lambda p: p["spec"]["podSelector"]["matchLabels"].update(other),
+        name="triton-vision",
+    )
+    assert run_policies(broken, env) == {}
+    no_deny = [r for r in broken if r.props.get("metadata", {}).get("name") != "default-deny"]
+    found = run_policies(no_deny, env)
+    assert set(found) == {"triton-network-policy-coverage", "namespace-default-deny"}, found
+    assert found["triton-network-policy-coverage"] == [
+        "triton/triton-vision: no NetworkPolicy limits this Triton Deployment's ingress"
+    ]
+
+
 def test_missing_pdb_and_network_policy_fire() -> None:
     resources = [r for r in _resources("prod") if r.resource_type not in (tp.PDB, tp.NETWORK_POLICY)]
     found = run_policies(resources, "prod")
-    assert set(found) == {"triton-pdb-coverage", "triton-network-policy-coverage"}
+    assert set(found) == {"triton-pdb-coverage", "triton-network-policy-coverage", "namespace-default-deny"}
     assert len(found["triton-pdb-coverage"]) == 2  # one per Triton Deployment
 
 
@@ -318,3 +362,99 @@ def test_prod_canary_is_held_to_high_availability() -> None:
     found = run_policies(_prod_with_canary(1), "prod")
     assert set(found) == {"triton-high-availability"}, found
     assert found["triton-high-availability"] == ["triton/triton-vision-canary: prod Triton needs replicas >= 2"]
+
+
+# --- exposure: restricted APIs, digests, default deny, Pod Security -----------------------------
+
+
+def _args(p: dict[str, Any]) -> list[str]:
+    return _container(p)["args"]
+
+
+@pytest.mark.parametrize(
+    "mutation",
+    [
+        lambda p: _args(p).__setitem__(slice(None), [a for a in _args(p) if "restricted" not in a]),
+        lambda p: _args(p).__setitem__(
+            slice(None), [a.replace("shared-memory,", "") if a.startswith("--grpc-") else a for a in _args(p)]
+        ),
+        lambda p: _args(p).__setitem__(
+            slice(None), [a.split(":", 1)[0] + ":=" if a.startswith("--http-restricted") else a for a in _args(p)]
+        ),
+    ],
+    ids=["no-flags", "grpc-shared-memory-open", "empty-header"],
+)
+def test_restricted_apis_fire(mutation: Any) -> None:
+    found = run_policies(_mutate(_resources("prod"), DEP, mutation), "prod")
+    assert set(found) == {"triton-restricted-apis"}, found
+
+
+def test_restricted_groups_parse_both_spellings() -> None:
+    groups = "model-repository,model-config:k=v"
+    assert tp.restricted_groups([f"--http-restricted-api={groups}"], "--http-restricted-api") == {
+        "model-repository", "model-config"
+    }
+    assert tp.restricted_groups(["--grpc-restricted-protocol", groups], "--grpc-restricted-protocol") == {
+        "model-repository", "model-config"
+    }
+    assert tp.restricted_groups(["--http-restricted-api=trace:=v"], "--http-restricted-api") == set()
+
+
+def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
+    """The pack's list (it does not import the package) is the package's, and every group Triton's own
+    `tritonserver --help` can restrict is either on it or routed (health, metadata, inference)."""
+    import os
+    import re
+    import subprocess
+
+    from infra.triton.admin import RESTRICTED_APIS
+    from infra.triton.server import TritonNotInstalled, find_install
+
+    assert tp.RESTRICTED_APIS == RESTRICTED_APIS
+    try:
+        install = find_install()
+    except TritonNotInstalled as exc:
+        pytest.skip(str(exc))
+    env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(install.libs)}
+    proc = subprocess.run([str(install.binary), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    out = proc.stdout + proc.stderr
+    assert all(flag in out for flag in tp.RESTRICTED_FLAGS)
+    allowed = re.findall(r"Allowed (?:APIs|protocols):\s*([a-z,\s-]+)", out)
+    assert len(allowed) == 2
+    for text in allowed:
+        groups = {g.strip() for g in text.replace("\n", " ").split(",") if g.strip()}
+        assert groups == set(RESTRICTED_APIS) | {"health", "metadata", "inference"}
+
+
+def test_prod_images_need_a_digest() -> None:
+    tag_only = "nvcr.io/nvidia/tritonserver:24.10-py3"
+    found = run_policies(_mutate(_resources("prod"), DEP, lambda p: _container(p).update({"image": tag_only})), "prod")
+    assert set(found) == {"triton-pinned-images"}, found
+    assert "has no digest" in found["triton-pinned-images"][0]
+    assert "triton-pinned-images" not in run_policies(_resources("dev"), "dev")  # dev follows tags
+
+
+def test_default_deny_must_deny() -> None:
+    def open_up(p: dict[str, Any]) -> None:
+        p["spec"]["ingress"] = [{"from": [{"podSelector": {}}]}]
+
+    found = run_policies(_mutate(_resources("prod"), tp.NETWORK_POLICY, open_up, name="default-deny"), "prod")
+    assert set(found) == {"namespace-default-deny"}, found
+    missing = [r for r in _resources("prod") if r.props.get("metadata", {}).get("name") != "default-deny"]
+    assert set(run_policies(missing, "prod")) == {"namespace-default-deny"}
+
+
+@pytest.mark.parametrize("level", ["baseline", "privileged", None])
+def test_pod_security_restricted_is_enforced(level: str | None) -> None:
+    def relabel(p: dict[str, Any]) -> None:
+        if level is None:
+            p["metadata"]["labels"].pop(tp.POD_SECURITY_ENFORCE)
+        else:
+            p["metadata"]["labels"][tp.POD_SECURITY_ENFORCE] = level
+
+    found = run_policies(_mutate(_resources("prod"), tp.NAMESPACE, relabel, name="triton"), "prod")
+    assert set(found) == {"namespace-pod-security-restricted"}, found
+    no_ns = [r for r in _resources("prod") if r.resource_type != tp.NAMESPACE]
+    assert run_policies(no_ns, "prod")["namespace-pod-security-restricted"] == [
+        "namespace triton: Triton runs in a namespace the stack does not create"
+    ]

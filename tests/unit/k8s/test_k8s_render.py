@@ -51,7 +51,8 @@ def test_render_triton_layout(tmp_path: Path) -> None:
     render("triton", "prod", tmp_path)
     kust = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())
     docs = [yaml.safe_load((tmp_path / f).read_text()) for f in kust["resources"]]
-    assert [d["kind"] for d in docs][:2] == ["Namespace", "PriorityClass"]
+    # The namespace and its NetworkPolicies (default deny, DNS) before anything that runs in it.
+    assert [d["kind"] for d in docs][:5] == ["Namespace", *["NetworkPolicy"] * 3, "PriorityClass"]
     assert docs == build("triton", "prod").objects
     secrets = yaml.safe_load((tmp_path / "secrets-required.yaml").read_text())["secrets"]
     assert secrets == [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from k8s_harness import Mocks, as_ints, committed, is_secret, k8s_objects, run_program, unwrap
+from k8s_harness import SECRETS, Mocks, as_ints, committed, is_secret, k8s_objects, run_program, unwrap
 
 from infra.k8s.config import ENVIRONMENTS, ConfigError, load_stack_config
 from infra.k8s.render import build
@@ -52,9 +52,14 @@ def test_platform(env: str) -> None:
     assert ref.inputs["name"] == f"organization/tritonops-cluster-aws/{env}"
     (provider,) = mocks.of_type("pulumi:providers:kubernetes")
     assert "kubeconfig" in provider.inputs
-    (secret,) = mocks.of_type("kubernetes:core/v1:Secret")
-    assert is_secret(secret.inputs["stringData"])
-    assert "receivers:" in unwrap(secret.inputs["stringData"])["alertmanager.yaml"]
+    secrets = {s.inputs["metadata"]["name"]: s for s in mocks.of_type("kubernetes:core/v1:Secret")}
+    alertmanager, grafana = secrets["alertmanager-tritonops"], secrets["grafana-admin"]
+    assert is_secret(alertmanager.inputs["stringData"]) and is_secret(grafana.inputs["stringData"])
+    assert "receivers:" in unwrap(alertmanager.inputs["stringData"])["alertmanager.yaml"]
+    assert unwrap(grafana.inputs["stringData"])["admin-password"] == SECRETS["tritonops-platform:grafanaAdminPassword"]
+    values = charts["kube-prometheus-stack"].inputs["values"]
+    assert values["grafana"]["admin"]["existingSecret"] == grafana.inputs["metadata"]["name"]
+    assert "test-grafana-password" not in str(values)  # the password never reaches the Helm values
 
 
 @ENVS
@@ -68,7 +73,9 @@ def test_triton(env: str) -> None:
     canaries = by_track.pop("canary", [])
     assert not by_track
     assert len(services) == len(deployments) == len(mocks.of_type("kubernetes:policy/v1:PodDisruptionBudget"))
-    assert len(mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")) == len(deployments)
+    # One per service, plus the namespace's default deny, DNS/in-namespace egress and the drift check's API egress.
+    policies = {p.inputs["metadata"]["name"] for p in mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert {"default-deny", "namespace-egress", "kube-api-egress"} | {d.inputs["metadata"]["name"] for d in deployments} <= policies
     assert len(mocks.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")) == len(deployments)
     cfg = load_stack_config("triton", env)
     expected = [f"triton-{svc.name}-canary" for svc in cfg.model_services  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ against ``moto_server`` (moto in server mode on loopback), the stand-in for AWS 
 from __future__ import annotations
 
 import copy
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -113,6 +114,40 @@ def test_grpc_admin_restricted(server: TritonServer) -> None:
 def test_inference_metadata_open(server: TritonServer) -> None:
     assert _status(f"http://{server.http_url}/v2/models/mlp") == 200
     assert _status(server.metrics_url) == 200
+
+
+INFER_MLP = json.dumps(
+    {"inputs": [{"name": "features", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
+).encode()
+
+
+def test_every_routed_path_is_open_and_served(server: TritonServer) -> None:
+    """What the Ingress/HTTPRoute send to Triton answers 200 without the admin header (an inference too)."""
+    cfg = _cfg()
+    paths = triton.http_paths(cfg.model_services[0])
+    assert "/v2/models/mlp/infer" in paths
+    got = {p: _status(f"http://{server.http_url}{p}", data=INFER_MLP if p.endswith("/infer") else None) for p in paths}
+    assert got == dict.fromkeys(paths, 200)
+
+
+@pytest.mark.parametrize(
+    ("path", "post"),
+    [
+        ("/v2/repository/index", True),
+        ("/v2/repository/models/mlp/unload", True),
+        ("/v2/models/mlp/config", False),
+        ("/v2/models/mlp/stats", False),
+        ("/v2/systemsharedmemory/status", False),
+        ("/v2/cudasharedmemory/status", False),
+        ("/v2/trace/setting", False),
+        ("/v2/logging", False),
+    ],
+)
+def test_unrouted_admin_paths_are_restricted(server: TritonServer, path: str, post: bool) -> None:
+    """Everything the routers leave out is one of the restricted API groups: 403 without the header."""
+    cfg = _cfg()
+    assert path not in triton.http_paths(cfg.model_services[0])
+    assert _status(f"http://{server.http_url}{path}", data=b"{}" if post else None) == 403
 
 
 # --- the S3 model source, with moto_server standing in for AWS S3 --------------------------------
