@@ -9,7 +9,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
-.PHONY: all demo test drift-live unit integration lint apt venv bench molecule host-checks clean
+.PHONY: all demo test drift-live unit integration lint apt venv checkov bench molecule host-checks clean
 
 all: test
 
@@ -21,6 +21,18 @@ $(VENV)/.stamp: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.stamp
+
+# checkov, an independent Kubernetes scanner (tests/unit/k8s/test_k8s_checkov.py), in a venv of its
+# own: its pins conflict with ours. Rebuilt only when CHECKOV_VERSION changes.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .cache/checkov-venv
+$(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+checkov: $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION)
 
 # Installs only what is missing, so a warm machine pays nothing.
 apt:
@@ -35,7 +47,7 @@ lint: venv
 	$(BIN)/mypy
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q
 
-unit: venv
+unit: venv checkov
 	$(BIN)/pytest -q tests/unit
 
 integration: venv apt
@@ -47,7 +59,7 @@ integration: venv apt
 # converge, clean; about 15 min).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
 
-test: venv apt lint
+test: venv apt checkov lint
 	$(BIN)/pytest -q -rs tests/unit tests/integration
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory drift-live
