@@ -1,9 +1,10 @@
-"""The node side of the model-repository drift check: what a node holds and what its Triton has loaded.
+"""The node side of the drift check: what a node holds, what its Triton has loaded, and what really runs.
 
 Runs on the node (``tritonops-agent probe`` pushed by ``tritonops drift``; ``tritonops-agent check
 --textfile`` from the drift_check role's timer) and in the Kubernetes CronJob (``check --url`` against
 the Triton Service with ``--expect``). ``check`` exits 0 clean, 1 drift found, 3 the check itself
-failed (exitcodes.py).
+failed (exitcodes.py). On a node it also compares the unit, the running process and the live security
+posture with what the triton_server role rendered (effective.py).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import effective, kube
 from .exitcodes import ExitCode
 from .manifest import MANIFEST_FILE, ReleaseError, tree_files
 from .releases import STATE_FILE, write_atomic
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
 
 DRIFT_METRIC = "tritonops_drift_resources"  # infra.observability.metrics imports this one (nodes lack the package)
+SUCCESS_METRIC = "tritonops_drift_check_success"
+LAST_RUN_METRIC = "tritonops_drift_last_run_timestamp_seconds"
 TEXTFILE_NAME = "tritonops_drift_node.prom"
 
 
@@ -33,10 +37,13 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dict[str, Any]:
-    """Everything the controller needs, as one JSON-able dict."""
+def probe(link: Path, releases: Path, url: str, header: str, secret: str,
+          expected: Path | None = None) -> dict[str, Any]:
+    """Everything the controller needs, as one JSON-able dict (``host_findings``: effective.py's, when
+    ``expected`` names the role's expected-state file)."""
     out: dict[str, Any] = {"link": str(link), "active": None, "current": None, "manifest": None,
-                           "files": None, "index": None, "index_error": None}
+                           "files": None, "index": None, "index_error": None, "loaded": None,
+                           "host_findings": effective.host_findings(expected) if expected else []}
     if link.is_symlink() or link.is_dir():
         target = link.resolve()
         out["active"] = target.name if target.parent == releases.resolve() else str(target)
@@ -46,16 +53,18 @@ def probe(link: Path, releases: Path, url: str, header: str, secret: str) -> dic
             out["manifest"] = dict(doc["files"]) if doc and isinstance(doc.get("files"), dict) else None
     state = read_json(releases / STATE_FILE)
     out["current"] = state.get("current") if state else None
-    out["index"], out["index_error"] = index_or_error(url, header, secret)
+    out["index"], out["index_error"], out["loaded"] = index_or_error(url, header, secret)
     return out
 
 
-def index_or_error(url: str, header: str, secret: str) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """(index, None), or (None, why it could not be read)."""
+def index_or_error(url: str, header: str, secret: str
+                   ) -> tuple[list[dict[str, Any]] | None, str | None, list[dict[str, Any]] | None]:
+    """(index, None, loaded models), or (None, why it could not be read, None)."""
+    triton = Triton(url, header, secret, timeout=10)
     try:
-        return Triton(url, header, secret, timeout=10).index(), None
+        return triton.index(), None, triton.loaded()
     except ReleaseError as e:
-        return None, str(e)
+        return None, str(e), None
 
 
 # --- comparison (shared with the controller: infra.drift.models imports these) ------------------
@@ -89,8 +98,12 @@ def expected_versions(files: dict[str, str], configs: dict[str, str]) -> dict[st
 
 def compare(expected_files: dict[str, str], actual_files: dict[str, str] | None,
             expected_models: dict[str, list[str]], index: list[dict[str, Any]] | None,
-            index_error: str | None) -> list[dict[str, str]]:
-    """Findings: [{resource, detail}], one per drifted resource (file, model, service)."""
+            index_error: str | None, loaded: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
+    """Findings: [{resource, detail}], one per drifted resource (file, model, service).
+
+    ``loaded`` (the statistics API) adds the models loaded with their own files, which the repository
+    index does not list.
+    """
     findings: list[dict[str, str]] = []
     if actual_files is None:
         findings.append({"resource": "model-repository", "detail": "no active release on the node"})
@@ -129,6 +142,15 @@ def compare(expected_files: dict[str, str], actual_files: dict[str, str] | None,
                                        f"{','.join(versions)}"})
     for model in sorted(ready.keys() - expected_models.keys()):
         findings.append({"resource": f"model:{model}", "detail": "READY but not in the release"})
+    by_hand: dict[str, set[str]] = {}
+    for entry in loaded or []:
+        name = str(entry.get("name"))
+        if name not in expected_models and name not in ready:
+            by_hand.setdefault(name, set()).add(str(entry.get("version", "")))
+    for model, loaded_versions in sorted(by_hand.items()):
+        findings.append({"resource": f"model:{model}",
+                         "detail": f"version {','.join(sorted(loaded_versions))} loaded with its own files, "
+                                   "not in the release nor in the model repository"})
     return findings
 
 
@@ -150,32 +172,47 @@ def textfile(rows: list[dict[str, Any]], ok: dict[str, bool]) -> str:
              f"# TYPE {DRIFT_METRIC} gauge"]
     for r in sorted(rows, key=lambda r: (r["source"], r["host"])):
         lines.append(f'{DRIFT_METRIC}{{source="{_label(r["source"])}",host="{_label(r["host"])}"}} {int(r["count"])}')
-    lines += ["# HELP tritonops_drift_check_success 1 when the drift check of a source ran to the end.",
-              "# TYPE tritonops_drift_check_success gauge"]
+    lines += [f"# HELP {SUCCESS_METRIC} 1 when the drift check of a source ran to the end.",
+              f"# TYPE {SUCCESS_METRIC} gauge"]
     for source, good in sorted(ok.items()):
-        lines.append(f'tritonops_drift_check_success{{source="{_label(source)}"}} {1 if good else 0}')
-    lines += ["# HELP tritonops_drift_last_run_timestamp_seconds When the drift check last ran.",
-              "# TYPE tritonops_drift_last_run_timestamp_seconds gauge",
-              f"tritonops_drift_last_run_timestamp_seconds {time.time():.0f}"]
+        lines.append(f'{SUCCESS_METRIC}{{source="{_label(source)}"}} {1 if good else 0}')
+    lines += [f"# HELP {LAST_RUN_METRIC} When the drift check last ran.",
+              f"# TYPE {LAST_RUN_METRIC} gauge",
+              f"{LAST_RUN_METRIC} {time.time():.0f}"]
     return "\n".join(lines) + "\n"
 
 
 # --- command line ---------------------------------------------------------------------------------
+
+def _expected(args: argparse.Namespace) -> Path | None:
+    return Path(args.expected) if args.expected else None
+
+
+def _grpc_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
 
 def _check(args: argparse.Namespace, secret: str) -> int:
     if args.url:
         url = args.url
         expected_files: dict[str, str] = {}
         actual: dict[str, str] | None = {}
-        index, index_error = index_or_error(url, args.header, secret)
+        index, index_error, loaded = index_or_error(url, args.header, secret)
         models: dict[str, list[str]] = {}
         for spec in args.expect:
             name, _, versions = spec.partition(":")
             models[name] = versions.split(",") if versions else []
+        host = effective.posture_findings(url, args.restricted, args.grpc, args.restricted, args.grpc_tls)
+        if args.pods:
+            host += kube.check(json.loads(Path(args.pods).read_text()), kube.Kube())
     else:
         url = f"http://127.0.0.1:{args.port}"
-        node = probe(Path(args.link), Path(args.releases), url, args.header, secret)
-        index, index_error, actual = node["index"], node["index_error"], node["files"]
+        node = probe(Path(args.link), Path(args.releases), url, args.header, secret, _expected(args))
+        index, index_error, actual, loaded = node["index"], node["index_error"], node["files"], node["loaded"]
+        host = node["host_findings"]
         if node["manifest"] is None or node["files"] is None:
             expected_files, models = {}, {}
             actual = None
@@ -183,7 +220,7 @@ def _check(args: argparse.Namespace, secret: str) -> int:
             expected_files = node["manifest"]
             root = Path(args.link).resolve()
             models = expected_versions(expected_files, release_configs(root, expected_files))
-    findings = compare(expected_files, actual, models, index, index_error)
+    findings = compare(expected_files, actual, models, index, index_error, loaded) + host
     result = {"host": args.host, "source": args.source, "findings": findings}
     print(json.dumps(result, indent=2, sort_keys=True))
     if args.textfile:
@@ -202,12 +239,22 @@ def add_commands(sub: Any) -> None:
         sp.add_argument("--releases", default="/var/lib/triton/releases")
         sp.add_argument("--port", type=int, default=8000)
         sp.add_argument("--header", default=DEFAULT_HEADER)
+        sp.add_argument("--expected", default=effective.EXPECTED_FILE,
+                        help="the triton_server role's expected state: unit, process and posture are "
+                             "compared with it (node mode; '' skips them, for a Triton no role manages)")
         if name == "check":
             sp.add_argument("--host", default=os.uname().nodename)
             sp.add_argument("--source", default="models")
             sp.add_argument("--url", help="check a remote Triton against --expect instead of the node")
             sp.add_argument("--expect", action="append", default=[],
                             help="MODEL[:V1,V2] that must be READY (any version when none is given)")
+            sp.add_argument("--restricted", action="store_true",
+                            help="with --url: the repository API must refuse a call without the admin header "
+                                 "(HTTP, and gRPC with --grpc)")
+            sp.add_argument("--grpc", type=_grpc_address, help="with --url: Triton's gRPC endpoint HOST:PORT")
+            sp.add_argument("--grpc-tls", action="store_true", help="with --grpc: it must speak TLS")
+            sp.add_argument("--pods", help="with --url, in a pod: a JSON file of the Deployments whose pods' "
+                                           "containers and releases are compared (Kubernetes API)")
             sp.add_argument("--textfile", help="write Prometheus textfile metrics into this folder")
 
 
@@ -216,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "probe":
             print(json.dumps(probe(Path(args.link), Path(args.releases), f"http://127.0.0.1:{args.port}",
-                                   args.header, secret), sort_keys=True))
+                                   args.header, secret, _expected(args)), sort_keys=True))
             return ExitCode.OK
         return _check(args, secret)
     except Exception as e:  # noqa: BLE001 - the check itself failed: say so, exit 3

@@ -2,9 +2,10 @@
 
 One read-only ``ansible-playbook ansible/drift_probe.yml`` run covers every host in parallel: it stages
 the desired release on the controller with the model_repository role's own steps, and runs
-the release agent's ``probe`` on each node (active release's files with their sha256) and reads Triton's
-repository index through the admin header. The comparison is ``infra.agent.drift.compare``, the same
-code the node's own timer and the Kubernetes CronJob run.
+the release agent's ``probe`` on each node (active release's files with their sha256; the unit, process and
+live security posture against the triton_server role's expected state, ``infra.agent.effective``) and reads
+Triton's repository index and loaded models through the admin header. The comparison is
+``infra.agent.drift.compare``, the same code the node's own timer and the Kubernetes CronJob run.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def compare_host(host: str, release: dict[str, Any], node: dict[str, Any]) -> li
         # Another release is active: check its files against its own manifest (integrity on the node).
         files_expected = node.get("manifest") or {}
     raw = agent_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
-                              node.get("index_error"))
+                              node.get("index_error"), node.get("loaded"))
+    raw += node.get("host_findings") or []
     findings += [Finding(source="models", host=host, resource=f["resource"], detail=f["detail"]) for f in raw]
     return findings
 

@@ -29,10 +29,21 @@ HEADER, SECRET = "triton-admin-key", "unit-test.admin-secret-5b8e21"
 
 
 class FakeTriton(BaseHTTPRequestHandler):
-    """POST /v2/repository/index: the READY models of ``index``, or 403 without the admin header."""
+    """POST /v2/repository/index: the READY models of ``index``, or 403 without the admin header;
+    GET /v2/models/stats: ``loaded`` (every loaded model, also those the index omits)."""
 
     index: list[dict[str, Any]] = []
+    loaded: list[dict[str, Any]] = []
     seen_headers: list[str | None] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        ok = self.path == "/v2/models/stats" and self.headers.get(HEADER) == SECRET
+        body = json.dumps({"model_stats": self.loaded} if ok else {"error": "restricted"})
+        self.send_response(200 if ok else 403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -62,6 +73,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     files = manifest.read(releases / staged["release"])
     want = agent_drift.expected_versions(files, agent_drift.release_configs(releases / staged["release"], files))
     FakeTriton.index = [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs]
+    FakeTriton.loaded = [{"name": m, "version": v} for m, vs in want.items() for v in vs]
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTriton)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     inventory = tmp / "hosts.yml"
@@ -72,7 +84,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
              "model_repository_controller_cache": str(tmp / "cache"),
              "model_repository_link": str(tmp / "node" / "models"), "model_repository_releases_dir": str(releases),
              "model_repository_http_port": server.server_address[1], "model_repository_admin_header": HEADER,
-             "model_repository_admin_secret": SECRET}
+             "model_repository_admin_secret": SECRET,
+             # No systemd unit here: the unit, process and posture checks have their own tests.
+             "drift_expected_state": ""}
     try:
         yield {"tmp": tmp, "inventory": inventory, "extra": extra, "release": staged["release"],
                "releases": releases}
@@ -80,7 +94,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         server.shutdown()
 
 
-def test_clean_node_then_a_tampered_file_and_an_unloaded_model(node: dict[str, Any]) -> None:
+def test_clean_node_then_a_tampered_file_an_unloaded_model_and_one_loaded_by_hand(node: dict[str, Any]) -> None:
     result = models.check([node["inventory"]], extra_vars=node["extra"])
     assert (result.error, result.hosts, result.findings) == (None, ["localhost"], [])
     # The index was read with the header (the agent's probe itself asks without one: it gets no secret).
@@ -88,17 +102,20 @@ def test_clean_node_then_a_tampered_file_and_an_unloaded_model(node: dict[str, A
 
     release = node["releases"] / node["release"]
     config = release / "mlp" / "config.pbtxt"
-    original, index = config.read_text(), list(FakeTriton.index)
+    original, index, loaded = config.read_text(), list(FakeTriton.index), list(FakeTriton.loaded)
     try:
         config.write_text(original + "\n# edited on the node\n")
         FakeTriton.index = [m for m in index if m["name"] != "postprocess"]
+        # Loaded through the API with its own files: Triton's statistics list it, its index does not.
+        FakeTriton.loaded = [*loaded, {"name": "by_hand", "version": "1"}]
         result = models.check([node["inventory"]], extra_vars=node["extra"])
     finally:
         config.write_text(original)
-        FakeTriton.index = index
+        FakeTriton.index, FakeTriton.loaded = index, loaded
     assert result.error is None
     assert {(f.host, f.resource, f.detail.split(" ")[0]) for f in result.findings} == {
-        ("localhost", "file:mlp/config.pbtxt", "sha256"), ("localhost", "model:postprocess", "version")}
+        ("localhost", "file:mlp/config.pbtxt", "sha256"), ("localhost", "model:postprocess", "version"),
+        ("localhost", "model:by_hand", "version")}
 
 
 def test_wrong_secret_is_one_finding_and_no_secret_reaches_a_command_line(node: dict[str, Any]) -> None:
