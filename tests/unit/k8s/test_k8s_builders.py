@@ -815,13 +815,34 @@ def test_drift_cron_job_runs_the_agent_check_from_the_config_map() -> None:
     assert a.cmd == "check" and a.url == f"http://triton-{svc.name}.{cfg.namespace}.svc:8000"
     assert a.expect == sorted(m.name for m in svc.models) and a.header == cfg.admin_api.header
     assert (a.source, a.host) == ("triton", f"prod/{cfg.namespace}/triton-{svc.name}")
+    # The posture (admin APIs refuse a caller without the header, HTTP and gRPC) and the pods.
+    assert a.restricted and a.grpc == (f"triton-{svc.name}.{cfg.namespace}.svc", triton.GRPC_PORT)
+    assert a.pods == f"{drift.EXPECTED_DIR}/{drift.PODS_KEY}"
     env = _by_name(c["env"])
     assert env["TRITONOPS_ADMIN_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-api", "key": "token"}
-    assert pod["volumes"] == [triton.agent_volume()]
+    expected_cm = f"triton-{svc.name}-drift-expected"
+    assert pod["volumes"] == [triton.agent_volume(), {"name": "expected", "configMap": {"name": expected_cm}}]
     assert _by_name(c["volumeMounts"])["agent"]["mountPath"] == triton.AGENT_DIR
+    assert _by_name(c["volumeMounts"])["expected"]["mountPath"] == drift.EXPECTED_DIR
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
-    # Only the CronJob: the zipapp comes from the namespace's ConfigMap, not a per-service copy.
-    assert drift.drift_objects(cfg, svc) == [job]
+    # Its own account, allowed to read pods and nothing else.
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (f"triton-{svc.name}-drift", True)
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in drift.drift_objects(cfg, svc)}
+    role = objs[("Role", f"triton-{svc.name}-drift")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+    binding = objs[("RoleBinding", f"triton-{svc.name}-drift")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                    "namespace": cfg.namespace}]
+    assert objs[("ServiceAccount", pod["serviceAccountName"])]["automountServiceAccountToken"] is False
+    # The pods' expected containers come from the Deployment builder itself.
+    pods = json.loads(objs[("ConfigMap", expected_cm)]["data"][drift.PODS_KEY])
+    dep = triton.deployment(cfg, svc)
+    (stable,) = pods["deployments"]
+    assert stable["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert [(x["name"], x["image"], x["args"]) for x in stable["containers"]] == [
+        (x["name"], x["image"], x.get("args")) for x in dep["spec"]["template"]["spec"]["containers"]]
+    assert objs[("CronJob", drift.drift_name(svc))] == job
+    # The zipapp comes from the namespace's ConfigMap, not a per-service copy.
     assert triton.AGENT_CONFIG_MAP in {o["metadata"]["name"] for o in triton.namespace_objects(cfg)}
 
 
@@ -833,8 +854,11 @@ def test_drift_check_argv_runs_and_reports_an_unreachable_triton(tmp_path: Path)
     agent = tmp_path / triton.AGENT_KEY
     agent.write_bytes(base64.b64decode(triton.agent_config_map(cfg)["binaryData"][triton.AGENT_KEY]))
     cmd = drift.check_args(cfg, svc)
-    url = cmd[cmd.index("--url") + 1]
-    argv = [str(agent) if a == triton.AGENT_PATH else ("http://127.0.0.1:9" if a == url else a) for a in cmd]
+    url, grpc = cmd[cmd.index("--url") + 1], cmd[cmd.index("--grpc") + 1]
+    i = cmd.index("--pods")
+    cmd = cmd[:i] + cmd[i + 2:]  # no Kubernetes API here (tests/unit/drift/test_drift_kube.py has one)
+    swap = {triton.AGENT_PATH: str(agent), url: "http://127.0.0.1:9", grpc: "127.0.0.1:9"}
+    argv = [swap.get(a, a) for a in cmd]
     env = {"PATH": os.environ["PATH"], "TRITONOPS_ADMIN_SECRET": "s3cr3t-value"}
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 1, out.stdout + out.stderr
