@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.agent.drift import LAST_RUN_METRIC, SUCCESS_METRIC
 from infra.observability import metrics as m
 from infra.observability.keda import ScalingPolicy
 
@@ -76,6 +77,8 @@ ALERTS = (
     "TritonGpuMemoryHigh",
     "TritonScalerAtMaxReplicas",
     "TritonopsConfigurationDrift",
+    "TritonopsDriftCheckFailed",
+    "TritonopsDriftCheckStale",
     "TritonopsReleaseBehindChannel",
     "TritonopsReleaseFailed",
 )
@@ -95,6 +98,9 @@ class RuleSettings:
     gpu_high_utilization: float = 0.9
     gpu_memory_ratio: float = 0.8
     model_lookback: str = "30m"  # a model seen serving within this window and gone now is "not ready"
+    # While a drift check fails, its last drift counts stand (within this window): the alert does not resolve.
+    drift_memory: str = "1d"
+    drift_max_age_seconds: int = 3600  # four runs of the drift_check role's 15-minute timer
     scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
 
     def for_(self, default: str) -> str:
@@ -330,11 +336,18 @@ def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 
 
 def drift_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
+    """Drift found, and a drift check that failed or stopped running.
+
+    A failed check writes no drift count (it knows none): the drift alert then keeps the last counts its
+    source reported (``drift_memory``) instead of resolving, and TritonopsDriftCheckFailed fires beside it.
+    """
     s = s or RuleSettings()
+    failed = f"{SUCCESS_METRIC} == 0"
     return [
         _alert(
             "TritonopsConfigurationDrift",
-            f"max by (source, host) ({m.DRIFT_METRIC}) > 0",
+            f"max by (source, host) ({m.DRIFT_METRIC} > 0 or (last_over_time({m.DRIFT_METRIC}[{s.drift_memory}]) > 0 "
+            f"and on (instance, job, source) {failed}))",
             s.for_("15m"), "warning",
             "Drift on {{ $labels.host }} ({{ $labels.source }}): {{ $value }} resources differ",
             "What runs on {{ $labels.host }} is no longer what the code says (drift check source "
@@ -343,6 +356,33 @@ def drift_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 1. Run the check by hand with details: `tritonops drift --json` (source named in the alert).
 2. Ansible: `ansible-playbook ansible/edge.yml --check --diff --limit HOST` shows what differs.
 3. Revert the manual change by re-applying the code, or commit the change so the code says it.
+""",
+        ),
+        _alert(
+            "TritonopsDriftCheckFailed",
+            f"min by (instance, source) ({SUCCESS_METRIC}) == 0",
+            s.for_("20m"), "warning",
+            "The {{ $labels.source }} drift check on {{ $labels.instance }} fails",
+            "The drift check (source {{ $labels.source }}) could not run to the end twice in a row: drift "
+            "there goes unseen, and the last drift it reported stays firing.",
+            """
+1. Node timer: `journalctl -u tritonops-drift-check` shows the error (exit 3); run
+   `systemctl start tritonops-drift-check` to retry.
+2. Controller: `tritonops drift --json` names the failed source in `errors` (exit 3).
+3. Common causes: Triton's admin secret changed without the drift check's, systemd not answering,
+   an inventory host unreachable.
+""",
+        ),
+        _alert(
+            "TritonopsDriftCheckStale",
+            f"time() - max by (instance) ({LAST_RUN_METRIC}) > {s.drift_max_age_seconds}",
+            s.for_("5m"), "warning",
+            "The drift check on {{ $labels.instance }} has not run for {{ $value | humanizeDuration }}",
+            f"No drift check has written its metrics on {{{{ $labels.instance }}}} for more than "
+            f"{s.drift_max_age_seconds} seconds: its timer (or CI schedule) stopped, so drift goes unseen.",
+            """
+1. Node: `systemctl list-timers tritonops-drift-check.timer`; re-run the drift_check role to restore it.
+2. Controller: the scheduled `tritonops drift --textfile-dir` job (CI, cron) stopped: look at its history.
 """,
         ),
     ]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infra.agent import drift
 from infra.observability import rules as r
 from infra.observability.export import rules_yaml
 
@@ -28,6 +29,10 @@ T = 'job="triton",instance="10.0.0.1:8002"'
 M = f'model="resnet",version="1",{T}'
 BASE = {"job": "triton", "instance": "10.0.0.1:8002"}
 STEPS = 200  # 15s steps: 50 minutes of samples
+# The node's drift check, through node-exporter's textfile collector.
+NODE = 'job="node",instance="edge-1:9100"'
+NODE_BASE = {"job": "node", "instance": "edge-1:9100"}
+DRIFT, SUCCESS, LAST_RUN = r.m.DRIFT_METRIC, drift.SUCCESS_METRIC, drift.LAST_RUN_METRIC
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,20 @@ SCENARIOS = [
         {"source": "ansible", "host": "edge-1"},
     ),
     Scenario(
+        "TritonopsDriftCheckFailed",  # the 15-minute timer's check fails twice in a row
+        {f'{SUCCESS}{{source="models",{NODE}}}': f"1x40 0x{STEPS - 40}"},
+        {f'{SUCCESS}{{source="models",{NODE}}}': f"1x40 0x60 1x{STEPS - 100}"},  # one failed run: quiet
+        "35m",
+        {"source": "models", "instance": NODE_BASE["instance"]},
+    ),
+    Scenario(
+        "TritonopsDriftCheckStale",  # the last run at 10 minutes; the timer stopped there
+        {f"{LAST_RUN}{{{NODE}}}": f"0+15x40 600x{2 * STEPS}"},
+        {f"{LAST_RUN}{{{NODE}}}": f"0+15x{3 * STEPS}"},
+        "80m",
+        {"instance": NODE_BASE["instance"]},
+    ),
+    Scenario(
         "TritonopsReleaseBehindChannel",
         {'tritonops_release_up_to_date{channel="stable",instance="edge-1:9105",job="release-agent"}': f"0x{STEPS}"},
         {'tritonops_release_up_to_date{channel="stable",instance="edge-1:9105",job="release-agent"}':
@@ -199,6 +218,27 @@ def test_alert_fires(tmp_path: Path, scenario: Scenario) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.alert)
 def test_alert_stays_quiet(tmp_path: Path, scenario: Scenario) -> None:
     case = _case(scenario.quiet, scenario.alert, scenario.eval_time, [])
+    out = _run(tmp_path, _without_annotations(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _drift_case(drift_values: str, success_values: str, eval_time: str, firing: bool) -> dict:
+    series = {f'{DRIFT}{{source="models",host="edge-1",{NODE}}}': drift_values,
+              f'{SUCCESS}{{source="models",{NODE}}}': success_values}
+    labels = {"source": "models", "host": "edge-1", "severity": "warning", "team": "tritonops"}
+    return _case(series, "TritonopsConfigurationDrift", eval_time, [{"exp_labels": labels}] if firing else [])
+
+
+def test_drift_alert_keeps_firing_while_the_check_fails(tmp_path: Path) -> None:
+    """Drift found for 25 minutes, then the check fails and writes no count: still firing 25 minutes later."""
+    case = _drift_case("3x100 stale", f"1x100 0x{STEPS - 100}", "45m", firing=True)
+    out = _run(tmp_path, _without_annotations(), [case])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_drift_alert_resolves_when_the_check_succeeds_clean(tmp_path: Path) -> None:
+    """The same drift, then a check that ran to the end and found none: resolved."""
+    case = _drift_case(f"3x100 0x{STEPS - 100}", f"1x{STEPS}", "45m", firing=False)
     out = _run(tmp_path, _without_annotations(), [case])
     assert out.returncode == 0, out.stdout + out.stderr
 
