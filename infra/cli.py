@@ -61,7 +61,7 @@ def validate(
     try:
         report = validate_repo(path, target=target, config_name=config_name)
     except UsageError as e:
-        err_console.print(f"[red]error:[/] {e}")
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     if as_json:
         _print_json(report.model_dump(mode="json"))
@@ -148,7 +148,7 @@ def smoke(
         report = run_smoke(url, models=model or (), repository=repository, metrics_url=metrics_url,
                            headers=headers, ca=ca, cert=cert, key=key)
     except ValueError as e:
-        err_console.print(f"[red]error:[/] {e}")
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     if as_json:
         _print_json(report.model_dump(mode="json") | {"ok": report.ok})
