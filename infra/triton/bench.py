@@ -260,6 +260,14 @@ def _sync_stats(client: Any, cfg: BenchConfig) -> dict[str, Any]:
     return dict(client.get_inference_statistics(cfg.model, as_json=True))
 
 
+def _stats_once(cfg: BenchConfig) -> dict[str, Any]:
+    client = _sync_client(cfg)
+    try:
+        return _sync_stats(client, cfg)
+    finally:
+        client.close()
+
+
 def _reason(e: BaseException) -> str:
     text = e.message() if isinstance(e, InferenceServerException) else str(e)
     return (text or type(e).__name__).strip().splitlines()[0][:200]
@@ -457,20 +465,15 @@ async def _run_python(
 def _run_perf_analyzer(cfg: BenchConfig) -> BenchReport:
     """One perf_analyzer measurement; the server breakdown covers its whole run (warm-up windows too)."""
     pa = perf_analyzer.find()
-    client = _sync_client(cfg)
     failed: perf_analyzer.PerfAnalyzerError | None = None
+    before = _stats_once(cfg)  # no connection of ours stays open while perf_analyzer runs
+    start = time.perf_counter()
     try:
-        before = _sync_stats(client, cfg)
-        start = time.perf_counter()
-        try:
-            m = pa.measure(cfg)
-        except perf_analyzer.PerfAnalyzerError as e:
-            failed = e
-        elapsed = time.perf_counter() - start
-        after = _sync_stats(client, cfg)
-    finally:
-        client.close()
-    server = breakdown(before, after, cfg.model)
+        m = pa.measure(cfg)
+    except perf_analyzer.PerfAnalyzerError as e:
+        failed = e
+    elapsed = time.perf_counter() - start
+    server = breakdown(before, _stats_once(cfg), cfg.model)
     if failed is not None:
         if not server.failures:
             raise failed
