@@ -55,11 +55,15 @@ def validate(
     config_name: Annotated[
         str | None, typer.Option(help="Use configs/NAME.pbtxt as the active config (tritonserver --model-config-name)")
     ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(min=0, help="GPUs the target has: instance groups may use ids 0..N-1 "
+                                 "(default: what --target implies: cpu 0, jetson 1, gpu unchecked)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
 ) -> None:
     """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
     try:
-        report = validate_repo(path, target=target, config_name=config_name)
+        report = validate_repo(path, target=target, config_name=config_name, gpus=gpus)
     except UsageError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
