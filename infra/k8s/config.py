@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from infra import versions
-from infra.agent.manifest import ReleaseError
+from infra.agent.manifest import ReleaseError, UsageError, read_bounded
 from infra.agent.store import channel_key
 from infra.k8s.catalog import GPU_AMI_TYPES, gpu_family
 
@@ -719,6 +719,9 @@ _CHECKS = {"cluster-aws": _check_cluster_aws, "platform": _check_platform, "trit
 # --- reading Pulumi.<env>.yaml -------------------------------------------------------------------
 
 
+STACK_FILE_MAX_BYTES = 1 << 20
+
+
 def stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / stack / f"Pulumi.{env}.yaml"
 
@@ -732,11 +735,11 @@ def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tupl
     path = stack_file(stack, env, stacks_dir)
     if not path.is_file():
         raise ConfigError("--env", f"no stack config file {path}")
-    doc = yaml.safe_load(path.read_text()) or {}
+    config = _read_config_map(path)
     prefix = project_name(stack) + ":"
     own: dict[str, Any] = {}
     other: dict[str, Any] = {}
-    for key, value in (doc.get("config") or {}).items():
+    for key, value in config.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             continue  # encrypted with the stack's secrets provider: only the Pulumi engine can read it
         if key.startswith(prefix):
@@ -744,6 +747,25 @@ def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tupl
         else:
             other[key] = value
     return own, other
+
+
+def _read_config_map(path: Path) -> dict[str, Any]:
+    """The ``config:`` map of a stack file: bounded, and every way it can be broken is a ConfigError."""
+    try:
+        doc = yaml.safe_load(read_bounded(path, STACK_FILE_MAX_BYTES, UsageError).decode("utf-8")) or {}
+    except UsageError as e:
+        raise ConfigError("--env", str(e)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError("config", f"{where}not valid YAML ({getattr(e, 'problem', None) or e})",
+                          source=str(path)) from None
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(config or {}, dict):
+        raise ConfigError("config", "expected a mapping `config: {KEY: VALUE, ...}`", source=str(path))
+    return config or {}
 
 
 def load_stack_config(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> StackConfig:

@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from infra.agent.manifest import read_bounded
+from infra.agent.triton import GOLDEN_MAX_BYTES
+
 GOLDEN_FILE = "golden.json"
 
 # Triton wire datatypes <-> numpy
@@ -78,7 +81,9 @@ class Golden(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Golden:
-        return cls.model_validate_json(path.read_text())
+        """Read as the agent's golden gate reads it: a FIFO, a device, a link or an oversized file is
+        refused (ReleaseError naming the file), never waited on or read without bound."""
+        return cls.model_validate_json(read_bounded(path, GOLDEN_MAX_BYTES, follow=False))
 
     def dump(self, path: Path) -> None:
         path.write_text(self.model_dump_json() + "\n")

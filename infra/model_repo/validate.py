@@ -161,6 +161,11 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
         raise UsageError("no path given: name a model repository or a model folder")
     if gpus is not None and gpus < 0:
         raise UsageError(f"--gpus {gpus}: a GPU count is 0 or more")
+    if config_name is not None:
+        try:
+            check_path(config_name + ".pbtxt", where="--config-name")
+        except ReleaseError as e:
+            raise UsageError(str(e)) from None
     path = Path(path)
     try:
         folders = model_folders(path)
@@ -469,6 +474,9 @@ def _check_golden(model: Model, out: _Collector) -> None:
         return
     try:
         golden = Golden.load(path)
+    except ReleaseError as e:
+        out.error("golden.unreadable", path, str(e))
+        return
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])

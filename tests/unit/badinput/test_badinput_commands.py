@@ -28,13 +28,6 @@ tritonops_command()
 # Cases still open in another area (their owner in badinput_cases.py) when this table was written.
 # strict: once one is fixed, its XPASS fails the run until its id is removed here.
 OPEN: dict[str, str] = {
-    # helper C (infra/k8s/config.py: a broken Pulumi.<env>.yaml)
-    "render-pulumi-yaml-binary": "C",
-    "render-pulumi-yaml-big": "C",
-    "render-pulumi-yaml-malformed": "C",
-    "render-pulumi-yaml-list": "C",
-    "render-pulumi-yaml-config-not-a-map": "C",
-    "render-pulumi-yaml-yaml-unclosed": "C",
     # helper D (infra/agent/drift.py: probe/check)
     "agent-probe-port-out-of-range": "D",
     "agent-check-closed-port": "D",
@@ -44,12 +37,6 @@ OPEN: dict[str, str] = {
     "serve-missing": "E",
     "serve-file": "E",
     "serve-mode-unknown": "E",
-    # helper G (infra/model_repo/validate.py, golden.py)
-    "validate-config-name-hostile": "G",
-    "validate-golden-fifo": "G",
-    "validate-golden-zero": "G",
-    "validate-golden-dir": "G",
-    "validate-golden-binary": "G",
     # helper H (infra/triton: smoke checks, bench, tune)
     "smoke-closed-port": "H",
     "smoke-closed-port-grpc": "H",
