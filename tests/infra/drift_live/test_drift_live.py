@@ -7,7 +7,8 @@
    of a pinned wheel in Triton's venv: drift reports exactly those resources on that host (Ansible
    check mode, the release manifest, Triton's index), and the node's own timer check counts the same
    model-repository findings in its textfile metric;
-3. stop Triton: the service is reported too, and Triton's index becomes unreachable (one finding);
+3. stop Triton: the service is reported too (by Ansible, and by the probe: the process is not running),
+   and Triton's index becomes unreachable (one finding);
 4. converge again: no drift, by every source and by the node's own check.
 
 Needs root, Podman and the image ``tritonops hosts build`` makes (built here when missing). Bounded:
@@ -177,13 +178,15 @@ def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     # The node's own check (timer) sees the same model-repository drift.
     assert own_check() == (len(models_expected), 1)
 
-    # 3. stop Triton: the service is reported, the index is unreachable (one finding replaces the model's)
+    # 3. stop Triton: the service is reported (Ansible; the probe finds no process), the index is unreachable
+    # (one finding replaces the model's)
     sh("systemctl stop tritonserver")
     stopped = timed("drift (stopped)", drift, inventory)
     assert stopped.errors == {}, stopped.errors
     assert found(stopped) == (ansible_expected | {("ansible", NODE, "triton_server : Enable and start Triton")}
                               | (models_expected - {("models", NODE, "model:mlp_batched")})
-                              | {("models", NODE, "triton")}), [f.model_dump() for f in stopped.findings]
+                              | {("models", NODE, "triton"), ("models", NODE, "process")}), [
+        f.model_dump() for f in stopped.findings]
 
     # 4. converge again: clean
     timed("re-converge", converge, inventory)
