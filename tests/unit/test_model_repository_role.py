@@ -49,8 +49,12 @@ def _play(tmp: Path, name: str, tasks: list[dict[str, Any]]) -> Path:
     return path
 
 
+# This machine is the node: the deadman's units (Triton's drop-in, the timer) are not written into its systemd.
+NO_DEADMAN = {"model_repository_recover_on_start": False, "model_repository_recover_after": 0}
+
+
 def _run(tmp: Path, play: Path, extra: dict[str, Any], *flags: str) -> tuple[subprocess.CompletedProcess[str], Any]:
-    (tmp / "vars.json").write_text(json.dumps(extra))
+    (tmp / "vars.json").write_text(json.dumps(NO_DEADMAN | extra))
     env = os.environ | {
         "HOME": str(tmp),  # ansible's remote tmp and anything a broken quote would create land here
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
@@ -105,11 +109,13 @@ def test_hostile_model_name_reaches_the_agent_as_one_argument(tmp_path: Path) ->
              "model_repository_releases_dir": str(releases), "model_repository_model_control_mode": "poll",
              "model_repository_golden": False}
     res, doc = _run(tmp_path, play, extra)
-    assert res.returncode == 0, json.dumps(doc)[-3000:]
     activate = _results(doc, "Point the model repository at the release (atomic symlink switch)")
-    assert json.loads(activate[0]["stdout"])["touched"] == [HOSTILE]
-    assert os.readlink(link) == os.path.relpath(releases / "r1", link.parent)
-    assert model.stat().st_mtime > OLD  # the agent touched the folder of exactly that name
+    # The agent got the name as one argument, exactly as written: it names it when it refuses it (its
+    # safe-name rule), before the link is switched; the shell ran nothing from it.
+    assert res.returncode != 0, json.dumps(doc)[-3000:]
+    assert f"file path {HOSTILE!r} is not allowed" in activate[0]["stderr"], activate
+    assert not link.exists() and not link.is_symlink()
+    assert model.stat().st_mtime == OLD
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("PWNED")) == []
 
 
@@ -120,7 +126,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A node where release ``r1`` (the sample repository) is installed, active and current."""
     tmp = tmp_path_factory.mktemp("mr-node")
     play = _play(tmp, "release", [{"name": "Release", "ansible.builtin.include_role": {"name": "model_repository"}}])
-    base = {"model_repository_source": "local", "model_repository_local_path": str(SAMPLE),
+    base: dict[str, Any] = {"model_repository_source": "local", "model_repository_local_path": str(SAMPLE),
             "model_repository_version": "r1", "model_repository_target": "cpu",
             "model_repository_link": str(tmp / "node" / "models"),
             "model_repository_releases_dir": str(tmp / "node" / "releases"),
@@ -163,3 +169,20 @@ def test_reused_release_id_is_refused_before_the_switch(node: dict[str, Any], ch
     assert os.readlink(base["model_repository_link"]) == "releases/r1"
     assert manifest.read(releases / "r1") == before and manifest.verify(releases / "r1") == before
     assert sorted(p.name for p in releases.iterdir()) == ["current.json", "r1"]
+
+
+# --- the deadman's paths go into unit files -------------------------------------------------------
+
+def test_a_path_the_deadmans_units_cannot_hold_is_refused_before_the_node_changes(tmp_path: Path) -> None:
+    play = _play(tmp_path, "release", [{"name": "Release", "ansible.builtin.include_role": {"name": "model_repository"}}])
+    link = tmp_path / "node dir" / "models"
+    res, doc = _run(tmp_path, play, {
+        "model_repository_source": "local", "model_repository_local_path": str(SAMPLE),
+        "model_repository_link": str(link), "model_repository_releases_dir": str(tmp_path / "releases"),
+        "model_repository_controller_cache": str(tmp_path / "cache"), "model_repository_model_control_mode": "poll",
+        "model_repository_recover_on_start": True})
+    assert res.returncode != 0
+    failed = [t for t in _results(doc, "Check the deadman's paths and bounds (they reach Triton's drop-in and the "
+                                        "timer's units)") if t.get("failed")]
+    assert failed and f"model_repository_link ({link})" in failed[0]["msg"], json.dumps(doc)[-3000:]
+    assert not (tmp_path / "releases").exists() and not (tmp_path / "cache").exists()

@@ -30,7 +30,7 @@ def _plain(value: Any, fallback: Any) -> Any:
 
 def node_vars(host: Any, config: Any) -> dict[str, Any]:
     v = inventory_vars(host, config)
-    ts = _defaults("triton_server")
+    ts, mr = _defaults("triton_server"), _defaults("model_repository")
 
     def get(name: str, fallback: Any) -> Any:
         return _plain(v.get(name, fallback), fallback)
@@ -46,6 +46,9 @@ def node_vars(host: Any, config: Any) -> dict[str, Any]:
         "secret": get("triton_server_admin_secret", ""),
         "keep": int(get("model_repository_keep_releases", 3)),
         "source": get("model_repository_local_path", "") if v.get("model_repository_source", "local") == "local" else "",
+        "recover_after": int(get("model_repository_recover_after", mr["model_repository_recover_after"])),
+        "recover_interval": int(get("model_repository_recover_interval", mr["model_repository_recover_interval"])),
+        "triton_service": get("triton_server_service_name", ts["triton_server_service_name"]),
     }
 
 
@@ -76,3 +79,12 @@ def run_agent(host: Any, *args: str) -> Any:
     cmd = " ".join(shlex.quote(a) for a in args)
     return host.run(f'd=$(mktemp -d) && echo {b64} | base64 -d > "$d/agent.pyz" && python3 "$d/agent.pyz" {cmd}; '
                     'rc=$?; rm -rf "$d"; exit $rc')
+
+
+def push_file(host: Any, local: Path, remote: str, chunk: int = 60_000) -> None:
+    """Copy a file to the node through the host backend, in base64 pieces a command line can hold."""
+    b64 = base64.b64encode(local.read_bytes()).decode()
+    host.check_output(f"rm -f {shlex.quote(remote)}.b64")
+    for i in range(0, len(b64), chunk):
+        host.check_output(f"printf %s {b64[i:i + chunk]} >> {shlex.quote(remote)}.b64")
+    host.check_output(f"base64 -d {shlex.quote(remote)}.b64 > {shlex.quote(remote)} && rm {shlex.quote(remote)}.b64")

@@ -245,3 +245,27 @@ def test_outputs_unchanged_after_rollbacks(url: str) -> None:
     inp.set_data_from_numpy(arr)
     got = httpclient.InferenceServerClient(url).infer("mlp", [inp]).as_numpy("logits")
     np.testing.assert_allclose(got, case.outputs["logits"].array(), rtol=1e-4, atol=1e-5)
+
+
+def test_model_control_mode_none_switch_is_not_reverted_by_the_deadman(host: Any, mr: dict[str, Any], url: str,
+                                                                        request: pytest.FixtureRequest,
+                                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Mode none: the role restarts Triton onto the new release before its gate. Triton's deadman runs at
+    that start and must leave the role's own switch alone (it is in progress, not abandoned): the release
+    is gated, marked and served, and nothing is left in /run to weaken the next start."""
+    tmp = tmp_path_factory.mktemp("mode-none")
+    marker = f"mode-none-{time.time_ns()}"
+    repo = variant(tmp, "mode-none", SAMPLE, {"postprocess/config.pbtxt": (
+        'name: "postprocess"\n', f'name: "postprocess"\nparameters {{ key: "tritonops_test" value {{ string_value: "{marker}" }} }}\n')})
+    new = rel.prepare(repo, tmp / "staged", "cpu")["release"]
+    res = publish(host, request.config, repo, tmp, {"model_repository_model_control_mode": "none"})
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert state(host, mr) == (new, new), res.stdout[-3000:]
+    cfg = json.loads(host.check_output("python3 -c " + shlex.quote(
+        "import urllib.request\n"
+        f"req = urllib.request.Request('http://127.0.0.1:{mr['port']}/v2/models/postprocess/config',"
+        f" headers={{{mr['header']!r}: {mr['secret']!r}}})\n"
+        "print(urllib.request.urlopen(req, timeout=30).read().decode())\n")))
+    assert cfg["parameters"]["tritonops_test"]["string_value"] == marker
+    assert not host.file("/run/tritonops-model-repository.switch").exists
+    assert rel.golden(f"http://{url}", SAMPLE, timeout=30)["ok"]
