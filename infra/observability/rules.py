@@ -383,6 +383,7 @@ def drift_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
             """
 1. Node: `systemctl list-timers tritonops-drift-check.timer`; re-run the drift_check role to restore it.
 2. Controller: the scheduled `tritonops drift --textfile-dir` job (CI, cron) stopped: look at its history.
+3. Meanwhile run `tritonops drift -i INVENTORY --limit HOST` by hand: drift there is unknown until a check runs.
 """,
         ),
     ]

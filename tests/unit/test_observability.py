@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from infra.agent import drift as agent_drift
 from infra.agent import metrics as agent_metrics
 from infra.cli import app
 from infra.observability import dashboards as d
@@ -17,7 +18,8 @@ from infra.observability import metrics as m
 from infra.observability import rules as r
 from infra.observability.export import DASHBOARDS_DIR, RULES_FILE, export
 
-ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
+ALLOWED_NAMES = (set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
+                 | {agent_drift.SUCCESS_METRIC, agent_drift.LAST_RUN_METRIC})
 
 
 def _alerts() -> dict[str, dict]:
@@ -86,7 +88,10 @@ def test_for_override_and_thresholds_apply() -> None:
 
 def test_drift_alert_reads_the_drift_gauge_by_source_and_host() -> None:
     expr = _alerts()["TritonopsConfigurationDrift"]["expr"]
-    assert expr == f"max by (source, host) ({m.DRIFT_METRIC}) > 0"
+    # The gauge, or while the source's check fails (it writes no count), the last count it wrote
+    # (tests/unit/test_observability_promtool.py runs both cases).
+    assert expr.startswith(f"max by (source, host) ({m.DRIFT_METRIC} > 0 or (last_over_time({m.DRIFT_METRIC}[")
+    assert expr.endswith(f"and on (instance, job, source) {agent_drift.SUCCESS_METRIC} == 0))")
     assert m.DRIFT_METRIC == "tritonops_drift_resources"
 
 
