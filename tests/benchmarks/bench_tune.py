@@ -95,7 +95,7 @@ def main() -> int:
         contenders = {"off": spec, "tuned": tune.apply(spec, best)}
         ma: dict[str, object] = {}
         if args.model_analyzer:
-            ma = model_analyzer(args.model_analyzer, pa, folder, args.concurrency, work)
+            ma = model_analyzer(args.model_analyzer, pa, folder, args.concurrency, spec.max_batch_size or 0, work)
             log(f"model analyzer: {ma}")
             if "config" in ma:
                 contenders["model analyzer"] = pbtxt.parse(str(ma["config"])).model_copy(
@@ -154,13 +154,13 @@ def main() -> int:
 
 
 def model_analyzer(exe: Path, pa: perf_analyzer.PerfAnalyzer, folder: Path, concurrency: int,
-                   work: Path) -> dict[str, object]:
+                   max_batch_size: int, work: Path) -> dict[str, object]:
     """Triton Model Analyzer's ``profile`` on ``folder``'s model: its pick, its wall time, or why it failed.
 
     Local launch mode with the wheel's tritonserver (backend folder, libraries and the Python backend's
     interpreter passed through its ``triton_server_flags`` / ``triton_server_environment``), our
     perf_analyzer, the model marked CPU-only, a brute search over instance counts and batching at
-    ``concurrency`` (the same space tune sweeps, plus max batch sizes).
+    ``concurrency`` over the same space tune sweeps (the model's max batch size, 1-2 instances).
     """
     install = server.find_install()
     repo, out = work / "ma-repo", work / "ma-out"
@@ -180,6 +180,10 @@ def model_analyzer(exe: Path, pa: perf_analyzer.PerfAnalyzer, folder: Path, conc
             "PYTHONPATH": ":".join(site.getsitepackages())},
         "run_config_search_mode": "brute", "run_config_search_min_concurrency": concurrency,
         "run_config_search_max_concurrency": concurrency, "run_config_search_max_instance_count": 2,
+        # tune's space: the operator's max batch size, 1-2 instances (its default sweeps 1..128 as well,
+        # which takes over an hour here)
+        "run_config_search_min_model_batch_size": max_batch_size,
+        "run_config_search_max_model_batch_size": max_batch_size,
         "profile_models": {folder.name: {"cpu_only": True}},
     }
     (work / "ma.yaml").write_text(json.dumps(config))  # JSON is YAML
