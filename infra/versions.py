@@ -33,6 +33,14 @@ KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts
 KEDA_CHART = "keda"
 KEDA_CHART_VERSION = "2.17.2"  # fallback.behavior (currentReplicasIfHigher) needs KEDA >= 2.17
 KEDA_REPO = "https://kedacore.github.io/charts"
+# Karpenter (cluster-aws): GPU nodes that follow demand. OCI chart; its CRDs (karpenter.sh/v1 NodePool,
+# karpenter.k8s.aws/v1 EC2NodeClass) are kept as test data in tests/unit/k8s/data/karpenter/.
+KARPENTER_CHART = "karpenter"
+KARPENTER_CHART_VERSION = "1.14.1"
+KARPENTER_REPO = "oci://public.ecr.aws/karpenter"
+# EKS-optimized AMI releases the EC2NodeClasses pin (amiSelectorTerms alias family@version, never
+# @latest): AL2023 (Karpenter picks its NVIDIA variant on GPU instances) and Bottlerocket.
+KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20251120", "bottlerocket": "bottlerocket@v1.50.0"}
 
 # Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to
 # CPU-only nodes (installed with --no-index --no-deps): the tritonserver binary, onnxruntime for the

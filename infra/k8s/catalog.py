@@ -36,6 +36,8 @@ GPU_FAMILIES: dict[str, GpuFamily] = {
 
 # EKS managed node group AMI types that ship the NVIDIA driver (and container toolkit).
 GPU_AMI_TYPES = ("AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA")
+# The same AMIs as Karpenter EC2NodeClass AMI families (amiSelectorTerms alias family).
+KARPENTER_AMI_FAMILIES = {"AL2023_x86_64_NVIDIA": "al2023", "BOTTLEROCKET_x86_64_NVIDIA": "bottlerocket"}
 
 
 def instance_family(instance_type: str) -> str:

@@ -74,8 +74,26 @@ class SystemNodePool(_Cfg):
     desired_size: int = Field(default=2, ge=1)
 
 
+# A Karpenter duration (the CRDs' pattern for consolidateAfter and expireAfter).
+_KARPENTER_DURATION = r"^(([0-9]+(s|m|h))+|Never)$"
+
+
+class KarpenterPoolConfig(_Cfg):
+    """How Karpenter provisions and consolidates a GPU pool (``provisioner: karpenter``)."""
+
+    max_gpus: int = Field(ge=1)  # NodePool limits: GPUs across all of the pool's nodes
+    consolidate_after: str = Field(default="10m", pattern=_KARPENTER_DURATION)
+    expire_after: str = Field(default="720h", pattern=_KARPENTER_DURATION)
+    # Triton pods the PodDisruptionBudgets of this pool's services let go at once (the triton stack's
+    # default PDB is maxUnavailable: 1); the NodePool's disruption budget is derived from it.
+    pdb_max_unavailable: int = Field(default=1, ge=1)
+
+
 class GpuNodePoolConfig(_Cfg):
     name: str
+    # managed: an EKS managed node group (min/max/desired sizes); karpenter: a NodePool + EC2NodeClass.
+    provisioner: Literal["managed", "karpenter"] = "managed"
+    karpenter: KarpenterPoolConfig | None = None
     instance_types: list[str] = Field(min_length=1)
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
     capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
@@ -426,6 +444,12 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
             raise ConfigError(
                 _key("cluster-aws", ("gpuNodePools", i, "instanceTypes")),
                 "all instance types of a pool must have the same GPU memory (the memory budget relies on it)",
+                source,
+            )
+        if (pool.provisioner == "karpenter") != (pool.karpenter is not None):
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "karpenter")),
+                "set exactly when provisioner is karpenter (maxGpus, consolidateAfter, expireAfter, ...)",
                 source,
             )
         if pool.ami_type not in GPU_AMI_TYPES:  # pragma: no cover - Literal already refuses it

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.k8s import eks, platform, triton
+from infra.k8s import eks, karpenter, platform, triton
 from infra.k8s.budget import check_budget
 from infra.k8s.config import (
     ClusterAwsConfig,
@@ -86,8 +86,14 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
         ]
         out.aws.append({"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.system_node_group_spec(cfg)})
         out.aws += [
-            {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)} for p in cfg.gpu_node_pools
+            {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)}
+            for p in karpenter.managed_pools(cfg)
         ]
+        if karpenter.karpenter_pools(cfg):
+            out.aws += karpenter.aws_resources(cfg)
+            role = f"arn:aws:iam::<account-id>:role/{karpenter.controller_role_name(cfg)}"
+            out.releases.append(karpenter.release(cfg, role))
+            out.objects += karpenter.objects(cfg)
     return out
 
 
@@ -212,7 +218,7 @@ def cluster_aws_program() -> dict[str, Any]:
     oidc = aws.iam.OpenIdConnectProvider("oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=spec["tags"])
     sys_spec = eks.system_node_group_spec(cfg)
     _, system = managed_node_group("system-nodes", "system-nodes", sys_spec, cluster.name)
-    pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in cfg.gpu_node_pools]
+    pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in karpenter.managed_pools(cfg)]
     readers: dict[str, aws.iam.Role] = {}
     for r in cfg.model_readers:
         trust = pulumi.Output.all(oidc.arn, issuer).apply(_reader_trust(r.namespace, r.service_account))
@@ -222,13 +228,26 @@ def cluster_aws_program() -> dict[str, Any]:
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)
     )
+    out: dict[str, Any] = {}
+    if karpenter.karpenter_pools(cfg):
+        import pulumi_kubernetes as k8s
+
+        from infra.k8s.karpenter_stack import Karpenter, KarpenterArgs
+
+        provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
+        out["karpenter"] = Karpenter(
+            "karpenter",
+            KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer),
+            pulumi.ResourceOptions(providers={"kubernetes": provider}),
+            depends_on=[system],
+        )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
     pulumi.export("oidcProviderArn", oidc.arn)
     pulumi.export("oidcIssuer", issuer)
     pulumi.export("nodePools", eks.node_pools_summary(cfg))
     pulumi.export("modelReaderRoleArns", {name: role_.arn for name, role_ in readers.items()})
-    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers}
+    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **out}
 
 
 def _alertmanager_secrets(cfg: PlatformConfig) -> Any:

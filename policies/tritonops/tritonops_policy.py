@@ -335,6 +335,46 @@ def validate_helm_pinned(args: Any, report_violation: Report) -> None:
         )
 
 
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+# Requirement keys that select GPU instances (Karpenter's well-known labels), and the EC2 families
+# with NVIDIA GPUs (infra.k8s.catalog.GPU_FAMILIES: g4dn, g5, g6, g6e, p4d, p4de, p5, p5e, and kin).
+GPU_REQUIREMENT_KEYS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-name",
+                        "karpenter.k8s.aws/instance-gpu-manufacturer", "karpenter.k8s.aws/instance-gpu-memory")
+GPU_FAMILY_PREFIXES = ("g4dn", "g5", "g6", "p3", "p4", "p5", "p6")
+
+
+def _is_gpu_family(value: str) -> bool:
+    return str(value).split(".", 1)[0].startswith(GPU_FAMILY_PREFIXES)
+
+
+def is_gpu_node_pool(props: Mapping[str, Any]) -> bool:
+    """A NodePool that provisions GPU nodes: it requires GPU families or GPU attributes, or carries
+    the nvidia.com/gpu taint."""
+    spec = (((props.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    for req in spec.get("requirements") or []:
+        key, values = req.get("key"), req.get("values") or []
+        if key in GPU_REQUIREMENT_KEYS and req.get("operator") not in ("DoesNotExist", "NotIn"):
+            return True
+        if key in ("karpenter.k8s.aws/instance-family", "node.kubernetes.io/instance-type") and (
+            req.get("operator") == "In" and any(_is_gpu_family(v) for v in values)
+        ):
+            return True
+    return any(t.get("key") == GPU for t in spec.get("taints") or [])
+
+
+def validate_gpu_node_pool_bounds(args: Any, report_violation: Report) -> None:
+    """GPU NodePools set limits (a cap on what Karpenter may buy) and at least one disruption budget
+    (consolidation and drift replacement never take more GPU nodes at once than the budget allows)."""
+    if args.resource_type != NODE_POOL or not is_gpu_node_pool(args.props):
+        return
+    spec = args.props.get("spec") or {}
+    name = _name(args.props, args.name)
+    if not spec.get("limits"):
+        report_violation(f"{name}: GPU NodePool has no spec.limits (set e.g. nvidia.com/gpu)")
+    if not ((spec.get("disruption") or {}).get("budgets")):
+        report_violation(f"{name}: GPU NodePool has no spec.disruption.budgets (Karpenter's default lets 10% go)")
+
+
 # --- stack validators ----------------------------------------------------------------------------
 
 
@@ -518,6 +558,7 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     })),
     _resource("scaledobject-fallback", validate_scaled_object_fallback),
     _resource("helm-chart-pinned", validate_helm_pinned),
+    _resource("gpu-nodepool-bounds", validate_gpu_node_pool_bounds),
     _stack("triton-pdb-coverage", validate_pdb_coverage),
     _stack("triton-network-policy-coverage", validate_network_policy_coverage),
     _stack("namespace-default-deny", validate_default_deny),
@@ -534,6 +575,7 @@ RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-high-availability": validate_high_availability,
     "scaledobject-fallback": validate_scaled_object_fallback,
     "helm-chart-pinned": validate_helm_pinned,
+    "gpu-nodepool-bounds": validate_gpu_node_pool_bounds,
 }
 STACK_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-pdb-coverage": validate_pdb_coverage,

@@ -62,6 +62,11 @@ class Mocks(pulumi.runtime.Mocks):
             }
         elif args.typ in ("aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider"):
             state |= {"arn": f"arn:aws:iam::111122223333:role/{args.name}", "name": args.name}
+        elif args.typ == "aws:sqs/queue:Queue":
+            state |= {
+                "arn": f"arn:aws:sqs:us-west-2:111122223333:{inputs.get('name')}",
+                "url": f"https://sqs.us-west-2.amazonaws.com/111122223333/{inputs.get('name')}",
+            }
         elif args.typ == "kubernetes:helm.sh/v3:Release":
             state |= {"status": {"status": "deployed"}}
         return f"{args.name}-id", state
