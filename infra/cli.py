@@ -196,3 +196,8 @@ def demo(
         err_console.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(ExitCode.FAILED) from None
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
+
+
+from infra.capacity.commands import plan_cmd  # noqa: E402  (capacity planning, registered last)
+
+app.command("plan")(plan_cmd)
