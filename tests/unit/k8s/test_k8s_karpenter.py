@@ -354,3 +354,15 @@ def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
     snippet = text.split("(`01-nodepool-gpu-l4.yaml`):\n\n```yaml\n", 1)[1].split("```", 1)[0]
     lines = [ln for ln in snippet.splitlines() if ln.strip() != "..."]
     assert len(lines) > 20 and all(ln in rendered for ln in lines)
+
+
+def test_karpenter_args_refuse_a_cluster_without_karpenter_pools() -> None:
+    from infra.k8s.karpenter_stack import KarpenterArgs
+
+    raw = copy.deepcopy(read_stack_file("cluster-aws", "dev")[0])
+    pool = raw["gpuNodePools"][0]
+    pool.pop("provisioner"), pool.pop("karpenter")
+    cfg = parse_config("cluster-aws", raw)
+    assert isinstance(cfg, ClusterAwsConfig)
+    with pytest.raises(ValueError, match="no pool has provisioner karpenter"):
+        KarpenterArgs(cfg, "c", "arn:aws:eks:us-west-2:1:cluster/c", "arn", "https://oidc")
