@@ -169,3 +169,9 @@ def test_cli_plan_exit_codes(args: list[str], code: int, message: str) -> None:
     r = CliRunner().invoke(app, ["plan", "vision", *args])
     assert r.exit_code == code and message in r.output
     assert "Traceback" not in r.output
+
+
+def test_cli_plan_missing_stack_file_is_a_usage_error(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["plan", "vision", "--stacks-dir", str(tmp_path), "--bench", str(BENCH),
+                                 "--traffic", "consumer", "--peak-rps", "10"])
+    assert r.exit_code == 2 and "no stack config file" in r.output

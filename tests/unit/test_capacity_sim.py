@@ -78,3 +78,11 @@ def test_a_longer_provisioning_delay_never_loses_fewer_slo_minutes(day: list[flo
 def test_bad_parameters_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         sim.SimParams(**{"replica_rps": 1.0, field: value})
+
+
+def test_scale_to_zero_holds_no_node_through_the_empty_night() -> None:
+    office = sim.demand([2000 * h for h in PROFILES["business"]], PARAMS)
+    zero = sim.autoscaled(office, ScalingPolicy(threshold=4, min_replicas=0, max_replicas=10), PARAMS)
+    kept = sim.autoscaled(office, POLICY, PARAMS)
+    night = slice(21 * 3600 // PARAMS.step_s, None)  # demand ends at 20:30: cooldown, then no node
+    assert set(zero.nodes[night]) == {0} and set(kept.nodes[night]) == {POLICY.min_replicas}
