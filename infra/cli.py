@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from infra.agent.exitcodes import HELP as EXIT_HELP
 from infra.agent.exitcodes import ExitCode
 from infra.agent.manifest import MANIFEST_FILE, MANIFEST_MAX, ReleaseError, read_bounded
 from infra.agent.releases import write_atomic
+from infra.capacity.commands import plan_cmd
 from infra.cli_params import path as path_arg
 from infra.drift.commands import drift_cmd
 from infra.hosts.commands import hosts_app
@@ -35,6 +37,7 @@ app.command("render")(render_cmd)
 app.command("bench")(bench_cmd)
 app.command("tune")(tune_cmd)
 app.command("drift")(drift_cmd)
+app.command("plan")(plan_cmd)
 app.add_typer(release_app, name="release")
 app.add_typer(agent_app, name="agent")
 
@@ -161,15 +164,29 @@ def smoke(
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
 
+class ControlMode(StrEnum):
+    none = "none"
+    poll = "poll"
+    explicit = "explicit"
+
+
 @app.command()
 def serve(
-    repository: Annotated[Path, typer.Argument(help="Model repository to serve", parser=path_arg)] = Path(
-        "examples/model_repository"),
-    model_control_mode: Annotated[str, typer.Option(help="none, poll or explicit")] = "none",
+    repository: Annotated[
+        Path, typer.Argument(help="Model repository to serve", parser=path_arg)
+    ] = Path("examples/model_repository"),
+    model_control_mode: Annotated[ControlMode, typer.Option(help="Triton's --model-control-mode")] = ControlMode.none,
 ) -> None:
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
-    server = start_server(repository, model_control_mode=model_control_mode,
-                          load_models=["*"] if model_control_mode == "explicit" else ())
+    if not repository.is_dir():
+        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)")
+        raise typer.Exit(ExitCode.USAGE)
+    try:
+        server = start_server(repository, model_control_mode=model_control_mode.value,
+                              load_models=["*"] if model_control_mode == ControlMode.explicit else ())
+    except RuntimeError as e:  # tritonserver refused the repository or died while starting: its log says why
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
     console.print(f"tritonserver ready: http://{server.http_url} grpc://{server.grpc_url} {server.metrics_url}")
     try:
         server.process.wait()
@@ -196,8 +213,3 @@ def demo(
         err_console.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(ExitCode.FAILED) from None
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
-
-
-from infra.capacity.commands import plan_cmd  # noqa: E402  (capacity planning, registered last)
-
-app.command("plan")(plan_cmd)

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 import threading
-import urllib.parse
-from pathlib import Path
 from typing import Any
 
-from . import drift, manifest, releases
+from . import argtypes, drift, manifest, releases
 from .exitcodes import ExitCode
 from .manifest import ReleaseError, StoreError, UsageError
 from .metrics import serve
@@ -32,68 +29,21 @@ from .store import Store
 from .triton import DEFAULT_HEADER, Triton
 
 
-def _path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path")
-    return Path(text)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _number(low: float, high: float = math.inf, low_ok: bool = True) -> Any:
-    """A finite float in [low, high) (or (low, high) without ``low_ok``): NaN and infinity are refused."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not (math.isfinite(value) and (value >= low if low_ok else value > low) and value < high):
-            bound = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high < math.inf else "")
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number {bound}")
-        return value
-    return parse
-
-
-def _url(text: str) -> str:
-    parts = urllib.parse.urlsplit(text)
-    try:
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: the port is not a number") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected http(s)://HOST:PORT")
-    return text
-
-
-def _listen(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT (a port from 1 to 65535)")
-    return text
-
-
 def _layout(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--link", type=_path, required=True, help="the models symlink (tritonserver --model-repository)")
-    sp.add_argument("--releases", type=_path, required=True, help="folder holding one folder per release")
+    sp.add_argument("--link", type=argtypes.path, required=True,
+                    help="the models symlink (tritonserver --model-repository)")
+    sp.add_argument("--releases", type=argtypes.path, required=True, help="folder holding one folder per release")
 
 
 def _pull_args(sp: argparse.ArgumentParser) -> None:
     _layout(sp)
     sp.add_argument("--store", required=True, help="s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
     sp.add_argument("--channel", required=True)
-    sp.add_argument("--trusted-key", type=_path, action="append", default=[], required=True,
+    sp.add_argument("--trusted-key", type=argtypes.path, action="append", default=[], required=True,
                     help="a public key (PEM) whose signature a release must carry; repeat while rotating")
     sp.add_argument("--s3-endpoint", help="an S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL_S3)")
-    sp.add_argument("--cache", type=_path, help="a node-local blob cache shared by the pods on a node")
-    sp.add_argument("--keep", type=_count, default=3, help="releases to keep (default 3)")
+    sp.add_argument("--cache", type=argtypes.path, help="a node-local blob cache shared by the pods on a node")
+    sp.add_argument("--keep", type=argtypes.count, default=3, help="releases to keep (default 3)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
 
@@ -107,9 +57,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--digest", help="the content the release id must have (a reused id is reported)")
     sp = sub.add_parser("install", help="verify a pushed copy (folder or tarball) and rename it into place")
     _layout(sp)
-    sp.add_argument("--staging", type=_path, required=True, help="the pushed copy: a folder directly in --releases")
+    sp.add_argument("--staging", type=argtypes.path, required=True,
+                    help="the pushed copy: a folder directly in --releases")
     sp.add_argument("--release", required=True)
-    sp.add_argument("--tarball", type=_path, help="a pushed tarball, unpacked into --staging (both removed after)")
+    sp.add_argument("--tarball", type=argtypes.path,
+                    help="a pushed tarball, unpacked into --staging (both removed after)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
     sp = sub.add_parser("activate", help="switch the models symlink to a release (atomic rename)")
@@ -121,26 +73,27 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--release", required=True)
     sp = sub.add_parser("prune", help="keep the last N releases")
     _layout(sp)
-    sp.add_argument("--keep", type=_count, required=True)
+    sp.add_argument("--keep", type=argtypes.count, required=True)
     sp = sub.add_parser("recover", help="point the link back at the last gated release (boot, before Triton)")
     _layout(sp)
-    sp.add_argument("--grace", type=_number(0), default=0.0,
+    sp.add_argument("--grace", type=argtypes.number(0), default=0.0,
                     help="only revert a switch older than this many seconds (a timer on a running node)")
     sp = sub.add_parser("verify", help="check a release folder against its manifest")
-    sp.add_argument("path", type=_path)
+    sp.add_argument("path", type=argtypes.path)
     sp = sub.add_parser("sync", help="pull: put the channel's release in place (a pod's init container)")
     _pull_args(sp)
     sp = sub.add_parser("pull", help="pull: keep this target on its channel (sidecar or node service)")
     _pull_args(sp)
-    sp.add_argument("--triton", type=_url, default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
+    sp.add_argument("--triton", type=argtypes.url, default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
     sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
-    sp.add_argument("--interval", type=_number(0, low_ok=False), default=30.0,
+    sp.add_argument("--interval", type=argtypes.number(0, low_ok=False), default=30.0,
                     help="seconds between polls (default 30)")
-    sp.add_argument("--jitter", type=_number(0, 1), default=0.2, help="fraction of the interval to randomise (0.2)")
-    sp.add_argument("--listen", type=_listen, help="HOST:PORT for /metrics, /ready and /status")
-    sp.add_argument("--textfile", type=_path, help="write the metrics into this node-exporter textfile folder")
-    sp.add_argument("--load-timeout", type=_number(0, low_ok=False), default=600.0)
-    sp.add_argument("--golden-timeout", type=_number(0, low_ok=False), default=120.0)
+    sp.add_argument("--jitter", type=argtypes.number(0, 1), default=0.2,
+                    help="fraction of the interval to randomise (0.2)")
+    sp.add_argument("--listen", type=argtypes.listen, help="HOST:PORT for /metrics, /ready and /status")
+    sp.add_argument("--textfile", type=argtypes.path, help="write the metrics into this node-exporter textfile folder")
+    sp.add_argument("--load-timeout", type=argtypes.number(0, low_ok=False), default=600.0)
+    sp.add_argument("--golden-timeout", type=argtypes.number(0, low_ok=False), default=120.0)
     sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
     drift.add_commands(sub)
     return p

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import effective, kube
+from . import argtypes, effective, kube
 from .exitcodes import ExitCode
 from .manifest import MANIFEST_FILE, ReleaseError, tree_files
 from .releases import STATE_FILE, write_atomic
@@ -237,7 +237,7 @@ def add_commands(sub: Any) -> None:
                                                      "compare the node with its release (exit 1 on drift)"))
         sp.add_argument("--link", default="/var/lib/triton/models")
         sp.add_argument("--releases", default="/var/lib/triton/releases")
-        sp.add_argument("--port", type=int, default=8000)
+        sp.add_argument("--port", type=argtypes.port, default=8000)
         sp.add_argument("--header", default=DEFAULT_HEADER)
         sp.add_argument("--expected", default=effective.EXPECTED_FILE,
                         help="the triton_server role's expected state: unit, process and posture are "
@@ -245,7 +245,8 @@ def add_commands(sub: Any) -> None:
         if name == "check":
             sp.add_argument("--host", default=os.uname().nodename)
             sp.add_argument("--source", default="models")
-            sp.add_argument("--url", help="check a remote Triton against --expect instead of the node")
+            sp.add_argument("--url", type=argtypes.url,
+                            help="check a remote Triton against --expect instead of the node")
             sp.add_argument("--expect", action="append", default=[],
                             help="MODEL[:V1,V2] that must be READY (any version when none is given)")
             sp.add_argument("--restricted", action="store_true",
@@ -255,7 +256,8 @@ def add_commands(sub: Any) -> None:
             sp.add_argument("--grpc-tls", action="store_true", help="with --grpc: it must speak TLS")
             sp.add_argument("--pods", help="with --url, in a pod: a JSON file of the Deployments whose pods' "
                                            "containers and releases are compared (Kubernetes API)")
-            sp.add_argument("--textfile", help="write Prometheus textfile metrics into this folder")
+            sp.add_argument("--textfile", type=argtypes.folder,
+                            help="write Prometheus textfile metrics into this folder")
 
 
 def run(args: argparse.Namespace) -> int:

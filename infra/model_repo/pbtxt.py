@@ -19,6 +19,7 @@ from google.protobuf import json_format, text_format
 from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
+from infra.agent.manifest import ReleaseError, read_bounded
 from infra.model_repo.spec import ModelSpec
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -129,13 +130,12 @@ class LoadedConfig:
 def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
     """A config file's text, read at most ``limit`` bytes deep: ConfigError if larger, binary or unreadable."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)
-    except OSError as e:
-        raise ConfigError(path, f"cannot read the file: {e.strerror or e}") from None
-    if len(raw) > limit:
-        raise ConfigError(path, f"the file is larger than {limit} bytes; a model configuration is a few kB "
-                          "(refused before parsing)")
+        raw = read_bounded(path, limit)  # a FIFO or a device is refused, not waited on
+    except ReleaseError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        if "allowed" in why:
+            why = f"the file is larger than {limit} bytes; a model configuration is a few kB (refused before parsing)"
+        raise ConfigError(path, why) from None
     if b"\0" in raw:
         raise ConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format",
                           line=raw[: raw.index(b"\0")].count(b"\n") + 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from infra import cli_params
 from infra.agent.exitcodes import ExitCode
+from infra.agent.manifest import ReleaseError, check_path
 from infra.model_repo import pbtxt
 from infra.triton import bench, perf_analyzer
 from infra.triton import tune as tuner
@@ -49,9 +52,28 @@ def _report_table(r: bench.BenchReport) -> Table:
     return t
 
 
+def _model_name(name: str) -> str:
+    """A typer callback: a model name Triton could serve (one safe path part), checked before any request."""
+    try:
+        return check_path(name, where="model")
+    except ReleaseError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _endpoint(url: str) -> str:
+    if not url.strip():
+        raise typer.BadParameter("an empty endpoint: give host:port")
+    return url
+
+
+_DURATION = cli_params.finite(0, low_ok=False)
+
+
 def bench_cmd(
-    model: Annotated[str, typer.Argument(help="Model name")],
-    url: Annotated[str, typer.Option(help="Triton HTTP or gRPC endpoint, host:port")] = "127.0.0.1:8000",
+    model: Annotated[str, typer.Argument(help="Model name", callback=_model_name)],
+    url: Annotated[
+        str, typer.Option(help="Triton HTTP or gRPC endpoint, host:port", callback=_endpoint)
+    ] = "127.0.0.1:8000",
     protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
     mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
     concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
@@ -59,7 +81,7 @@ def bench_cmd(
     requests: Annotated[
         int | None, typer.Option(help="Measure this many requests (default: as many as --duration allows)")
     ] = None,
-    duration: Annotated[float, typer.Option(help="Measurement time budget in seconds")] = 10.0,
+    duration: Annotated[float, typer.Option(help="Measurement time budget in seconds", callback=_DURATION)] = 10.0,
     batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = 1,
     engine: Annotated[
         str, typer.Option(help="perf_analyzer (Triton's load generator, the reference) or python (asyncio)")
@@ -104,29 +126,41 @@ def bench_cmd(
     raise typer.Exit(ExitCode.FINDINGS if report.errors else ExitCode.OK)
 
 
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{name}: comma-separated integers, got {text!r}") from None
+def _ints(low: int) -> Callable[[str], str]:
+    """A typer callback: comma-separated integers, each at least ``low`` (checked before any request)."""
+    def check(text: str) -> str:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{text!r}: expected comma-separated integers") from None
+        if not values or min(values) < low:
+            raise typer.BadParameter(f"{text!r}: expected comma-separated integers >= {low}")
+        return text
+    return check
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def tune_cmd(
-    model: Annotated[str, typer.Argument(help="Model name (loaded, explicit model control mode)")],
+    model: Annotated[str, typer.Argument(help="Model name (loaded, explicit mode)", callback=_model_name)],
     repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
-    url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port")] = "127.0.0.1:8000",
+    url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port", callback=_endpoint)] = "127.0.0.1:8000",
     budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
     concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
     requests: Annotated[
         int | None, typer.Option(help="Requests measured per setting (default: as many as --duration allows)")
     ] = None,
-    duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)")] = 5.0,
+    duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)", callback=_DURATION)] = 5.0,
     engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = "perf_analyzer",
     stability: Annotated[
         float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
     ] = 10.0,
-    instances: Annotated[str, typer.Option(help="Instance counts to try")] = "1,2",
-    delays: Annotated[str, typer.Option(help="max_queue_delay_microseconds values to try")] = "0,500,2000",
+    instances: Annotated[str, typer.Option(help="Instance counts to try", callback=_ints(1))] = "1,2",
+    delays: Annotated[
+        str, typer.Option(help="max_queue_delay_microseconds values to try", callback=_ints(0))
+    ] = "0,500,2000",
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
     write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
@@ -159,7 +193,7 @@ def tune_cmd(
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
     grid = tuner.default_grid(
-        spec.max_batch_size or 0, _ints(instances, "instances"), _ints(delays, "delays")
+        spec.max_batch_size or 0, _int_list(instances), _int_list(delays)
     )
     with _progress(not as_json) as progress:
         task = progress.add_task(f"tune {model}", total=len(grid))

@@ -25,36 +25,7 @@ from infra.agent.exitcodes import ExitCode
 
 tritonops_command()
 
-# Cases still open in another area (their owner in badinput_cases.py) when this table was written.
-# strict: once one is fixed, its XPASS fails the run until its id is removed here.
-OPEN: dict[str, str] = {
-    # helper D (infra/agent/drift.py: probe/check)
-    "agent-probe-port-out-of-range": "D",
-    "agent-check-closed-port": "D",
-    "agent-check-url-not-a-url": "D",
-    "agent-check-textfile-is-file": "D",
-    # helper E (infra/triton/server.py: serve)
-    "serve-missing": "E",
-    "serve-file": "E",
-    "serve-mode-unknown": "E",
-    # helper H (infra/triton: smoke checks, bench, tune)
-    "smoke-closed-port": "H",
-    "smoke-closed-port-grpc": "H",
-    "bench--duration-nan": "H",
-    "bench--duration--1": "H",
-    "bench-url-empty": "H",
-    "bench-model-empty": "H",
-    "tune-model-hostile": "H",
-    "tune-config-fifo": "H",
-    "tune--instances-a,b": "H",
-    "tune--instances-0": "H",
-    "tune--delays--5": "H",
-    "tune--duration-inf": "H",
-}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=f"open: {c.owner}"))
-                                  if c.id in OPEN else c for c in CASES], ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_gets_a_clean_error(case: Case, tmp_path: Path) -> None:
     outcome = run(case, tmp_path)
     assert outcome.klass == "clean", f"{outcome.klass} (owner {case.owner}): {outcome.detail}"
