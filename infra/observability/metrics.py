@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import re
 
-# Written by the drift checks as a node-exporter textfile (labels: source, host): how many resources
-# differ from what the code says. 0 = no drift. Defined once, in the agent that writes it on nodes.
+# Written by the drift checks as a node-exporter textfile: how many resources differ from what the code
+# says (labels: source, host; 0 = no drift), whether the check could run, and when it last ran.
+# Defined once, in the agent that writes them on nodes.
 from infra.agent.drift import DRIFT_METRIC as DRIFT_METRIC
+from infra.agent.drift import LAST_RUN_METRIC, SUCCESS_METRIC
+
+DRIFT_METRICS = frozenset({DRIFT_METRIC, SUCCESS_METRIC, LAST_RUN_METRIC})
 
 # --- Triton counters / gauges (labels: model, version) -----------------------------------------
 REQUEST_SUCCESS = "nv_inference_request_success"

@@ -289,7 +289,7 @@ def test_every_metric_name_exists_in_tritons_metrics(stack: Stack) -> None:
     exprs += [q for dash in d.dashboards(SCALING).values() for _t, q in d.panel_queries(dash)]
     exprs.append(keda.query(FAULTY, SCALING.window))
     used = set().union(*(m.metric_names(e) for e in exprs))
-    ours = set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
+    ours = set(r.RECORDING_RULES) | {m.UP} | m.DRIFT_METRICS | set(agent_metrics.HELP)
     triton_names = used - ours
     cpu_only = not (exposed & m.GPU_METRICS)
     expected = triton_names - m.GPU_METRICS if cpu_only else triton_names

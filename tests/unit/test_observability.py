@@ -18,8 +18,7 @@ from infra.observability import metrics as m
 from infra.observability import rules as r
 from infra.observability.export import DASHBOARDS_DIR, RULES_FILE, export
 
-ALLOWED_NAMES = (set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP, m.DRIFT_METRIC} | set(agent_metrics.HELP)
-                 | {agent_drift.SUCCESS_METRIC, agent_drift.LAST_RUN_METRIC})
+ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP} | m.DRIFT_METRICS | set(agent_metrics.HELP)
 
 
 def _alerts() -> dict[str, dict]:
