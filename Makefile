@@ -9,7 +9,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
-.PHONY: all demo test drift-live unit integration lint apt venv checkov bench molecule host-checks clean
+.PHONY: all demo test check drift-live unit integration lint apt venv checkov bench molecule host-checks clean
 
 all: test
 
@@ -53,6 +53,11 @@ unit: venv checkov
 integration: venv apt
 	$(BIN)/pytest -q tests/integration
 
+# `make check`: the fast tier to run before every commit (lint and the unit tests: no servers beyond
+# loopback helpers, no Podman nodes).
+check: venv lint
+	$(BIN)/pytest -q -x tests/unit
+
 # `make test` (what CI runs): lint, unit and integration tests (a real Triton, Prometheus and
 # Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64 for Jetson), and the
 # live drift test on a Podman node (tests/infra/drift_live: converge, tamper, detect exactly that,
@@ -60,7 +65,7 @@ integration: venv apt
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
 
 test: venv apt checkov lint
-	$(BIN)/pytest -q -rs tests/unit tests/integration
+	$(BIN)/pytest -q -rs tests/unit tests/integration tests/infra/test_unit_templates.py
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory drift-live
 
