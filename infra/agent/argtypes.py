@@ -73,3 +73,11 @@ def folder(text: str) -> str:
     if Path(text).exists() and not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text!r}: not a folder")
     return text
+
+
+def grpc_address(value: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets), the port 1 to 65535."""
+    host, _, text = value.rpartition(":")
+    if not host:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]"), port(text)

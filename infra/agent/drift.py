@@ -188,13 +188,6 @@ def _expected(args: argparse.Namespace) -> Path | None:
     return Path(args.expected) if args.expected else None
 
 
-def _grpc_address(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 def _check(args: argparse.Namespace, secret: str) -> int:
     if args.url:
         url = args.url
@@ -252,7 +245,7 @@ def add_commands(sub: Any) -> None:
             sp.add_argument("--restricted", action="store_true",
                             help="with --url: the repository API must refuse a call without the admin header "
                                  "(HTTP, and gRPC with --grpc)")
-            sp.add_argument("--grpc", type=_grpc_address, help="with --url: Triton's gRPC endpoint HOST:PORT")
+            sp.add_argument("--grpc", type=argtypes.grpc_address, help="with --url: Triton's gRPC endpoint HOST:PORT")
             sp.add_argument("--grpc-tls", action="store_true", help="with --grpc: it must speak TLS")
             sp.add_argument("--pods", help="with --url, in a pod: a JSON file of the Deployments whose pods' "
                                            "containers and releases are compared (Kubernetes API)")
