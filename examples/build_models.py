@@ -25,11 +25,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
 
-from infra.model_repo.golden import Golden, GoldenCase, Tensor  # noqa: E402
-from infra.model_repo.pbtxt import render  # noqa: E402
-from infra.model_repo.spec import ModelSpec  # noqa: E402
+from tritonops.model_repo.golden import Golden, GoldenCase, Tensor  # noqa: E402
+from tritonops.model_repo.pbtxt import render  # noqa: E402
+from tritonops.model_repo.spec import ModelSpec  # noqa: E402
 
 FEATURES, HIDDEN, CLASSES = 16, 32, 4
 MEAN, SCALE = 0.5, 0.25

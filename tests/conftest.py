@@ -29,7 +29,7 @@ def sample_repo(tmp_path: Path) -> Path:
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """tritonserver from the nvidia-pytriton wheel on free loopback ports, explicit model control,
     every sample model loaded. Session-wide: tests must not unload models from it."""
-    from infra.triton import server
+    from tritonops.triton import server
 
     workdir = tmp_path_factory.mktemp("triton")
     repo = workdir / "model_repository"

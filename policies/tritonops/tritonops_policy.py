@@ -44,10 +44,10 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
-AGENT_FILE = "tritonops-agent.pyz"  # infra.k8s.triton.AGENT_KEY (the pack does not import the package)
-TRACK = "track"  # infra.k8s.triton.TRACK_LABEL: stable | canary
+AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.triton.AGENT_KEY (the pack does not import the package)
+TRACK = "track"  # tritonops.k8s.triton.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
-# Triton's API groups only the admin header may reach (infra.triton.admin.RESTRICTED_APIS): inference,
+# Triton's API groups only the admin header may reach (tritonops.triton.admin.RESTRICTED_APIS): inference,
 # metadata and health stay open, every other group of `tritonserver --help` is restricted.
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")  # Triton's names for HTTP, gRPC
@@ -337,7 +337,7 @@ def validate_helm_pinned(args: Any, report_violation: Report) -> None:
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 # Requirement keys that select GPU instances (Karpenter's well-known labels), and the EC2 families
-# with NVIDIA GPUs (infra.k8s.catalog.GPU_FAMILIES: g4dn, g5, g6, g6e, p4d, p4de, p5, p5e, and kin).
+# with NVIDIA GPUs (tritonops.k8s.catalog.GPU_FAMILIES: g4dn, g5, g6, g6e, p4d, p4de, p5, p5e, and kin).
 GPU_REQUIREMENT_KEYS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-name",
                         "karpenter.k8s.aws/instance-gpu-manufacturer", "karpenter.k8s.aws/instance-gpu-memory")
 GPU_FAMILY_PREFIXES = ("g4dn", "g5", "g6", "p3", "p4", "p5", "p6")

@@ -1,5 +1,5 @@
-"""Pulumi program of the platform stack: all logic lives in infra.k8s (see infra/k8s/stacks.py)."""
+"""Pulumi program of the platform stack: all logic lives in tritonops.k8s (see infra/tritonops/k8s/stacks.py)."""
 
-from infra.k8s.stacks import run
+from tritonops.k8s.stacks import run
 
 run("platform")

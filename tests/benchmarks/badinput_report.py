@@ -2,8 +2,8 @@
 
     .venv/bin/python tests/benchmarks/badinput_report.py [--json] [--all] [FILTER]
 
-Runs every case of tests/unit/badinput/badinput_cases.py against the ``infra`` package on the path
-(``PYTHONPATH=OTHER_CHECKOUT`` measures another tree with the same cases), prints each case that is
+Runs every case of tests/unit/badinput/badinput_cases.py against the ``tritonops`` package on the path
+(``PYTHONPATH=OTHER_CHECKOUT/infra`` measures another tree with the same cases), prints each case that is
 not clean with its owner, then the totals per class and per owner. Exit 1 when any case is not clean.
 """
 
@@ -18,12 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "badinput"))
 
+import tritonops.agent.cli  # noqa: E402,F401
+import tritonops.cli  # noqa: E402,F401
+import tritonops.k8s.render  # noqa: E402,F401
 from badinput_cases import CASES  # noqa: E402
 from badinput_runner import CLASSES, run, tritonops_command  # noqa: E402
-
-import infra.agent.cli  # noqa: E402,F401
-import infra.cli  # noqa: E402,F401
-import infra.k8s.render  # noqa: E402,F401
 
 tritonops_command()
 
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> int:
     if as_json:
         print(json.dumps({"cases": rows, "totals": {k: totals[k] for k in CLASSES}}, indent=2))
     else:
-        print(f"\n{len(rows)} cases in {time.monotonic() - start:.1f}s (infra from {Path(infra.cli.__file__).parent})")
+        print(f"\n{len(rows)} cases in {time.monotonic() - start:.1f}s (infra from {Path(tritonops.cli.__file__).parent})")
         print("owner  " + " ".join(f"{k:>10}" for k in CLASSES))
         for owner in sorted(owners):
             print(f"{owner:6} " + " ".join(f"{owners[owner][k]:>10}" for k in CLASSES))

@@ -23,11 +23,10 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-
-from infra.demo import REPO, run_playbook
-from infra.drift.run import run
-from infra.hosts.images import ImageSpec, build_image, cache_dir
-from infra.hosts.nodes import node_down, node_up
+from tritonops.demo import REPO, run_playbook
+from tritonops.drift.run import run
+from tritonops.hosts.images import ImageSpec, build_image, cache_dir
+from tritonops.hosts.nodes import node_down, node_up
 
 LOCAL = REPO / "ansible" / "inventories" / "local"
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-
-from infra.demo import REPO, SAMPLE, run_playbook
-from infra.hosts.images import ImageSpec, build_image, cache_dir
-from infra.hosts.nodes import node_down, node_up
+from tritonops.demo import REPO, SAMPLE, run_playbook
+from tritonops.hosts.images import ImageSpec, build_image, cache_dir
+from tritonops.hosts.nodes import node_down, node_up
 
 NODE = "mr-bench"
 

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "infra"))
 
-from infra.triton import bench, perf_analyzer, server  # noqa: E402
+from tritonops.triton import bench, perf_analyzer, server  # noqa: E402
 
 MODEL = "mlp_batched"
 TRITONOPS = Path(sys.executable).parent / "tritonops"

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from infra.k8s.config import ENVIRONMENTS, STACKS  # noqa: E402
-from infra.k8s.render import render  # noqa: E402
+from tritonops.k8s.config import ENVIRONMENTS, STACKS  # noqa: E402
+from tritonops.k8s.render import render  # noqa: E402
 
 
 def one_round(out: Path) -> tuple[float, dict[str, float], int]:

@@ -4,7 +4,7 @@
                                                               [--processes 4] [--jitter 0.2]
 
 Starts ``moto_server`` on a free loopback port, publishes the sample repository (release 1) with
-``infra.model_repo.publish``, then runs N agents with the agent's own loop (``Agent.run(interval,
+``tritonops.model_repo.publish``, then runs N agents with the agent's own loop (``Agent.run(interval,
 jitter, stop=event)``, ``triton=None``: fetch, verify the signature, install, switch the symlink,
 mark), spread over P processes with one thread per agent, each with its own link and releases
 folders. It prints how long the cold start took (every agent fetching release 1, and the GETs that
@@ -46,10 +46,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from infra.agent import releases as agent_releases
-from infra.agent import signing
-from infra.agent.pull import Agent
-from infra.agent.store import Store, channel_key
+from tritonops.agent import releases as agent_releases
+from tritonops.agent import signing
+from tritonops.agent.pull import Agent
+from tritonops.agent.store import Store, channel_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "model_repository"
@@ -247,7 +247,7 @@ class Bench:
         boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=BUCKET)
 
     def publish(self, label: str) -> dict[str, Any]:
-        from infra.model_repo.publish import publish
+        from tritonops.model_repo.publish import publish
 
         t0 = time.time()
         out = publish(self.tmp / "repo", to=f"s3://{BUCKET}/{PREFIX}", channel=CHANNEL,

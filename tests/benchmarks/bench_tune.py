@@ -5,7 +5,7 @@ compute; the operator's config has batching off, one CPU instance), starts a CPU
 (explicit model control) and:
 
 1. measures the baseline (the repository's configuration) with perf_analyzer at ``--concurrency``;
-2. runs the tuner's sweep (``infra.triton.tune``, perf_analyzer engine) with the baseline's p95 as the
+2. runs the tuner's sweep (``tritonops.triton.tune``, perf_analyzer engine) with the baseline's p95 as the
    latency budget, so the recommendation is the highest throughput at equal or better p95, and times it;
 3. with ``--model-analyzer PATH`` (Triton Model Analyzer's ``model-analyzer``, installed in a venv
    of its own: its pins conflict with ours), runs its ``profile`` on the same model and concurrency,
@@ -39,13 +39,12 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "infra"), str(ROOT / "tests")]
 
 import wide_mlp  # noqa: E402
-
-from infra.model_repo import pbtxt  # noqa: E402
-from infra.model_repo.spec import ModelSpec  # noqa: E402
-from infra.triton import bench, perf_analyzer, server, tune  # noqa: E402
+from tritonops.model_repo import pbtxt  # noqa: E402
+from tritonops.model_repo.spec import ModelSpec  # noqa: E402
+from tritonops.triton import bench, perf_analyzer, server, tune  # noqa: E402
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.model_repo.validate import Target, validate
+from tritonops.model_repo.validate import Target, validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 

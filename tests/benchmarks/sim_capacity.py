@@ -16,9 +16,9 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from infra.capacity import plan as planner
-from infra.capacity import sim
-from infra.k8s.config import ConfigError, TritonStackConfig, load_stack_config
+from tritonops.capacity import plan as planner
+from tritonops.capacity import sim
+from tritonops.k8s.config import ConfigError, TritonStackConfig, load_stack_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: 
             "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
             "ANSIBLE_HOST_KEY_CHECKING": "0",
             "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
-            "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(REPO / "infra/hosts/containers.conf")),
+            "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(REPO / "infra/tritonops/hosts/containers.conf")),
         })
         proc = subprocess.run(
             [str(ANSIBLE_PLAYBOOK), "-i", f"{node},", "-c", "containers.podman.podman",

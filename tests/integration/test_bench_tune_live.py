@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
+from tritonops.cli import app
+from tritonops.model_repo import pbtxt
+from tritonops.triton import bench, perf_analyzer, server
 from typer.testing import CliRunner
-
-from infra.cli import app
-from infra.model_repo import pbtxt
-from infra.triton import bench, perf_analyzer, server
 
 pytestmark = pytest.mark.integration
 

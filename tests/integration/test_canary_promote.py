@@ -6,7 +6,7 @@ the static scrape config's labels. Prometheus runs the project's rules (``rule_g
 5 s rate window, 1 s scrape and evaluation), so the gate reads the very ``model_track:*`` records
 it reads in a cluster. Both servers run with the pods' ``--metrics-config=summary_latencies=true``
 and serve the fault-injection model (``fault_repo/faulty``: a sleep and failures switched through a
-control file per server); each gets real inference load from ``infra.triton.bench`` (closed loop,
+control file per server); each gets real inference load from ``tritonops.triton.bench`` (closed loop,
 one request in flight, so a server's latency is its model's, not a queue's). The store is a folder:
 release r1 on ``stable``, r2 (then r3) on ``canary``, signed with a key from ``signing.keygen``.
 
@@ -31,15 +31,14 @@ from typing import Any
 import pytest
 import yaml
 from test_observability_live import PROMETHEUS, _start, load, wait_for
+from tritonops.agent import signing
+from tritonops.cli import app
+from tritonops.k8s.triton import SUMMARY_LATENCIES_ARG
+from tritonops.model_repo import canary
+from tritonops.model_repo import publish as pub
+from tritonops.observability import rules as r
+from tritonops.triton import server
 from typer.testing import CliRunner
-
-from infra.agent import signing
-from infra.cli import app
-from infra.k8s.triton import SUMMARY_LATENCIES_ARG
-from infra.model_repo import canary
-from infra.model_repo import publish as pub
-from infra.observability import rules as r
-from infra.triton import server
 
 pytestmark = pytest.mark.integration
 if PROMETHEUS is None:

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from infra.agent import bundle
-from infra.agent.triton import SECRET_ENV
-from infra.triton import server
+from tritonops.agent import bundle
+from tritonops.agent.triton import SECRET_ENV
+from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"

@@ -3,7 +3,7 @@
 All on loopback, with 1 s scrape/evaluation intervals and the rules from ``rule_groups()`` with
 short windows (``for: 2s``, 5 s rates). The sample models and a fault-injection model
 (``tests/integration/fault_repo/faulty``: latency and failures switched through a control file)
-serve under bounded load from ``infra.triton.bench``; each fault (errors, slow model, model
+serve under bounded load from ``tritonops.triton.bench``; each fault (errors, slow model, model
 unloaded, server stopped) must raise its alert in Alertmanager and resolve after the fault ends.
 Every dashboard query must return data, every metric name must exist in Triton's /metrics, and
 the KEDA query must give the replica count the formula predicts for the offered load.
@@ -31,14 +31,13 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 import yaml
-
-from infra.agent import metrics as agent_metrics
-from infra.k8s.triton import SUMMARY_LATENCIES_ARG
-from infra.observability import dashboards as d
-from infra.observability import keda
-from infra.observability import metrics as m
-from infra.observability import rules as r
-from infra.triton import bench, server
+from tritonops.agent import metrics as agent_metrics
+from tritonops.k8s.triton import SUMMARY_LATENCIES_ARG
+from tritonops.observability import dashboards as d
+from tritonops.observability import keda
+from tritonops.observability import metrics as m
+from tritonops.observability import rules as r
+from tritonops.triton import bench, server
 
 pytestmark = pytest.mark.integration
 

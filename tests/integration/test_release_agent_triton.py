@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from infra.agent import releases, signing
-from infra.agent.pull import Agent
-from infra.agent.store import Store
-from infra.agent.triton import Triton
-from infra.model_repo import publish as pub
-from infra.triton import server
+from tritonops.agent import releases, signing
+from tritonops.agent.pull import Agent
+from tritonops.agent.store import Store
+from tritonops.agent.triton import Triton
+from tritonops.model_repo import publish as pub
+from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from infra.agent.releases import active_release, state
-from infra.triton import server
+from tritonops.agent.releases import active_release, state
+from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -206,7 +205,7 @@ def test_unusable_credentials_on_stdin_name_the_key_never_a_value(tmp_path: Path
     for stdin, says in ((json.dumps({"aws_secret_access_key": secret}), "go together"),
                         (json.dumps({"aws_secret_key": secret}), "unknown key(s) ['aws_secret_key']"),
                         (f"{{'aws_secret_access_key': {secret}", "not one JSON object")):
-        res = subprocess.run([sys.executable, "-m", "infra.model_repo.release", "fetch-s3", "--bucket", "b",
+        res = subprocess.run([sys.executable, "-m", "tritonops.model_repo.release", "fetch-s3", "--bucket", "b",
                               "--dest", str(tmp_path / "d"), "--credentials-stdin"],
                              input=stdin, capture_output=True, text=True, timeout=60, cwd=REPO)
         assert res.returncode == 2, _masked(res.stdout + res.stderr)

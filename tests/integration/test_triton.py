@@ -10,12 +10,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tritonops.cli import app
+from tritonops.model_repo.validate import Target, validate
+from tritonops.triton import server
+from tritonops.triton.smoke import EXPECTED_FAMILIES, metrics_families, smoke
 from typer.testing import CliRunner
-
-from infra.cli import app
-from infra.model_repo.validate import Target, validate
-from infra.triton import server
-from infra.triton.smoke import EXPECTED_FAMILIES, metrics_families, smoke
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"

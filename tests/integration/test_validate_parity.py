@@ -14,10 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tritonops.model_repo.validate import Target, validate
+from tritonops.triton import server
 from validate_cases import CASES, CYCLE, HELPERS
-
-from infra.model_repo.validate import Target, validate
-from infra.triton import server
 
 pytestmark = pytest.mark.integration
 ASKED = {n: c for n, c in {**CASES, **CYCLE}.items() if c.parity}

@@ -1,12 +1,11 @@
-"""The restricted admin APIs and the gRPC header prefix are defined once (infra.triton.admin)."""
+"""The restricted admin APIs and the gRPC header prefix are defined once (tritonops.triton.admin)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
-
-from infra.triton.admin import GRPC_HEADER_PREFIX, RESTRICTED_APIS, client_headers
+from tritonops.triton.admin import GRPC_HEADER_PREFIX, RESTRICTED_APIS, client_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 

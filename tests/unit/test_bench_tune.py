@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from tritonclient.utils import InferenceServerException
+from tritonops.cli import app
+from tritonops.model_repo import pbtxt, pbtxt_edit
+from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
+from tritonops.triton import bench, perf_analyzer, server, tune
 from typer.testing import CliRunner
-
-from infra.cli import app
-from infra.model_repo import pbtxt, pbtxt_edit
-from infra.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
-from infra.triton import bench, perf_analyzer, server, tune
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:8000", "http://127.0.0.1:8001", "localhost:8000", "[::1]:8000",

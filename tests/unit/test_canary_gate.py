@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonops.cli import app
+from tritonops.model_repo import canary as c
+from tritonops.model_repo import publish as pub
+from tritonops.observability import metrics as m
+from tritonops.observability import rules as r
 from typer.testing import CliRunner
-
-from infra.cli import app
-from infra.model_repo import canary as c
-from infra.model_repo import publish as pub
-from infra.observability import metrics as m
-from infra.observability import rules as r
 
 GATE = c.Gate("http://127.0.0.1:9", window="10m", max_failure_increase=0.01, max_latency_increase=0.2,
               min_requests=100)

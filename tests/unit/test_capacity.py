@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tritonops.capacity import plan as planner
+from tritonops.cli import app
+from tritonops.k8s.config import TritonStackConfig, load_stack_config
+from tritonops.observability.keda import ScalingPolicy
 from typer.testing import CliRunner
-
-from infra.capacity import plan as planner
-from infra.cli import app
-from infra.k8s.config import TritonStackConfig, load_stack_config
-from infra.observability.keda import ScalingPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "examples" / "capacity" / "bench-mlp_batched-cpu.json"

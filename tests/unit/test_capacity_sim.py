@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from infra.capacity import sim
-from infra.capacity.plan import PROFILES, steady_replicas
-from infra.observability.keda import ScalingPolicy
+from tritonops.capacity import sim
+from tritonops.capacity.plan import PROFILES, steady_replicas
+from tritonops.observability.keda import ScalingPolicy
 
 POLICY = ScalingPolicy(threshold=4, min_replicas=2, max_replicas=10)
 PARAMS = sim.SimParams(replica_rps=1000.0)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.agent import manifest
+from tritonops.agent import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 

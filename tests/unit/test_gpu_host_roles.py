@@ -1,5 +1,5 @@
 """The GPU host preparation roles (nvidia_driver, container_runtime, jetson, node_monitoring):
-argument_specs identical to defaults, and the pins their defaults repeat identical to infra/versions.py.
+argument_specs identical to defaults, and the pins their defaults repeat identical to infra/tritonops/versions.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from infra import versions
+from tritonops import versions
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 GPU_HOST_ROLES = ["nvidia_driver", "container_runtime", "jetson", "node_monitoring"]

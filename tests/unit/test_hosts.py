@@ -1,13 +1,12 @@
-"""infra.hosts: what decides a rebuild (input hashes), argument checks, and the cache decision,
+"""tritonops.hosts: what decides a rebuild (input hashes), argument checks, and the cache decision,
 without touching Podman (the real builds run in `make molecule` / `tritonops hosts build`)."""
 
 from __future__ import annotations
 
 import pytest
-
-from infra.hosts import images, nodes
-from infra.hosts.images import ImageSpec
-from infra.hosts.podman import HostsError
+from tritonops.hosts import images, nodes
+from tritonops.hosts.images import ImageSpec
+from tritonops.hosts.podman import HostsError
 
 
 def spec(**kw: object) -> ImageSpec:

@@ -1,4 +1,4 @@
-"""infra.agent.manifest: the one manifest format and hashing (nodes, pods, controller and drift use it)."""
+"""tritonops.agent.manifest: the one manifest format and hashing (nodes, pods, controller and drift use it)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from infra.agent import manifest
+from tritonops.agent import manifest
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

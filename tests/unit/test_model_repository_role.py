@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from infra.agent import bundle, manifest
+from tritonops.agent import bundle, manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"

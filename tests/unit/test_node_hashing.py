@@ -1,4 +1,4 @@
-"""The manifest hashing has one home, infra/agent/manifest.py, and one way to the nodes: the agent zipapp.
+"""The manifest hashing has one home, infra/tritonops/agent/manifest.py, and one way to the nodes: the agent zipapp.
 
 The zipapp's copy of the module, run by a node's python3 (3.10, the oldest the agent supports, when
 this machine has it), must give the same files and digest as the checkout and as the controller's
@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from infra.agent import bundle, manifest
-from infra.model_repo import release as rel
+from tritonops.agent import bundle, manifest
+from tritonops.model_repo import release as rel
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"
@@ -95,8 +94,8 @@ def test_a_release_staged_on_the_controller_verifies_on_the_node(python: str, ag
 
 
 def test_nothing_else_hashes_release_files() -> None:
-    """One copy: no other module under infra/, roles/ or ansible/ defines the manifest's hashing."""
+    """One copy: no other module under infra/tritonops/, roles/ or ansible/ defines the manifest's hashing."""
     pattern = re.compile(r"^def (tree_files|sha256_file|build_manifest|read_manifest)\b", re.M)
     homes = sorted(str(p.relative_to(REPO)) for d in ("infra", "roles", "ansible", "plugins")
                    for p in (REPO / d).rglob("*.py") if pattern.search(p.read_text(errors="replace")))
-    assert homes == ["infra/agent/manifest.py"]
+    assert homes == ["infra/tritonops/agent/manifest.py"]

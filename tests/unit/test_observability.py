@@ -7,16 +7,15 @@ import math
 
 import pytest
 import yaml
+from tritonops.agent import drift as agent_drift
+from tritonops.agent import metrics as agent_metrics
+from tritonops.cli import app
+from tritonops.observability import dashboards as d
+from tritonops.observability import keda
+from tritonops.observability import metrics as m
+from tritonops.observability import rules as r
+from tritonops.observability.export import DASHBOARDS_DIR, RULES_FILE, export
 from typer.testing import CliRunner
-
-from infra.agent import drift as agent_drift
-from infra.agent import metrics as agent_metrics
-from infra.cli import app
-from infra.observability import dashboards as d
-from infra.observability import keda
-from infra.observability import metrics as m
-from infra.observability import rules as r
-from infra.observability.export import DASHBOARDS_DIR, RULES_FILE, export
 
 ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP} | m.DRIFT_METRICS | set(agent_metrics.HELP)
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from infra.agent import drift
-from infra.observability import rules as r
-from infra.observability.export import rules_yaml
+from tritonops.agent import drift
+from tritonops.observability import rules as r
+from tritonops.observability.export import rules_yaml
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: `make apt` installs prometheus")

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from infra.model_repo import pbtxt
-from infra.model_repo.spec import ModelSpec
+from tritonops.model_repo import pbtxt
+from tritonops.model_repo.spec import ModelSpec
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 

@@ -1,4 +1,4 @@
-"""Releases: controller staging (infra.model_repo.release) and the agent's node steps (infra.agent.releases).
+"""Releases: controller staging (tritonops.model_repo.release) and the agent's node steps (tritonops.agent.releases).
 
 The node-side commands run here on temporary folders exactly as the role runs them on a node (the
 agent zipapp with a bare python3); the S3 source is exercised against moto_server (the moto[server]
@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from infra.agent import bundle, manifest
-from infra.agent import releases as node_rel
-from infra.agent.manifest import MANIFEST_FILE
-from infra.model_repo import release as rel
+from tritonops.agent import bundle, manifest
+from tritonops.agent import releases as node_rel
+from tritonops.agent.manifest import MANIFEST_FILE
+from tritonops.model_repo import release as rel
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 

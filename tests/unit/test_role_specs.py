@@ -1,7 +1,7 @@
 """Every role under roles/: defaults/main.yml and meta/argument_specs.yml agree, variables are
 prefixed, tasks are named and use fully qualified modules, rendered templates carry ansible_managed,
 README variable tables are generated from the specs; and the pins that role defaults repeat equal
-infra/versions.py.
+infra/tritonops/versions.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from infra import versions
-from infra.ansible_roles import BEGIN, defaults, render_readme, role_dirs, spec_options
+from tritonops import versions
+from tritonops.ansible_roles import BEGIN, defaults, render_readme, role_dirs, spec_options
 
 ROLES = role_dirs()
 ROLE_IDS = [r.name for r in ROLES]
@@ -139,7 +138,7 @@ def test_readme_sections(role: Path) -> None:
                          ids=lambda r: r.name)
 def test_readme_variables_table_is_current(role: Path) -> None:
     text = (role / "README.md").read_text()
-    assert render_readme(role, text) == text, f"run `python -m infra.ansible_roles` to regenerate {role.name}"
+    assert render_readme(role, text) == text, f"run `python -m tritonops.ansible_roles` to regenerate {role.name}"
 
 
 # --- pins the role defaults repeat ------------------------------------------------------------

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tritonops.cli import app
+from tritonops.model_repo.validate import Target, UsageError, validate
 from typer.testing import CliRunner
-
-from infra.cli import app
-from infra.model_repo.validate import Target, UsageError, validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 

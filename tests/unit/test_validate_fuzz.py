@@ -9,9 +9,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tritonops.model_repo.validate import validate
 from validate_cases import CASES, ECHO
-
-from infra.model_repo.validate import validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 VALID = [p.read_text() for p in sorted(SAMPLE.glob("*/config.pbtxt"))] + [

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tritonops.model_repo.validate import Target, validate
 from validate_cases import CASES, CYCLE, HELPERS
-
-from infra.model_repo.validate import Target, validate
 
 
 def _repo(tmp_path: Path, cases: dict) -> Path:  # type: ignore[type-arg]

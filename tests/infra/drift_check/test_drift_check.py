@@ -18,10 +18,9 @@ import pytest
 from conftest import journal, role_defaults
 from node_helpers import assert_hardened
 from testinfra.utils.ansible_runner import AnsibleRunner
-
-from infra.agent import bundle
-from infra.agent.drift import TEXTFILE_NAME
-from infra.observability.metrics import DRIFT_METRIC
+from tritonops.agent import bundle
+from tritonops.agent.drift import TEXTFILE_NAME
+from tritonops.observability.metrics import DRIFT_METRIC
 
 DEFAULTS = role_defaults("drift_check")
 SERVICE = DEFAULTS["drift_check_service_name"]

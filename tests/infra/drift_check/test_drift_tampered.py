@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 from conftest import journal, role_defaults
-
-from infra.agent.drift import TEXTFILE_NAME
-from infra.observability.metrics import DRIFT_METRIC
+from tritonops.agent.drift import TEXTFILE_NAME
+from tritonops.observability.metrics import DRIFT_METRIC
 
 pytestmark = pytest.mark.skipif(not os.environ.get("MOLECULE_INVENTORY_FILE"),
                                 reason="changes the node: molecule scenarios only")

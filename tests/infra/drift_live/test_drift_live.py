@@ -31,12 +31,11 @@ from typing import Any
 
 import pytest
 import yaml
-
-from infra.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
-from infra.agent.exitcodes import ExitCode
-from infra.drift.report import DriftReport
-from infra.drift.run import run
-from infra.hosts.podman import podman
+from tritonops.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.drift.report import DriftReport
+from tritonops.drift.run import run
+from tritonops.hosts.podman import podman
 
 REPO = Path(__file__).resolve().parents[3]
 # TRITONOPS_DRIFT_NODE names an existing node to reuse (kept afterwards): a re-converge instead of a first one.
@@ -62,8 +61,8 @@ def _have_podman() -> bool:
 def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if not _have_podman():
         pytest.skip("needs root and Podman (make apt installs it)")
-    from infra.hosts.images import ImageSpec, build_image
-    from infra.hosts.nodes import node_down, node_up
+    from tritonops.hosts.images import ImageSpec, build_image
+    from tritonops.hosts.nodes import node_down, node_up
 
     build_image(ImageSpec(arch="amd64"))
     if not REUSE:
@@ -81,7 +80,7 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def converge(inventory: Path) -> None:
     exe = Path(sys.executable).parent / "ansible-playbook"
     cmd = [str(exe), str(REPO / "ansible" / "edge.yml"), "-i", str(LOCAL), "-i", str(inventory), "--limit", NODE]
-    from infra.drift.ansible_check import ansible_env
+    from tritonops.drift.ansible_check import ansible_env
 
     env = ansible_env({"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"})
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=PLAY_TIMEOUT)
@@ -101,7 +100,7 @@ def sh(cmd: str) -> str:
 
 
 def node_ip() -> str:
-    from infra.hosts.nodes import node_address
+    from tritonops.hosts.nodes import node_address
 
     return node_address(NODE)
 

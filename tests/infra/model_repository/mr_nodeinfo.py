@@ -73,7 +73,7 @@ def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True)
 def run_agent(host: Any, *args: str) -> Any:
     """Run the release agent (the zipapp the role pushes, built from this checkout) on the node with its
     own python3, in a temporary folder removed afterwards; the arguments are shell-quoted."""
-    from infra.agent.bundle import build_bytes
+    from tritonops.agent.bundle import build_bytes
 
     b64 = base64.b64encode(build_bytes()).decode()
     cmd = " ".join(shlex.quote(a) for a in args)

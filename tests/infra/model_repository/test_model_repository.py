@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 from mr_nodeinfo import node_address, node_vars, repository_api, run_agent
-
-from infra.agent import manifest
-from infra.agent.manifest import MANIFEST_FILE
-from infra.agent.releases import STATE_FILE, check_release_id
-from infra.model_repo import release as rel
+from tritonops.agent import manifest
+from tritonops.agent.manifest import MANIFEST_FILE
+from tritonops.agent.releases import STATE_FILE, check_release_id
+from tritonops.model_repo import release as rel
 
 
 @pytest.fixture(scope="module")

@@ -33,11 +33,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
-
-from infra.agent.manifest import MANIFEST_FILE
-from infra.agent.releases import STATE_FILE
-from infra.model_repo import release as rel
-from infra.model_repo.golden import Golden
+from tritonops.agent.manifest import MANIFEST_FILE
+from tritonops.agent.releases import STATE_FILE
+from tritonops.model_repo import release as rel
+from tritonops.model_repo.golden import Golden
 
 SAMPLE = REPO / "examples" / "model_repository"
 RATE = 20.0  # requests per second, split between mlp and pipeline

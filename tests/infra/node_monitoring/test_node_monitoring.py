@@ -13,8 +13,7 @@ import pytest
 import yaml
 from gpuhost_helpers import defaults, journal
 from node_helpers import assert_hardened
-
-from infra.observability.rules import RuleSettings, rule_groups
+from tritonops.observability.rules import RuleSettings, rule_groups
 
 DEFAULTS = defaults("node_monitoring")
 

@@ -44,10 +44,9 @@ from ra_node import (
     sample,
     wait_for,
 )
-
-from infra.agent.signing import keygen
-from infra.agent.triton import Triton, golden_gate
-from infra.model_repo.publish import publish
+from tritonops.agent.signing import keygen
+from tritonops.agent.triton import Triton, golden_gate
+from tritonops.model_repo.publish import publish
 
 SAMPLE = REPO / "examples" / "model_repository"
 ARRIVAL_TIMEOUT = 180.0

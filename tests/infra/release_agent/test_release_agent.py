@@ -18,8 +18,7 @@ import pytest
 from conftest import journal
 from node_helpers import assert_hardened
 from ra_node import PYZ, SERVICE, agent_argv, inventory_vars, options
-
-from infra.agent import bundle
+from tritonops.agent import bundle
 
 UNIT = f"/etc/systemd/system/{SERVICE}.service"
 ENV_FILE = f"/etc/default/{SERVICE}"

@@ -236,7 +236,7 @@ def served_model(cfg: dict[str, Any]) -> str:
 
 def test_smoke(cfg: dict[str, Any], address: str, served_model: str, args: dict[str, list[str]]) -> None:
     """`tritonops smoke` from the controller: ready, model READY, golden inference, metrics families."""
-    from infra.triton.smoke import smoke
+    from tritonops.triton.smoke import smoke
 
     (metrics_bound,) = args["metrics-address"]
     metrics_host = address if metrics_bound in ("0.0.0.0", "::") else metrics_bound

@@ -16,12 +16,11 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from infra.agent import manifest, releases, signing
-from infra.agent.pull import Agent
-from infra.agent.store import Store, blob_key, sigv4_headers
-from infra.agent.triton import read_golden
-from infra.model_repo import publish as pub
+from tritonops.agent import manifest, releases, signing
+from tritonops.agent.pull import Agent
+from tritonops.agent.store import Store, blob_key, sigv4_headers
+from tritonops.agent.triton import read_golden
+from tritonops.model_repo import publish as pub
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
@@ -264,7 +263,7 @@ def _oldest_python() -> str | None:
 def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, keys: dict[str, Path]) -> None:
     import subprocess
 
-    from infra.agent import bundle
+    from tritonops.agent import bundle
 
     store = str(tmp_path / "store")
     pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")

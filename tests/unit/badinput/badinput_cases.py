@@ -1,6 +1,6 @@
 """The bad-input table: every command of ``tritonops`` and of the node agent, fed what users get wrong.
 
-Exit codes (infra/agent/exitcodes.py): 2 for a bad command line or an unusable input the user named
+Exit codes (infra/tritonops/agent/exitcodes.py): 2 for a bad command line or an unusable input the user named
 (missing, empty, binary, a folder or FIFO or device where a file belongs, oversized, malformed, a
 number that is NaN, infinite or out of range, an unknown or hostile name); 1 for findings (a model
 repository with errors, a release refused); 3 when a server or store could not be reached or broke.
@@ -124,14 +124,14 @@ def pointer(channel: str = "canary", history: list | None = None) -> Callable[[P
 
 
 def keys(tmp: Path) -> None:
-    from infra.agent import signing
+    from tritonops.agent import signing
 
     signing.keygen(tmp / "keys" / "release.key", tmp / "keys" / "release.pub")
 
 
 def node(tmp: Path) -> None:
     """A node's layout with one installed, gated release r0: {tmp}/models -> releases/r0."""
-    from infra.agent import manifest, releases
+    from tritonops.agent import manifest, releases
 
     rel = tmp / "releases" / "r0"
     shutil.copytree(tmp / "repo", rel)
@@ -143,7 +143,7 @@ def node(tmp: Path) -> None:
 def staged(release: str = "r1") -> Callable[[Path], None]:
     """A pushed copy at releases/.staging-<release>, with its manifest."""
     def step(tmp: Path) -> None:
-        from infra.agent import manifest
+        from tritonops.agent import manifest
 
         st = tmp / "releases" / f".staging-{release}"
         shutil.copytree(tmp / "repo", st)
@@ -166,7 +166,7 @@ def stack_copy(stack: str, env: str, kind_or_text: str) -> Callable[[Path], None
 
 def render_call(stack: str, env: str) -> Callable[[Path], object]:
     def call(tmp: Path) -> object:
-        from infra.k8s.render import render
+        from tritonops.k8s.render import render
 
         return render(stack, env, tmp / "out", stacks_dir=tmp / "stacks")
     return call
@@ -191,7 +191,7 @@ def _cases() -> list[Case]:
     c: list[Case] = []
     add = c.append
 
-    # validate (helper G: infra/model_repo/validate.py, spec.py, pbtxt.py)
+    # validate (helper G: infra/tritonops/model_repo/validate.py, spec.py, pbtxt.py)
     g = "G"
     add(Case("validate-missing", ("validate", f"{T}/nope"), names=("nope",), owner=g, setup=kit))
     add(Case("validate-empty-string", ("validate", ""), names=("path", "empty"), owner=g, setup=kit))
@@ -215,7 +215,7 @@ def _cases() -> list[Case]:
     add(Case("validate-model-name-hostile", ("validate", R), expect=1, names=("$(reboot)",), owner=g,
              setup=with_(lambda t: shutil.copytree(t / "repo" / "mlp", t / "repo" / "$(reboot)"))))
 
-    # manifest (helper A: infra/cli.py, infra/agent/manifest.py)
+    # manifest (helper A: infra/tritonops/cli.py, infra/tritonops/agent/manifest.py)
     add(Case("manifest-missing", ("manifest", f"{T}/nope"), names=("nope",), setup=kit))
     add(Case("manifest-empty-string", ("manifest", ""), names=("path", "empty"), setup=kit))
     add(Case("manifest-file", ("manifest", f"{T}/precious.txt"), names=("precious.txt",), setup=kit))
@@ -236,7 +236,7 @@ def _cases() -> list[Case]:
              setup=with_(mkdirs("repo/MANIFEST.sha256.json/keep"), write("repo/MANIFEST.sha256.json/keep/x", "x"))))
     add(Case("manifest-tree-with-fifo", ("manifest", R), expect=0, setup=with_(put("repo/mlp/fifo", "fifo"))))
 
-    # smoke (argument handling: helper A, infra/cli.py; checks against a server: helper H)
+    # smoke (argument handling: helper A, infra/tritonops/cli.py; checks against a server: helper H)
     add(Case("smoke-empty-url", ("smoke", ""), names=("url", "''"), setup=kit))
     add(Case("smoke-bad-scheme", ("smoke", "ftp://127.0.0.1:21"), names=("ftp",), setup=kit))
     add(Case("smoke-bad-port", ("smoke", "http://127.0.0.1:notaport"), names=("notaport", "port"), setup=kit))
@@ -253,7 +253,7 @@ def _cases() -> list[Case]:
     add(Case("smoke-closed-port-grpc", ("smoke", f"grpc://{CLOSED}"), expect=1, names=("127.0.0.1",), owner="H",
              setup=kit))
 
-    # serve (helper E: infra/triton/server.py); only argument errors, no server is started
+    # serve (helper E: infra/tritonops/triton/server.py); only argument errors, no server is started
     e = "E"
     add(Case("serve-missing", ("serve", f"{T}/nope"), names=("nope",), owner=e, setup=kit))
     add(Case("serve-empty-string", ("serve", ""), names=("repository", "empty"), owner=e, setup=kit))
@@ -261,7 +261,7 @@ def _cases() -> list[Case]:
     add(Case("serve-mode-unknown", ("serve", R, "--model-control-mode", "sometimes"),
              names=("model-control-mode", "sometimes"), owner=e, setup=kit))
 
-    # bench and tune (helper H: infra/triton/bench.py, tune.py, load_commands.py)
+    # bench and tune (helper H: infra/tritonops/triton/bench.py, tune.py, load_commands.py)
     h = "H"
     bench = ("bench", "mlp", "--url", CLOSED)
     add(Case("bench-closed-port", bench, expect=3, names=("127.0.0.1",), owner=h, setup=kit))
@@ -292,7 +292,7 @@ def _cases() -> list[Case]:
         add(Case(f"tune{opt}-{value}", (*tune, opt, value), names=_opt_names(opt),
                  owner=h, setup=kit))
 
-    # render: arguments (helper A, infra/k8s/commands.py); Pulumi.<env>.yaml loading (helper C)
+    # render: arguments (helper A, infra/tritonops/k8s/commands.py); Pulumi.<env>.yaml loading (helper C)
     add(Case("render-stack-unknown", ("render", "--stack", "nosuch", "--env", "dev", "--out", f"{T}/out"),
              names=("nosuch",), setup=kit))
     add(Case("render-stack-empty", ("render", "--stack", "", "--env", "dev", "--out", f"{T}/out"),
@@ -303,7 +303,7 @@ def _cases() -> list[Case]:
              setup=kit))
     add(Case("render-out-file", ("render", "--stack", "triton", "--env", "dev", "--out", f"{T}/precious.txt"),
              names=("precious.txt",), setup=kit))
-    from infra.k8s.config import ConfigError
+    from tritonops.k8s.config import ConfigError
 
     for kind in ("missing", "binary", "fifo", "zero", "dir", "empty", "big", "malformed", "list",
                  "config: 5\n", "config:\n  tritonops-triton:modelServices: [\n"):
@@ -312,7 +312,7 @@ def _cases() -> list[Case]:
                  names=("Pulumi.dev.yaml",), setup=with_(stack_copy("triton", "dev", kind)),
                  call=render_call("triton", "dev")))
 
-    # drift: arguments (helper A, infra/drift/commands.py); the sources themselves (helper D)
+    # drift: arguments (helper A, infra/tritonops/drift/commands.py); the sources themselves (helper D)
     inv = ("-i", f"{T}/inventory.yml")
     has_inv = with_(write("inventory.yml", "all:\n  hosts: {}\n"))
     for value in ("x", "0", "-1"):
@@ -333,7 +333,7 @@ def _cases() -> list[Case]:
     add(Case("drift-textfile-dir-file", ("drift", "--source", "pulumi", "--textfile-dir", f"{T}/precious.txt"),
              names=("precious.txt",), setup=kit))
 
-    # release keygen / publish / promote / rollback / status (helper A: infra/model_repo/commands.py, publish.py)
+    # release keygen / publish / promote / rollback / status (helper A: infra/tritonops/model_repo/commands.py, publish.py)
     add(Case("keygen-empty-path", ("release", "keygen", "", f"{T}/k.pub"), names=("private", "empty", "key"),
              setup=kit))
     add(Case("keygen-existing-key", ("release", "keygen", f"{T}/precious.txt", f"{T}/k.pub"),
@@ -430,7 +430,7 @@ def _cases() -> list[Case]:
     add(Case("demo-extra-argument", ("demo", "extra"), names=("extra",), env=NO_PODMAN, setup=kit))
     add(Case("unknown-command", ("nosuch",), names=("nosuch",), setup=kit))
 
-    # the node agent (helper A: infra/agent/cli.py, releases.py, manifest.py, store.py, pull.py)
+    # the node agent (helper A: infra/tritonops/agent/cli.py, releases.py, manifest.py, store.py, pull.py)
     a = "agent"
     ag = with_(node)
     add(Case("agent-no-command", (), cli=a, names=("usage",), setup=kit))

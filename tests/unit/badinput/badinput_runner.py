@@ -115,7 +115,7 @@ def _invoke(case: Case, tmp: Path, port: int) -> dict[str, Any]:
             return {"code": None, "out": "", "exc": _exc(e)}
         return {"code": 0, "out": "returned without an error", "exc": None}
     if case.cli == "agent":
-        from infra.agent.cli import main
+        from tritonops.agent.cli import main
 
         out, err = io.StringIO(), io.StringIO()
         try:
@@ -139,8 +139,7 @@ def _invoke(case: Case, tmp: Path, port: int) -> dict[str, Any]:
 def tritonops_command() -> Any:
     """The click command behind ``tritonops``, built once (call it before forking: each case saves ~0.1 s)."""
     import typer.main
-
-    from infra.cli import app
+    from tritonops.cli import app
 
     return typer.main.get_command(app)
 

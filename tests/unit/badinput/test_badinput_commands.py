@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from badinput_cases import CASES, ROOT
-from badinput_runner import Case, run, tritonops_command
 
 # Imported once here: each case's forked child then starts in milliseconds.
-import infra.agent.cli  # noqa: F401
-import infra.cli  # noqa: F401
-import infra.k8s.render  # noqa: F401
-from infra.agent import bundle
-from infra.agent.exitcodes import ExitCode
+import tritonops.agent.cli  # noqa: F401
+import tritonops.cli  # noqa: F401
+import tritonops.k8s.render  # noqa: F401
+from badinput_cases import CASES, ROOT
+from badinput_runner import Case, run, tritonops_command
+from tritonops.agent import bundle
+from tritonops.agent.exitcodes import ExitCode
 
 tritonops_command()
 
@@ -32,12 +32,12 @@ def test_bad_input_gets_a_clean_error(case: Case, tmp_path: Path) -> None:
 
 
 def test_the_shipped_agent_answers_a_fifo_manifest_at_once(tmp_path: Path) -> None:
-    """The real entry points (python -m infra.agent, and the zipapp the roles push), not only main()."""
+    """The real entry points (python -m tritonops.agent, and the zipapp the roles push), not only main()."""
     release = tmp_path / "r1"
     release.mkdir()
     os.mkfifo(release / "MANIFEST.sha256.json")
     pyz = bundle.build(tmp_path / "tritonops-agent.pyz")
-    for argv in ([sys.executable, "-m", "infra.agent"], [sys.executable, "-I", str(pyz)]):
+    for argv in ([sys.executable, "-m", "tritonops.agent"], [sys.executable, "-I", str(pyz)]):
         res = subprocess.run([*argv, "verify", str(release)], capture_output=True, text=True, timeout=20, cwd=ROOT)
         assert res.returncode == ExitCode.FINDINGS, res.stderr
         assert "Traceback" not in res.stderr and "not a regular file" in json.loads(res.stdout)["error"]

@@ -15,12 +15,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from infra.agent import manifest
-from infra.agent.manifest import MANIFEST_FILE, ReleaseError, StoreError
-from infra.agent.pull import parse_pointer
-from infra.agent.triton import golden_gate, read_golden
-from infra.model_repo.golden import Golden
+from tritonops.agent import manifest
+from tritonops.agent.manifest import MANIFEST_FILE, ReleaseError, StoreError
+from tritonops.agent.pull import parse_pointer
+from tritonops.agent.triton import golden_gate, read_golden
+from tritonops.model_repo.golden import Golden
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HEX = st.text("0123456789abcdef", min_size=64, max_size=64)
@@ -105,7 +104,7 @@ def test_agent_golden_reads_any_bytes_cleanly(raw: bytes) -> None:
 @SETTINGS
 @given(doc=golden_docs)
 def test_controller_golden_model_accepts_or_raises_value_error(doc: Any) -> None:
-    """infra.model_repo.golden (validate and smoke read golden.json with it)."""
+    """tritonops.model_repo.golden (validate and smoke read golden.json with it)."""
     try:
         golden = Golden.model_validate_json(_dumps(doc))
     except ValueError:

@@ -1,4 +1,4 @@
-"""The node's effective state against the triton_server role's expected state (infra/agent/effective.py):
+"""The node's effective state against the triton_server role's expected state (infra/tritonops/agent/effective.py):
 argument comparison, redaction, what the posture checks aim at. The real unit, process and Triton are
 proven on a Podman node (tests/infra/drift_check) and against a real tritonserver
 (tests/integration/test_drift_triton.py)."""
@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from infra.agent import effective
+from tritonops.agent import effective
 
 BINARY = "/opt/tritonserver/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver"
 UNIT_ARGS = ["--model-repository=/var/lib/triton/models", "--model-control-mode=explicit", "--http-port=8000",

@@ -1,4 +1,4 @@
-"""The drift CronJob's pod checks (infra/agent/kube.py): pods vs the Deployment the stack renders, each
+"""The drift CronJob's pod checks (infra/tritonops/agent/kube.py): pods vs the Deployment the stack renders, each
 pod's release vs its channel, and the Kubernetes API call itself.
 
 No API server can run here: the pods are the API's JSON for pods of the rendered Deployment (what
@@ -21,11 +21,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-
-from infra.agent import kube
-from infra.agent.manifest import ReleaseError
-from infra.k8s import drift
-from infra.k8s.config import TritonStackConfig, load_stack_config
+from tritonops.agent import kube
+from tritonops.agent.manifest import ReleaseError
+from tritonops.k8s import drift
+from tritonops.k8s.config import TritonStackConfig, load_stack_config
 
 TOKEN = "unit-test.sa-token-9f3e"
 DIGEST_A, DIGEST_B = "a" * 64, "b" * 64
@@ -56,7 +55,7 @@ def rendered() -> dict[str, Any]:
     Deployment and one of the canary's."""
     cfg = _cfg("dev")
     svc = next(s for s in cfg.model_services if s.release is not None)
-    from infra.k8s.triton import deployment
+    from tritonops.k8s.triton import deployment
 
     expected = drift.expected_pods(cfg, svc)
     stable, canary = expected["deployments"]

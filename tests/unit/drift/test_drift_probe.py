@@ -1,6 +1,6 @@
 """ansible/drift_probe.yml for real against localhost: the role's controller steps, the agent's ``probe``
 on the "node" (a temporary release layout), Triton's index read with the admin header (a stand-in HTTP
-server that refuses requests without it), parsed and compared by ``infra.drift.models.check``.
+server that refuses requests without it), parsed and compared by ``tritonops.drift.models.check``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from infra.agent import drift as agent_drift
-from infra.agent import manifest
-from infra.agent.releases import STATE_FILE
-from infra.drift import ansible_check, models
-from infra.model_repo import release as rel
+from tritonops.agent import drift as agent_drift
+from tritonops.agent import manifest
+from tritonops.agent.releases import STATE_FILE
+from tritonops.drift import ansible_check, models
+from tritonops.model_repo import release as rel
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "model_repository"

@@ -10,17 +10,15 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from typer.testing import CliRunner
-
-from infra.agent import bundle, manifest
-from infra.agent import drift as agent_drift
-from infra.agent import releases as agent_releases
-from infra.agent.exitcodes import ExitCode
-from infra.agent.manifest import ReleaseError
-from infra.agent.triton import SECRET_ENV
-from infra.cli import app
-from infra.drift import ansible_check, models, pulumi_check
-from infra.drift.report import (
+from tritonops.agent import bundle, manifest
+from tritonops.agent import drift as agent_drift
+from tritonops.agent import releases as agent_releases
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.agent.manifest import ReleaseError
+from tritonops.agent.triton import SECRET_ENV
+from tritonops.cli import app
+from tritonops.drift import ansible_check, models, pulumi_check
+from tritonops.drift.report import (
     DriftReport,
     Finding,
     SourceResult,
@@ -28,11 +26,12 @@ from infra.drift.report import (
     textfile,
     write_textfile,
 )
-from infra.k8s import drift as k8s_drift
-from infra.k8s import triton as k8s_triton
-from infra.k8s.config import TritonStackConfig, load_stack_config
-from infra.model_repo import release as rel
-from infra.observability.metrics import DRIFT_METRIC
+from tritonops.k8s import drift as k8s_drift
+from tritonops.k8s import triton as k8s_triton
+from tritonops.k8s.config import TritonStackConfig, load_stack_config
+from tritonops.model_repo import release as rel
+from tritonops.observability.metrics import DRIFT_METRIC
+from typer.testing import CliRunner
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[3]
@@ -319,7 +318,7 @@ def test_drift_objects_are_valid_kubernetes() -> None:
 
 def test_cron_job_runs_the_agents_check_from_its_config_map() -> None:
     """The CronJob runs the agent's ``check`` (the code the nodes' timer runs), mounted from the ConfigMap
-    that holds exactly the zipapp ``infra.agent.bundle`` builds."""
+    that holds exactly the zipapp ``tritonops.agent.bundle`` builds."""
     cfg = _triton_cfg()
     pod = k8s_drift.cron_job(cfg, cfg.model_services[0])["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     cmd = pod["containers"][0]["command"]

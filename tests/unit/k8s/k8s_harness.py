@@ -17,8 +17,7 @@ from typing import Any
 
 import pulumi
 import yaml
-
-from infra.k8s.config import STACKS_DIR, project_name
+from tritonops.k8s.config import STACKS_DIR, project_name
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRETS = {
@@ -128,7 +127,7 @@ def run_program(
 
     @pulumi.runtime.test
     def program() -> Any:
-        import infra.k8s.stacks as stacks
+        import tritonops.k8s.stacks as stacks
 
         created: dict[str, Any] = {}
         original = stacks.run

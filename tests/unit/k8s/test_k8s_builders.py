@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 import yaml
 from k8s_harness import ROOT
-
-from infra import versions
-from infra.agent import manifest, releases, signing
-from infra.agent.bundle import build_bytes
-from infra.agent.cli import parser as agent_parser
-from infra.k8s import drift, eks, platform, triton
-from infra.k8s.budget import BudgetError, budgets, check_budget, service_budget
-from infra.k8s.config import (
+from tritonops import versions
+from tritonops.agent import manifest, releases, signing
+from tritonops.agent.bundle import build_bytes
+from tritonops.agent.cli import parser as agent_parser
+from tritonops.k8s import drift, eks, platform, triton
+from tritonops.k8s.budget import BudgetError, budgets, check_budget, service_budget
+from tritonops.k8s.config import (
     ConfigError,
     PlatformConfig,
     TritonStackConfig,
@@ -32,8 +31,8 @@ from infra.k8s.config import (
     parse_config,
     read_stack_file,
 )
-from infra.observability.keda import prometheus_trigger
-from infra.observability.rules import rule_groups
+from tritonops.observability.keda import prometheus_trigger
+from tritonops.observability.rules import rule_groups
 
 
 def _triton(env: str = "prod") -> TritonStackConfig:
@@ -469,7 +468,7 @@ def test_cluster_spec() -> None:
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_gpu_operator_skips_driver_where_the_ami_ships_it(env: str) -> None:
-    from infra.k8s.catalog import GPU_AMI_TYPES
+    from tritonops.k8s.catalog import GPU_AMI_TYPES
 
     cluster = load_stack_config("cluster-aws", env)
     ops = _platform(env).gpu_operator
@@ -763,7 +762,7 @@ def test_init_container_syncs_a_signed_release_with_its_own_argv(tmp_path: Path)
     (tmp_path / "trusted").mkdir()  # keygen makes the private key's folder only
     private, public = signing.keygen(tmp_path / "keys" / "release.key", tmp_path / "trusted" / "release.pub")
     store = tmp_path / "store"
-    from infra.model_repo.publish import publish  # the controller's half (boto3 for s3 stores)
+    from tritonops.model_repo.publish import publish  # the controller's half (boto3 for s3 stores)
 
     published = publish(ROOT / "examples" / "model_repository", str(store), rel.channel, private)
     agent = tmp_path / "agent" / triton.AGENT_KEY

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT
-
-from infra.k8s.config import ENVIRONMENTS
+from tritonops.k8s.config import ENVIRONMENTS
 
 CHECKOV = ROOT / ".cache" / "checkov-venv" / "bin" / "checkov"
 STACKS = ("triton", "platform")
@@ -32,7 +31,7 @@ SKIPS: dict[tuple[str, str | None], str] = {
     ("CKV_K8S_35", None): (
         "Triton takes the admin header value only on its command line (kubelet fills $(TRITON_ADMIN_KEY) "
         "from the Secret); the release agent and drift check read it, and S3 keys, from their environment "
-        "(infra/agent has no file option)"
+        "(infra/tritonops/agent has no file option)"
     ),
     ("CKV_K8S_40", None): (
         "uid 1000 is the NGC image's own triton-server user; the pods run non-root, no privilege "

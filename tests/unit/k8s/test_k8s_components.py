@@ -7,10 +7,9 @@ from typing import Any
 import pulumi
 import pytest
 from k8s_harness import as_ints, is_secret, run_fn, unwrap
-
-from infra import versions
-from infra.k8s import platform, triton
-from infra.k8s.components import (
+from tritonops import versions
+from tritonops.k8s import platform, triton
+from tritonops.k8s.components import (
     GpuNodePool,
     GpuNodePoolArgs,
     GpuOperator,
@@ -25,7 +24,7 @@ from infra.k8s.components import (
     TritonServiceArgs,
     k8s_object,
 )
-from infra.k8s.config import ClusterAwsConfig, PlatformConfig, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import ClusterAwsConfig, PlatformConfig, TritonStackConfig, load_stack_config
 
 
 def _cfg(stack: str, env: str) -> Any:

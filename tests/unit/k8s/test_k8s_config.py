@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from infra.k8s.config import (
+from tritonops.k8s.config import (
     ENVIRONMENTS,
     STACKS,
     STACKS_DIR,
@@ -18,7 +17,7 @@ from infra.k8s.config import (
     parse_config,
     read_stack_file,
 )
-from infra.k8s.eks import node_pools_summary
+from tritonops.k8s.eks import node_pools_summary
 
 
 def _own(stack: str, env: str) -> dict[str, Any]:

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 import yaml
 from k8s_harness import Mocks, run_program
-
-from infra.k8s import platform, triton
-from infra.k8s.config import (
+from tritonops.k8s import platform, triton
+from tritonops.k8s.config import (
     GATEWAY_MAX_MODELS,
     ConfigError,
     PlatformConfig,
@@ -27,8 +26,8 @@ from infra.k8s.config import (
     parse_config,
     read_stack_file,
 )
-from infra.k8s.render import build, render
-from infra.triton.admin import RESTRICTED_APIS
+from tritonops.k8s.render import build, render
+from tritonops.triton.admin import RESTRICTED_APIS
 
 Obj = dict[str, Any]
 
@@ -412,7 +411,7 @@ def test_restricted_groups_are_the_admin_apis() -> None:
         ({"ip": "10.0.12.34"}, 443, True),  # the API server (EKS: control-plane ENIs in the subnets)
         ({"ip": "10.0.12.34"}, 6443, True),
         ({"ip": "10.0.12.34"}, 22, False),
-        ({"ns": "triton", "pod": SERVER}, triton.AGENT_PORT, True),  # the agent's /status (infra.k8s.drift)
+        ({"ns": "triton", "pod": SERVER}, triton.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.drift)
     ],
 )
 def test_the_drift_check_reaches_the_kube_api_and_the_agents(dst: Obj, port: int, allowed: bool) -> None:

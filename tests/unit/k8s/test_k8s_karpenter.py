@@ -14,10 +14,9 @@ import jsonschema
 import pytest
 import yaml
 from k8s_harness import ROOT, as_ints, committed, k8s_objects
-
-from infra import versions
-from infra.k8s import karpenter, triton
-from infra.k8s.config import (
+from tritonops import versions
+from tritonops.k8s import karpenter, triton
+from tritonops.k8s.config import (
     ENVIRONMENTS,
     ClusterAwsConfig,
     ConfigError,
@@ -25,9 +24,9 @@ from infra.k8s.config import (
     parse_config,
     read_stack_file,
 )
-from infra.k8s.eks import node_labels
-from infra.k8s.render import build
-from infra.k8s.stacks import render_set
+from tritonops.k8s.eks import node_labels
+from tritonops.k8s.render import build
+from tritonops.k8s.stacks import render_set
 
 DATA = Path(__file__).parent / "data" / "karpenter"
 CRDS = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8s.aws_ec2nodeclasses.yaml"}
@@ -346,7 +345,7 @@ def test_policy_recognises_gpu_nodepools_by_taint_and_ignores_cpu_pools() -> Non
 
 
 def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
-    from infra.k8s.render import render
+    from tritonops.k8s.render import render
 
     render("cluster-aws", "dev", tmp_path)
     rendered = (tmp_path / "01-nodepool-gpu-l4.yaml").read_text().splitlines()
@@ -357,7 +356,7 @@ def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
 
 
 def test_karpenter_args_refuse_a_cluster_without_karpenter_pools() -> None:
-    from infra.k8s.karpenter_stack import KarpenterArgs
+    from tritonops.k8s.karpenter_stack import KarpenterArgs
 
     raw = copy.deepcopy(read_stack_file("cluster-aws", "dev")[0])
     pool = raw["gpuNodePools"][0]

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from k8s_harness import ROOT, as_ints, committed, run_program
 from pulumi_policy import PolicyResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
-
-from infra.k8s.config import ENVIRONMENTS, read_stack_file
+from tritonops.k8s.config import ENVIRONMENTS, read_stack_file
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
@@ -286,7 +285,7 @@ def _sidecar(props: dict[str, Any]) -> dict[str, Any]:
 
 def test_agent_containers_are_not_triton_servers() -> None:
     """Same image, but no GPU and no /v2/health probes needed: only the server is a Triton container."""
-    from infra.k8s import triton
+    from tritonops.k8s import triton
 
     assert tp.AGENT_FILE == triton.AGENT_KEY
     deps = [r for r in _resources("dev") if r.resource_type == DEP]  # stable and canary
@@ -407,8 +406,8 @@ def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
     import re
     import subprocess
 
-    from infra.triton.admin import RESTRICTED_APIS
-    from infra.triton.server import TritonNotInstalled, find_install
+    from tritonops.triton.admin import RESTRICTED_APIS
+    from tritonops.triton.server import TritonNotInstalled, find_install
 
     assert tp.RESTRICTED_APIS == RESTRICTED_APIS
     try:

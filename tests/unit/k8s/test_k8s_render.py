@@ -13,12 +13,11 @@ import pytest
 import typer
 import yaml
 from k8s_harness import ROOT
+from tritonops.agent.bundle import build_bytes
+from tritonops.k8s.commands import render as render_cmd
+from tritonops.k8s.config import ENVIRONMENTS, STACKS, STACKS_DIR
+from tritonops.k8s.render import build, render
 from typer.testing import CliRunner
-
-from infra.agent.bundle import build_bytes
-from infra.k8s.commands import render as render_cmd
-from infra.k8s.config import ENVIRONMENTS, STACKS, STACKS_DIR
-from infra.k8s.render import build, render
 
 runner = CliRunner()
 # The command as `tritonops` registers it, on its own app so other commands' imports do not matter here.
@@ -28,8 +27,8 @@ app.command("noop")(lambda: None)  # two commands: typer then keeps the `render`
 
 
 def test_tritonops_registers_render() -> None:
-    text = (ROOT / "infra" / "cli.py").read_text()
-    assert "from infra.k8s.commands import render as render_cmd" in text
+    text = (ROOT / "infra" / "tritonops" / "cli.py").read_text()
+    assert "from tritonops.k8s.commands import render as render_cmd" in text
     assert 'app.command("render")(render_cmd)' in text
 
 
@@ -90,7 +89,7 @@ def test_render_invalid_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     doc = yaml.safe_load(path.read_text())
     doc["config"]["tritonops-triton:modelServices"][0]["models"] = []
     path.write_text(yaml.safe_dump(doc))
-    from infra.k8s.config import ConfigError
+    from tritonops.k8s.config import ConfigError
 
     with pytest.raises(ConfigError) as exc:
         render("triton", "dev", tmp_path / "out", stacks_dir=stacks)
@@ -103,7 +102,7 @@ def test_render_invalid_config_exits_2_naming_the_key(tmp_path: Path) -> None:
 def test_render_needs_no_pulumi_engine(tmp_path: Path) -> None:
     """A fresh interpreter renders without importing pulumi at all."""
     code = (
-        "import sys; from pathlib import Path; from infra.k8s.render import render; "
+        "import sys; from pathlib import Path; from tritonops.k8s.render import render; "
         f"render('triton', 'prod', Path({str(tmp_path)!r})); "
         "assert not any(m == 'pulumi' or m.startswith('pulumi.') for m in sys.modules), 'pulumi imported'"
     )

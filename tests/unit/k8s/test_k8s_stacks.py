@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from k8s_harness import SECRETS, Mocks, as_ints, committed, is_secret, k8s_objects, run_program, unwrap
-
-from infra.k8s.config import ENVIRONMENTS, ConfigError, load_stack_config
-from infra.k8s.render import build
+from tritonops.k8s.config import ENVIRONMENTS, ConfigError, load_stack_config
+from tritonops.k8s.render import build
 
 ENVS = pytest.mark.parametrize("env", ENVIRONMENTS)
 
@@ -236,7 +235,7 @@ def test_stack_outside_the_engine_fails_clearly(stack: str) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "infra")},
     )
     assert out.returncode != 0
     assert "PulumiEngineMissing" in out.stderr

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT
-
-from infra.k8s import triton
-from infra.k8s.config import TritonStackConfig, parse_config, read_stack_file
-from infra.triton.server import TritonNotInstalled, TritonServer, find_install, start
+from tritonops.k8s import triton
+from tritonops.k8s.config import TritonStackConfig, parse_config, read_stack_file
+from tritonops.triton.server import TritonNotInstalled, TritonServer, find_install, start
 
 TOKEN = "test-admin-token"
 SUPPLIED_BY_POD = (
@@ -166,7 +165,7 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("moto_server", path=str(Path(sys.executable).parent))
     if binary is None:
         pytest.skip("moto[server] (the `dev` extra) is not installed")
-    from infra.triton.server import free_port
+    from tritonops.triton.server import free_port
 
     port = free_port()
     proc = subprocess.Popen(

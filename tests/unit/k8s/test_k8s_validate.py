@@ -8,10 +8,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from k8s_harness import committed, k8s_objects
-
-from infra.k8s import triton
-from infra.k8s.config import ENVIRONMENTS, TritonStackConfig, parse_config, read_stack_file
-from infra.k8s.render import build
+from tritonops.k8s import triton
+from tritonops.k8s.config import ENVIRONMENTS, TritonStackConfig, parse_config, read_stack_file
+from tritonops.k8s.render import build
 
 LATEST = kubernetes_validate.latest_version()
 VERSIONS = ["1.30.0", LATEST]

@@ -1,5 +1,0 @@
-"""Drift detection: is what runs (hosts, models, cluster) still what the code says?
-
-Sources: ``ansible`` (playbooks in check+diff mode), ``models`` (release manifest vs node files, Triton's
-repository index vs the release), ``pulumi`` (Automation API previews). See ``infra.drift.run``.
-"""

@@ -1,0 +1,61 @@
+"""Write the agent into one file: a zipapp that ``python3 FILE <command>`` runs on any node or pod.
+
+The roles push it, the Kubernetes pods get it from a ConfigMap, drift runs it. Its content depends
+only on the agent's source, so its sha256 changes exactly when the agent does.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+PACKAGE = "tritonops_agent"
+_MAIN = b"import sys\nfrom tritonops_agent.cli import main\nsys.exit(main())\n"
+_FIXED_TIME = (2020, 1, 1, 0, 0, 0)
+
+
+def sources() -> dict:
+    here = Path(__file__).parent
+    return {p.name: p.read_bytes() for p in sorted(here.glob("*.py")) if p.name != "__main__.py"}
+
+
+def build_bytes() -> bytes:
+    """The zipapp's bytes: fixed timestamps and order, so the same source gives the same file."""
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in [*((f"{PACKAGE}/{n}", d) for n, d in sources().items()), ("__main__.py", _MAIN)]:
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+def build(out: Path) -> Path:
+    """Write the zipapp to ``out`` (atomically, 0755); unchanged content is not rewritten."""
+    out = Path(out)
+    data = build_bytes()
+    if out.is_file() and out.read_bytes() == data:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, out)
+    return out
+
+
+if __name__ == "__main__":  # python -m tritonops.agent.bundle OUT: what the roles run on the controller
+    import hashlib
+    import json
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tritonops.agent.bundle OUT")
+    target = Path(sys.argv[1])
+    before = target.read_bytes() if target.is_file() else None
+    data = build(target).read_bytes()
+    print(json.dumps({"path": str(target), "sha256": hashlib.sha256(data).hexdigest(), "changed": before != data}))

@@ -1,0 +1,151 @@
+"""`make demo`: a local edge node converged by Ansible, then the smoke check and real inference results.
+
+Default (``tritonops demo``): build the Debian systemd image (cached), boot the Podman node
+``tritonops-edge-1``, run ``ansible-playbook ansible/edge.yml -i ansible/inventories/local`` against
+it (gpu_facts, triton_server from the wheel, the sample repository as a model release), then smoke-check
+the node's Triton over its bridge address and show the pipeline's answers.
+
+``tritonops demo --local``: the earlier path, a tritonserver process on loopback (no Ansible, no Podman).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+from rich.console import Console
+from rich.table import Table
+
+from tritonops.model_repo.golden import Golden
+from tritonops.triton import server
+from tritonops.triton.smoke import SmokeReport, report_table, smoke
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "model_repository"
+EDGE_NODE = "tritonops-edge-1"
+ADMIN_HEADER = "triton-admin-key"
+_TASK = re.compile(r"^TASK \[(?P<name>.+?)\] \*")
+_RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unr>\d+)\s+"
+                    r"failed=(?P<failed>\d+)")
+
+
+class DemoError(RuntimeError):
+    """A demo step failed; the message says which and where its log is."""
+
+
+def pipeline_table(url: str, repository: Path) -> Table:
+    """Send the pipeline's golden raw inputs and show what the ensemble answers."""
+    client = httpclient.InferenceServerClient(url)
+    case = Golden.load(repository / "pipeline" / "golden.json").cases[-1]
+    raw = case.inputs["raw"].array()
+    inp = httpclient.InferInput("raw", list(raw.shape), "UINT8")
+    inp.set_data_from_numpy(raw)
+    result = client.infer("pipeline", [inp])
+    probs, labels = result.as_numpy("probabilities"), result.as_numpy("label")
+    table = Table(title="pipeline (preprocess -> mlp -> postprocess), one batch of 4")
+    for col in ("row", "raw[:6]", "label", "p(label)", "expected label"):
+        table.add_column(col)
+    want = case.outputs["label"].array()
+    for i in range(len(raw)):
+        table.add_row(str(i), " ".join(map(str, raw[i, :6])), str(int(labels[i, 0])),
+                      f"{float(np.max(probs[i])):.4f}", str(int(want[i, 0])))
+    return table
+
+
+def run_playbook(console: Console, playbook: Path, inventories: Sequence[Path], limit: str, log: Path,
+                 extra_vars: dict[str, str] | None = None) -> dict[str, int]:
+    """Run ansible-playbook, showing the current task; the full output goes to ``log``."""
+    bin_dir = Path(sys.executable).parent
+    exe = bin_dir / "ansible-playbook"
+    cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "--limit", limit]
+    for inventory in inventories:
+        cmd += ["-i", str(inventory)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+               CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(REPO / "infra" / "hosts" / "containers.conf")),
+               PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    recap: dict[str, int] = {}
+    tasks = 0
+    started = time.monotonic()
+    with log.open("w") as fh, console.status("ansible-playbook: starting") as status:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                cwd=REPO)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            if m := _TASK.match(line):
+                tasks += 1
+                status.update(f"ansible-playbook [{time.monotonic() - started:5.0f}s] task {tasks}: {m['name']}")
+                if tasks % 10 == 0:
+                    console.print(f"  [{time.monotonic() - started:5.0f}s] {tasks} tasks, now: {m['name']}",
+                                  highlight=False)
+            elif m := _RECAP.match(line):
+                recap = {k: int(m[k]) for k in ("ok", "changed", "unr", "failed")}
+        rc = proc.wait()
+    if rc != 0 or not recap:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        raise DemoError(f"ansible-playbook failed (rc {rc}); full log {log}:\n{tail}")
+    recap["seconds"] = round(time.monotonic() - started)
+    return recap
+
+
+def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeReport:
+    """Create the local edge node, converge ansible/edge.yml on it, smoke-check it from the controller."""
+    import yaml
+
+    from tritonops.hosts.images import ImageSpec, build_image, cache_dir
+    from tritonops.hosts.nodes import node_up
+
+    console = console or Console()
+    started = time.monotonic()
+    with console.status("image: checking the cached Debian bookworm systemd image") as status:
+        built = build_image(ImageSpec(arch="amd64"), step=lambda m: status.update(f"image: {m}"))
+    console.print(f"[1/4] image localhost/tritonops-debian-bookworm:systemd-amd64 {'built' if built else 'cached'}"
+                  f" ({time.monotonic() - started:.0f}s)")
+    with console.status(f"node: booting {node} (Podman, systemd)"):
+        n = node_up(node, arch="amd64")
+    console.print(f"[2/4] node {n.name} {n.state} at {n.address}")
+    inventory = REPO / "ansible" / "inventories" / "local"
+    log = cache_dir() / "logs" / f"demo-{node}-ansible.log"
+    console.print(f"[3/4] ansible-playbook ansible/edge.yml -i ansible/inventories/local --limit {node}"
+                  f" (log: {log})")
+    recap = run_playbook(console, REPO / "ansible" / "edge.yml", [inventory], node, log)
+    console.print(f"      converged in {recap['seconds']}s: ok={recap['ok']} changed={recap['changed']} "
+                  f"failed={recap['failed']}")
+    secret = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
+    console.print(f"[4/4] smoke check of {node} from the controller (HTTP {n.address}:8000, golden data from"
+                  " examples/model_repository)")
+    report = smoke(f"http://{n.address}:8000", repository=SAMPLE, metrics_url=f"http://{n.address}:8002/metrics",
+                   headers={ADMIN_HEADER: secret})
+    console.print(report_table(report))
+    console.print(pipeline_table(f"{n.address}:8000", SAMPLE))
+    console.print(f"demo done in {time.monotonic() - started:.0f}s. The node keeps running: "
+                  f"`podman exec -it {node} bash`, `tritonops smoke http://{n.address}:8000 --repository "
+                  f"examples/model_repository`; remove it with `tritonops hosts down {node}`.")
+    return report
+
+
+def run(console: Console | None = None, repository: Path = SAMPLE) -> SmokeReport:
+    console = console or Console()
+    started = time.monotonic()
+    with console.status("starting tritonserver (CPU, nvidia-pytriton wheel) on loopback..."):
+        srv = server.start(repository, model_control_mode="explicit", load_models=["*"])
+    try:
+        console.print(f"tritonserver ready in {time.monotonic() - started:.1f}s: "
+                      f"http://{srv.http_url} grpc://{srv.grpc_url} {srv.metrics_url}")
+        report = smoke(f"grpc://{srv.grpc_url}", repository=repository, metrics_url=srv.metrics_url)
+        console.print(report_table(report))
+        console.print(pipeline_table(srv.http_url, repository))
+        return report
+    finally:
+        srv.stop()

@@ -1,0 +1,79 @@
+"""``tritonops drift``: exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.cli_params import folder_to_write, path
+from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
+from tritonops.drift.run import DEFAULT_PLAYBOOKS, run
+from tritonops.k8s.config import ENVIRONMENTS, STACKS
+
+
+def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], stacks: list[str], envs: list[str],
+           summary: Path | None) -> list[str]:
+    """What is wrong with the command line, checked before any host or stack is touched."""
+    out = [f"unknown --source {s} (choose from {', '.join(SOURCES)})" for s in sources if s not in SOURCES]
+    if {"ansible", "models"} & set(sources) and not inventories:
+        out.append(f"--source {'/'.join(s for s in sources if s in ('ansible', 'models'))} needs an inventory (-i)")
+    out += [f"--inventory {p}: not found, or not a file or folder" for p in inventories
+            if not (p.is_file() or p.is_dir())]
+    out += [f"--playbook {p}: not found, or not a file" for p in playbooks if not p.is_file()]
+    out += [f"--stack {s}: unknown (choose from {', '.join(STACKS)})" for s in stacks if s not in STACKS]
+    out += [f"--env {e}: unknown (choose from {', '.join(ENVIRONMENTS)})" for e in envs if e not in ENVIRONMENTS]
+    if summary is not None and (summary.is_dir() or (summary.exists() and not summary.is_file())):
+        out.append(f"--summary {summary}: not a regular file")
+    return out
+
+
+def drift_cmd(
+    inventory: Annotated[
+        list[Path] | None, typer.Option("--inventory", "-i", help="Ansible inventory (repeatable)")
+    ] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option(help=f"Source to check (repeatable): {', '.join(SOURCES)}. Default: ansible and models"),
+    ] = None,
+    playbook: Annotated[
+        list[Path] | None, typer.Option(help="Playbook for the ansible source (repeatable). Default: ansible/edge.yml")
+    ] = None,
+    limit: Annotated[str | None, typer.Option(help="Ansible --limit pattern")] = None,
+    stack: Annotated[list[str] | None, typer.Option(help="Pulumi stack (repeatable). Default: all")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="Environment (repeatable). Default: all")] = None,
+    forks: Annotated[int, typer.Option(help="Hosts checked at once", min=1)] = 10,
+    textfile_dir: Annotated[
+        Path | None, typer.Option(help=f"Write Prometheus metrics to DIR/{TEXTFILE_NAME} (atomic)", parser=path,
+                                  callback=folder_to_write)
+    ] = None,
+    summary: Annotated[
+        Path | None, typer.Option(help="Also write the Markdown summary to this file (CI step summaries)",
+                                  parser=path)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
+) -> None:
+    """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage."""
+    sources = source or ["ansible", "models"]
+    problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary)
+    if problems:
+        Console(stderr=True).print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
+    report = run(sources, inventory or [], playbook or list(DEFAULT_PLAYBOOKS), limit, stack or [], env or [], forks)
+    if textfile_dir is not None:
+        write_textfile(report, textfile_dir)
+    if summary is not None:
+        summary.write_text(markdown(report))
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, default=str))
+    elif as_markdown:
+        typer.echo(markdown(report), nl=False)
+    else:
+        Console().print(table(report))
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,806 @@
+"""Typed configuration of the three stacks, parsed the same way for ``pulumi up`` and ``tritonops render``.
+
+A stack's configuration is the ``config:`` map of ``stacks/<stack>/Pulumi.<env>.yaml`` with keys
+namespaced by the Pulumi project (``tritonops-triton:modelServices``). ``parse_config`` takes the
+map without the namespace, whether it came from that file (:func:`load_stack_config`) or from the
+Pulumi engine (:func:`tritonops.k8s.stacks.pulumi_config`), so both paths validate identically. Every
+error is a :class:`ConfigError` that names the full config key, e.g.
+``tritonops-triton:modelServices[0].models``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from tritonops import versions
+from tritonops.agent.manifest import ReleaseError, UsageError, read_bounded
+from tritonops.agent.store import channel_key
+from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
+
+STACKS = ("cluster-aws", "platform", "triton")
+ENVIRONMENTS = ("dev", "prod")
+REPO_ROOT = Path(__file__).resolve().parents[3]
+STACKS_DIR = REPO_ROOT / "stacks"
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# repository:tag, optionally @sha256:<digest> (the digest is what runs; the tag names the version label)
+_IMAGE = re.compile(r"^(?P<repo>[^@\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[0-9a-f]{64})?$")
+# A model name that becomes a routed path (/v2/models/<name>): the characters ingress-nginx's strict
+# path validation and the Gateway API's path rules both accept.
+_ROUTED_MODEL = re.compile(r"^[A-Za-z0-9_~-][A-Za-z0-9._~-]*$")
+# An HTTPRoute holds fewer than 128 path matches in all (Gateway API validation): 3 server paths
+# (/v2, /v2/health/live, /v2/health/ready) and 3 per model (metadata, ready, infer).
+GATEWAY_MAX_MODELS = (127 - 3) // 3
+
+
+def project_name(stack: str) -> str:
+    """Pulumi project (and config namespace) of a stack directory: ``triton`` -> ``tritonops-triton``."""
+    return f"tritonops-{stack}"
+
+
+class ConfigError(ValueError):
+    """Invalid stack configuration; ``key`` is the full config key (``project:path``)."""
+
+    def __init__(self, key: str, message: str, source: str | None = None) -> None:
+        self.key = key
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key}: {message}")
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+# --- cluster-aws ---------------------------------------------------------------------------------
+
+
+class SystemNodePool(_Cfg):
+    instance_types: list[str] = ["m6i.large"]
+    min_size: int = Field(default=2, ge=1)
+    max_size: int = Field(default=4, ge=1)
+    desired_size: int = Field(default=2, ge=1)
+
+
+# A Karpenter duration (the CRDs' pattern for consolidateAfter and expireAfter).
+_KARPENTER_DURATION = r"^(([0-9]+(s|m|h))+|Never)$"
+
+
+class KarpenterPoolConfig(_Cfg):
+    """How Karpenter provisions and consolidates a GPU pool (``provisioner: karpenter``)."""
+
+    max_gpus: int = Field(ge=1)  # NodePool limits: GPUs across all of the pool's nodes
+    consolidate_after: str = Field(default="10m", pattern=_KARPENTER_DURATION)
+    expire_after: str = Field(default="720h", pattern=_KARPENTER_DURATION)
+    # Triton pods the PodDisruptionBudgets of this pool's services let go at once (the triton stack's
+    # default PDB is maxUnavailable: 1); the NodePool's disruption budget is derived from it.
+    pdb_max_unavailable: int = Field(default=1, ge=1)
+
+
+class GpuNodePoolConfig(_Cfg):
+    name: str
+    # managed: an EKS managed node group (min/max/desired sizes); karpenter: a NodePool + EC2NodeClass.
+    provisioner: Literal["managed", "karpenter"] = "managed"
+    karpenter: KarpenterPoolConfig | None = None
+    instance_types: list[str] = Field(min_length=1)
+    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = "AL2023_x86_64_NVIDIA"
+    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
+    min_size: int = Field(default=0, ge=0)
+    max_size: int = Field(default=2, ge=1)
+    desired_size: int = Field(default=1, ge=0)
+    disk_size_gib: int = Field(default=200, ge=50)
+    labels: dict[str, str] = {}
+    # Time-slicing config name the GPU Operator's device plugin applies on these nodes (platform stack).
+    gpu_sharing: str | None = None
+
+
+class ModelReader(_Cfg):
+    """An IRSA role a Triton ServiceAccount assumes to read its S3 model repository."""
+
+    role_name: str
+    namespace: str = "triton"
+    service_account: str  # triton-<model service>
+    bucket: str
+    prefix: str = ""
+
+
+class ClusterAwsConfig(_Cfg):
+    environment: Literal["dev", "prod"]
+    cluster_name: str
+    kubernetes_version: str = versions.KUBERNETES_VERSION
+    subnet_ids: list[str] = Field(min_length=2)
+    endpoint_public_access: bool = False
+    public_access_cidrs: list[str] = []
+    system_node_pool: SystemNodePool = SystemNodePool()
+    gpu_node_pools: list[GpuNodePoolConfig] = Field(min_length=1)
+    model_readers: list[ModelReader] = []
+    tags: dict[str, str] = {}
+
+
+# --- platform ------------------------------------------------------------------------------------
+
+
+class ClusterSource(_Cfg):
+    """Where the Kubernetes provider gets its kubeconfig: cluster-aws stack, a file, or the ambient one."""
+
+    cluster_stack: str | None = None  # "org/tritonops-cluster-aws/prod": its `kubeconfig` output
+    kubeconfig: str | None = None  # path to a kubeconfig file of any (e.g. on-prem) cluster
+    context: str | None = None
+
+
+class GpuOperatorConfig(_Cfg):
+    enabled: bool = True
+    namespace: str = "gpu-operator"
+    driver_enabled: bool = False  # the EKS NVIDIA AMIs ship the driver
+    toolkit_enabled: bool = False  # ... and the NVIDIA Container Toolkit
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    # Time-slicing configs by name -> replicas per GPU; nodes pick one with the label
+    # nvidia.com/device-plugin.config=<name> (GpuNodePoolConfig.gpu_sharing).
+    time_slicing: dict[str, int] = {}
+    dcgm_service_monitor: bool = True
+
+
+class Receiver(_Cfg):
+    name: str
+    type: Literal["slack", "pagerduty", "webhook"]
+    # Key in the secret config object `alertmanagerSecrets` holding the webhook URL / routing key.
+    secret_key: str
+    channel: str | None = None  # slack only
+    send_resolved: bool = True
+
+
+class AlertmanagerConfig(_Cfg):
+    receivers: list[Receiver] = []
+    default_receiver: str | None = None
+    critical_receiver: str | None = None  # severity=critical alerts route here
+    group_by: list[str] = ["alertname", "namespace", "model"]
+
+
+class MonitoringConfig(_Cfg):
+    """kube-prometheus-stack. Grafana's admin login comes from the Secret ``grafanaAdminSecret``
+    (keys admin-user, admin-password): ``pulumi up`` creates it from the secret config value
+    ``grafanaAdminPassword``; with ``tritonops render`` you create it (secrets-required.yaml)."""
+
+    enabled: bool = True
+    namespace: str = "monitoring"
+    release_name: str = "kube-prometheus-stack"
+    prometheus_replicas: int = Field(default=1, ge=1)
+    prometheus_retention: str = "15d"
+    prometheus_storage: str = "50Gi"
+    storage_class: str | None = None
+    alertmanager_replicas: int = Field(default=1, ge=1)
+    grafana_dashboard_label: str = "grafana_dashboard"
+    grafana_admin_user: str = "admin"
+    grafana_admin_secret: str = "grafana-admin"
+    alertmanager: AlertmanagerConfig = AlertmanagerConfig()
+
+
+class KedaConfig(_Cfg):
+    enabled: bool = True
+    namespace: str = "keda"
+
+
+class PlatformConfig(_Cfg):
+    environment: Literal["dev", "prod"]
+    cluster: ClusterSource = ClusterSource()
+    gpu_operator: GpuOperatorConfig = GpuOperatorConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
+    keda: KedaConfig = KedaConfig()
+
+
+# --- triton --------------------------------------------------------------------------------------
+
+
+class NodePoolRef(_Cfg):
+    """What the Triton stack needs to know about a GPU node pool (mirrors cluster-aws's gpuNodePools)."""
+
+    instance_type: str
+    gpu_slices: int = Field(default=1, ge=1)  # time-slicing replicas per GPU (1 = a whole GPU per pod)
+
+
+class ModelConfig(_Cfg):
+    name: str
+    size_mib: int = Field(gt=0)  # GPU memory one instance of the model takes (weights + workspace)
+    instance_count: int = Field(default=1, ge=1)  # instance_group count on each GPU
+
+
+class ModelRepository(_Cfg):
+    type: Literal["s3", "pvc"]
+    uri: str | None = None  # s3://bucket/prefix (type s3)
+    region: str | None = None
+    role_arn: str | None = None  # IRSA role the ServiceAccount assumes (type s3)
+    claim_name: str | None = None  # PersistentVolumeClaim (type pvc)
+    sub_path: str = ""
+
+
+class TrustedKeys(_Cfg):
+    """Public keys (PEM) a release's signature must verify with: keys of one ConfigMap or one Secret.
+
+    Every listed key becomes one ``--trusted-key`` file of the release agent (list two while rotating).
+    The object lives in the stack's namespace and is created outside the stack (public keys only).
+    """
+
+    config_map: str | None = None
+    secret: str | None = None
+    keys: list[str] = Field(default=["release.pub"], min_length=1)
+
+
+class CanaryConfig(_Cfg):
+    """A canary of a pull-mode model service: a second Deployment following another channel.
+
+    ``weight`` percent of the routed requests (ingress-nginx canary Ingress or Gateway API
+    backendRef weights) go to the canary's ``replicas`` pods, the rest to the stable Deployment.
+    ``tritonops release promote CANARY STABLE --prometheus URL`` moves stable to the canary's
+    release once the canary's failure ratio and p95 are no worse than stable's.
+    """
+
+    channel: str
+    weight: int = Field(ge=1, le=99)  # percent of routed traffic
+    replicas: int = Field(default=1, ge=1)  # fixed: the canary is not autoscaled
+
+
+class ReleaseSource(_Cfg):
+    """Pull mode: the release agent keeps the pods of a model service on a channel of a release store.
+
+    An init container (agent ``sync``) puts the channel's release in place before Triton starts; a
+    sidecar (agent ``pull``) applies new releases through Triton's repository API with the golden gate
+    and rollback, and exports ``tritonops_release_*`` metrics. Triton then runs in explicit mode on
+    the agent's models link instead of ``--model-repository=s3://...``.
+    """
+
+    store: str  # s3://BUCKET/PREFIX or http(s)://MIRROR/PATH (what `tritonops release publish` wrote)
+    channel: str
+    trusted_keys: TrustedKeys
+    poll_seconds: int = Field(default=30, ge=5, le=3600)
+    # A hostPath blob cache shared by the pods on a node (content-addressed, verified on every copy).
+    # The namespace must admit hostPath volumes (podSecurity: privileged), and the node folder must be
+    # writable by the pods' uid (1000): kubelet creates a missing one owned by root.
+    node_cache: bool = False
+    s3_endpoint: str | None = None  # an S3-compatible endpoint (MinIO, Ceph RGW); default AWS
+    region: str | None = None  # AWS_REGION of an s3 store
+    # Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN) for an
+    # s3 store; none: anonymous reads (a public bucket or mirror).
+    credentials_secret: str | None = None
+    volume_size: str = "20Gi"  # emptyDir holding the releases the pod keeps (the active one and 2 more)
+    agent_cpu: str = "100m"  # requests of the init container and the sidecar
+    agent_memory: str = "256Mi"  # requests = limits
+    canary: CanaryConfig | None = None
+
+
+class MemoryConfig(_Cfg):
+    cuda_context_mib: int = Field(default=600, ge=0)  # CUDA context + cuDNN/cuBLAS handles per GPU
+    cuda_pool_mib: int = Field(default=256, ge=0)  # --cuda-memory-pool-byte-size (I/O buffers on the GPU)
+    io_headroom_mib: int = Field(default=512, ge=0)  # activations/workspace spikes beyond the pool
+    pinned_pool_mib: int = Field(default=256, ge=0)  # --pinned-memory-pool-byte-size (host)
+
+
+class Autoscaling(_Cfg):
+    enabled: bool = True
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(default=4, ge=1)
+    pending_per_replica: float = Field(default=5.0, gt=0)  # target pending requests per replica
+    polling_interval: int = Field(default=15, ge=5)
+    fallback_failure_threshold: int = Field(default=3, ge=1)
+
+
+class Resources(_Cfg):
+    cpu: str = "4"
+    memory: str = "16Gi"
+    shm: str = "1Gi"  # /dev/shm (Python backend, shared-memory I/O)
+    tmp: str = "20Gi"  # /tmp: Triton downloads an S3 repository here
+
+
+class ModelService(_Cfg):
+    name: str
+    node_pool: str
+    models: list[ModelConfig]
+    gpus: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1)
+    pdb_min_available: int | None = Field(default=None, ge=1)  # None: maxUnavailable 1
+    spread: bool = False  # required anti-affinity + DoNotSchedule spread across nodes
+    image: str = versions.TRITON_IMAGE
+    model_repository: ModelRepository | None = None  # Triton reads it itself (s3 or a PVC) ...
+    release: ReleaseSource | None = None  # ... or the release agent puts signed releases in place
+    model_control_mode: Literal["explicit", "poll", "none"] = "explicit"
+    repository_poll_secs: int = Field(default=30, ge=5)
+    memory: MemoryConfig = MemoryConfig()
+    resources: Resources = Resources()
+    autoscaling: Autoscaling = Autoscaling()
+    ingress_host: str | None = None
+
+
+class IngressConfig(_Cfg):
+    mode: Literal["none", "ingress", "gateway"] = "none"
+    class_name: str = "nginx"
+    host_suffix: str | None = None  # <service>.<suffix> and <service>-grpc.<suffix>
+    tls_secret: str | None = None
+    controller_namespace: str = "ingress-nginx"  # allowed through the NetworkPolicy
+    gateway_name: str | None = None
+    gateway_namespace: str | None = None
+
+
+class DnsConfig(_Cfg):
+    """The cluster DNS pods every pod of the namespace may query (UDP and TCP 53)."""
+
+    namespace: str = "kube-system"
+    pod_labels: dict[str, str] = Field(default={"k8s-app": "kube-dns"}, min_length=1)  # CoreDNS on EKS, kubeadm
+
+
+class NetworkPolicyConfig(_Cfg):
+    """What the namespace's NetworkPolicies let out (everything else is denied, in and out).
+
+    ``modelStoreCidrs``: where a model service's pods may connect to fetch models: the release
+    store (``release.store`` or its ``s3Endpoint``) or Triton's own ``modelRepository`` s3:// (S3,
+    and STS for the IRSA role), and only on that store's port (443 for s3:// and https://, 80 for
+    http://, or the port the URL names). The default, ``0.0.0.0/0``, is any IPv4 address on that
+    port except link-local 169.254.0.0/16 (the node's instance metadata service); narrow it to the
+    store's addresses (an S3 VPC endpoint, the mirror's subnet; for IRSA include STS's).
+    """
+
+    dns: DnsConfig = DnsConfig()
+    model_store_cidrs: list[str] = Field(default=["0.0.0.0/0"], min_length=1)
+    # Where the drift check reaches the Kubernetes API (443, 6443): narrow it to the API endpoint's
+    # addresses (on EKS the control plane's ENIs in the cluster subnets).
+    api_server_cidrs: list[str] = Field(default=["0.0.0.0/0"], min_length=1)
+
+
+class AdminApiConfig(_Cfg):
+    header: str = "triton-admin-key"
+    secret_name: str = "triton-admin-api"  # Kubernetes Secret holding the header value
+    secret_key: str = "token"
+
+
+class TritonStackConfig(_Cfg):
+    environment: Literal["dev", "prod"]
+    cluster: ClusterSource = ClusterSource()
+    namespace: str = "triton"
+    node_pools: dict[str, NodePoolRef] = Field(min_length=1)
+    model_services: list[ModelService] = Field(min_length=1)
+    allowed_namespaces: list[str] = []  # namespaces that may call the inference ports
+    monitoring_namespace: str = "monitoring"
+    prometheus_url: str = "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+    grafana_dashboard_label: str = "grafana_dashboard"
+    priority: int = Field(default=100000, ge=0, le=1000000000)
+    ingress: IngressConfig = IngressConfig()
+    admin_api: AdminApiConfig = AdminApiConfig()
+    network_policy: NetworkPolicyConfig = NetworkPolicyConfig()
+    # Pod Security Standard the namespace enforces (warn and audit stay restricted). Only a model
+    # service with release.nodeCache (a hostPath volume) needs privileged.
+    pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
+
+
+MODELS: dict[str, type[_Cfg]] = {
+    "cluster-aws": ClusterAwsConfig,
+    "platform": PlatformConfig,
+    "triton": TritonStackConfig,
+}
+StackConfig = ClusterAwsConfig | PlatformConfig | TritonStackConfig
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _key(stack: str, loc: tuple[int | str, ...]) -> str:
+    return f"{project_name(stack)}:{_path(loc)}"
+
+
+def parse_config(stack: str, raw: Mapping[str, Any], source: str | None = None) -> StackConfig:
+    """Validate a stack's config map (keys without the project namespace); ConfigError names the key."""
+    if stack not in MODELS:
+        raise ConfigError("--stack", f"unknown stack {stack!r} (known: {', '.join(STACKS)})", source)
+    model = MODELS[stack]
+    try:
+        cfg = model.model_validate(dict(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        raise ConfigError(_key(stack, loc), err["msg"], source) from exc
+    _CHECKS[stack](cfg, source)
+    return cfg  # type: ignore[return-value]
+
+
+def _check_name(stack: str, loc: tuple[int | str, ...], name: str, source: str | None) -> None:
+    if not _DNS_LABEL.match(name) or len(name) > 40:
+        raise ConfigError(
+            _key(stack, loc), f"{name!r} must be a DNS label (lowercase, digits, '-'; at most 40)", source
+        )
+
+
+def _check_cluster_aws(cfg: Any, source: str | None) -> None:
+    seen: set[str] = set()
+    for i, pool in enumerate(cfg.gpu_node_pools):
+        _check_name("cluster-aws", ("gpuNodePools", i, "name"), pool.name, source)
+        if pool.name in seen:
+            raise ConfigError(_key("cluster-aws", ("gpuNodePools", i, "name")), "duplicate pool name", source)
+        seen.add(pool.name)
+        mem = set()
+        for j, itype in enumerate(pool.instance_types):
+            try:
+                mem.add(gpu_family(itype).memory_mib)
+            except ValueError as exc:
+                raise ConfigError(
+                    _key("cluster-aws", ("gpuNodePools", i, "instanceTypes", j)), str(exc), source
+                ) from exc
+        if len(mem) > 1:
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "instanceTypes")),
+                "all instance types of a pool must have the same GPU memory (the memory budget relies on it)",
+                source,
+            )
+        if (pool.provisioner == "karpenter") != (pool.karpenter is not None):
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "karpenter")),
+                "set exactly when provisioner is karpenter (maxGpus, consolidateAfter, expireAfter, ...)",
+                source,
+            )
+        if pool.ami_type not in GPU_AMI_TYPES:  # pragma: no cover - Literal already refuses it
+            raise ConfigError(_key("cluster-aws", ("gpuNodePools", i, "amiType")), "not a GPU AMI", source)
+        if not pool.min_size <= pool.desired_size <= pool.max_size:
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "desiredSize")),
+                f"must lie within minSize..maxSize ({pool.min_size}..{pool.max_size}), got {pool.desired_size}",
+                source,
+            )
+    sys_pool = cfg.system_node_pool
+    if not sys_pool.min_size <= sys_pool.desired_size <= sys_pool.max_size:
+        raise ConfigError(
+            _key("cluster-aws", ("systemNodePool", "desiredSize")), "must lie within minSize..maxSize", source
+        )
+
+
+def _check_platform(cfg: Any, source: str | None) -> None:
+    if cfg.cluster.cluster_stack and cfg.cluster.kubeconfig:
+        raise ConfigError(_key("platform", ("cluster",)), "set clusterStack or kubeconfig, not both", source)
+    for name, replicas in cfg.gpu_operator.time_slicing.items():
+        if replicas < 2:
+            raise ConfigError(
+                _key("platform", ("gpuOperator", "timeSlicing", name)),
+                f"time-slicing replicas must be >= 2, got {replicas}",
+                source,
+            )
+    if cfg.gpu_operator.time_slicing and cfg.gpu_operator.mig_strategy != "none":
+        raise ConfigError(_key("platform", ("gpuOperator", "migStrategy")), "use time-slicing or MIG, not both", source)
+    _check_object_name(
+        ("monitoring", "grafanaAdminSecret"), cfg.monitoring.grafana_admin_secret, "Secret", source, "platform"
+    )
+    am = cfg.monitoring.alertmanager
+    names = [r.name for r in am.receivers]
+    for field, value in (
+        ("defaultReceiver", am.default_receiver),
+        ("criticalReceiver", am.critical_receiver),
+    ):
+        if value is not None and value not in names:
+            raise ConfigError(
+                _key("platform", ("monitoring", "alertmanager", field)),
+                f"no receiver named {value!r} (receivers: {', '.join(names) or 'none'})",
+                source,
+            )
+    for i, r in enumerate(am.receivers):
+        if r.type == "slack" and not r.channel:
+            raise ConfigError(
+                _key("platform", ("monitoring", "alertmanager", "receivers", i, "channel")),
+                "a slack receiver needs a channel",
+                source,
+            )
+
+
+def _check_repository(repo: ModelRepository, loc: tuple[int | str, ...], source: str | None) -> None:
+    if repo.type == "s3" and not (repo.uri or "").startswith("s3://"):
+        raise ConfigError(_key("triton", (*loc, "uri")), "an s3 repository needs uri s3://...", source)
+    if repo.type == "s3" and not repo.role_arn:
+        raise ConfigError(
+            _key("triton", (*loc, "roleArn")),
+            "an s3 repository needs the IRSA role ARN its ServiceAccount assumes",
+            source,
+        )
+    if repo.type == "pvc" and not repo.claim_name:
+        raise ConfigError(_key("triton", (*loc, "claimName")), "a pvc repository needs claimName", source)
+
+
+def _check_object_name(
+    loc: tuple[int | str, ...], name: str, what: str, source: str | None, stack: str = "triton"
+) -> None:
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise ConfigError(
+            _key(stack, loc), f"{name!r} is not a valid {what} name (lowercase, digits, '-', '.')", source
+        )
+
+
+def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
+    """A model service's release source: the store, channel and keys the agent will be started with."""
+    rel: ReleaseSource = svc.release
+    parts = urlsplit(rel.store)
+    if parts.scheme not in ("s3", "http", "https") or not parts.netloc:
+        raise ConfigError(
+            _key("triton", (*loc, "store")),
+            f"{rel.store!r}: a pod pulls from s3://BUCKET/PREFIX or http(s)://MIRROR/PATH",
+            source,
+        )
+    try:
+        channel_key(rel.channel)
+    except ReleaseError as exc:
+        raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    tk = rel.trusted_keys
+    if (tk.config_map is None) == (tk.secret is None):
+        raise ConfigError(
+            _key("triton", (*loc, "trustedKeys")),
+            "name the ConfigMap or the Secret holding the trusted public keys (one of configMap, secret)",
+            source,
+        )
+    if tk.config_map is not None:
+        _check_object_name((*loc, "trustedKeys", "configMap"), tk.config_map, "ConfigMap", source)
+    if tk.secret is not None:
+        _check_object_name((*loc, "trustedKeys", "secret"), tk.secret, "Secret", source)
+    for j, key in enumerate(tk.keys):
+        if key in (".", "..") or len(key) > 253 or not _OBJECT_KEY.match(key):
+            raise ConfigError(
+                _key("triton", (*loc, "trustedKeys", "keys", j)),
+                f"{key!r} is not a ConfigMap/Secret key (letters, digits, '-', '_', '.')",
+                source,
+            )
+        if key in tk.keys[:j]:
+            raise ConfigError(_key("triton", (*loc, "trustedKeys", "keys", j)), f"duplicate key {key!r}", source)
+    if parts.scheme != "s3":
+        for field, value in (
+            ("s3Endpoint", rel.s3_endpoint),
+            ("region", rel.region),
+            ("credentialsSecret", rel.credentials_secret),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    _key("triton", (*loc, field)), f"only for an s3:// store (store is {rel.store!r})", source
+                )
+    if rel.s3_endpoint is not None:
+        ep = urlsplit(rel.s3_endpoint)
+        if ep.scheme not in ("http", "https") or not ep.netloc:
+            raise ConfigError(
+                _key("triton", (*loc, "s3Endpoint")), f"{rel.s3_endpoint!r}: expected http(s)://HOST[:PORT]", source
+            )
+    if rel.credentials_secret is not None:
+        _check_object_name((*loc, "credentialsSecret"), rel.credentials_secret, "Secret", source)
+    for field, value in (
+        ("volumeSize", rel.volume_size),
+        ("agentCpu", rel.agent_cpu),
+        ("agentMemory", rel.agent_memory),
+    ):
+        if not _QUANTITY.match(value):
+            raise ConfigError(_key("triton", (*loc, field)), f"{value!r} is not a Kubernetes quantity", source)
+    if rel.node_cache and cfg.pod_security != "privileged":
+        raise ConfigError(
+            _key("triton", (*loc, "nodeCache")),
+            f"the node cache is a hostPath volume, which Pod Security {cfg.pod_security!r} refuses: set "
+            "podSecurity: privileged for the namespace (warn and audit stay restricted) or drop nodeCache",
+            source,
+        )
+    if rel.canary is not None:
+        _check_canary(cfg, rel, (*loc, "canary"), source)
+    if svc.model_control_mode != "explicit":
+        raise ConfigError(
+            _key("triton", (*loc[:-1], "modelControlMode")),
+            f"{svc.model_control_mode!r}: with release the agent loads models through Triton's repository API, "
+            "which needs explicit",
+            source,
+        )
+
+
+def _check_canary(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
+    canary = rel.canary
+    assert canary is not None
+    try:
+        channel_key(canary.channel)
+    except ReleaseError as exc:
+        raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    if canary.channel == rel.channel:
+        raise ConfigError(
+            _key("triton", (*loc, "channel")),
+            f"{canary.channel!r} is the stable channel too: a canary follows another channel "
+            "(e.g. canary; `tritonops release promote` later moves stable to its release)",
+            source,
+        )
+    if cfg.ingress.mode == "none":
+        raise ConfigError(
+            _key("triton", (*loc, "weight")),
+            "the router applies a canary's weight: set ingress.mode to ingress (ingress-nginx canary "
+            "Ingress) or gateway (HTTPRoute/GRPCRoute backend weights)",
+            source,
+        )
+
+
+def _check_triton(cfg: Any, source: str | None) -> None:
+    from tritonops.k8s.budget import check_budget  # local: budget imports this module's types
+
+    for name, pool in cfg.node_pools.items():
+        try:
+            gpu_family(pool.instance_type)
+        except ValueError as exc:
+            raise ConfigError(_key("triton", ("nodePools", name, "instanceType")), str(exc), source) from exc
+    seen: set[str] = set()
+    for i, svc in enumerate(cfg.model_services):
+        k = ("modelServices", i)
+        _check_name("triton", (*k, "name"), svc.name, source)
+        if svc.name in seen:
+            raise ConfigError(_key("triton", (*k, "name")), f"duplicate model service {svc.name!r}", source)
+        seen.add(svc.name)
+        if not svc.models:
+            raise ConfigError(
+                _key("triton", (*k, "models")),
+                f"model service {svc.name!r} has no models; list at least one",
+                source,
+            )
+        model_names = [m.name for m in svc.models]
+        if len(set(model_names)) != len(model_names):
+            raise ConfigError(_key("triton", (*k, "models")), "duplicate model names", source)
+        if svc.node_pool not in cfg.node_pools:
+            raise ConfigError(
+                _key("triton", (*k, "nodePool")),
+                f"unknown node pool {svc.node_pool!r} (nodePools: {', '.join(cfg.node_pools)})",
+                source,
+            )
+        floor = svc.autoscaling.min_replicas if svc.autoscaling.enabled else svc.replicas
+        if svc.pdb_min_available is not None:
+            for field, value in (("replicas", svc.replicas), ("autoscaling.minReplicas", floor)):
+                if value <= svc.pdb_min_available:
+                    raise ConfigError(
+                        _key("triton", (*k, *field.split("."))),
+                        f"{value} is not above pdbMinAvailable={svc.pdb_min_available}: a node drain could "
+                        "never evict a pod; raise it or lower pdbMinAvailable",
+                        source,
+                    )
+        if svc.autoscaling.enabled and svc.autoscaling.max_replicas < max(svc.replicas, floor):
+            raise ConfigError(
+                _key("triton", (*k, "autoscaling", "maxReplicas")),
+                "must be >= replicas and autoscaling.minReplicas",
+                source,
+            )
+        if svc.model_repository is None and svc.release is None:
+            raise ConfigError(
+                _key("triton", (*k, "modelRepository")),
+                "set modelRepository (Triton reads s3 or a PVC) or release (the release agent pulls a channel)",
+                source,
+            )
+        if svc.model_repository is not None and svc.release is not None:
+            raise ConfigError(
+                _key("triton", (*k, "release")),
+                "set modelRepository or release, not both (with release the agent provides Triton's repository)",
+                source,
+            )
+        if svc.release is not None:
+            _check_release(cfg, svc, (*k, "release"), source)
+        if svc.model_repository is not None:
+            _check_repository(svc.model_repository, (*k, "modelRepository"), source)
+        image = _IMAGE.match(svc.image)
+        if image is None or image["tag"] == "latest":
+            raise ConfigError(
+                _key("triton", (*k, "image")),
+                f"pin an image tag, optionally with its digest: REPOSITORY:TAG[@sha256:DIGEST] (got {svc.image!r})",
+                source,
+            )
+        if cfg.ingress.mode == "gateway" and len(svc.models) > GATEWAY_MAX_MODELS:
+            raise ConfigError(
+                _key("triton", (*k, "models")),
+                f"{len(svc.models)} models: an HTTPRoute holds fewer than 128 path matches, which routes at most "
+                f"{GATEWAY_MAX_MODELS} models (3 paths each, 3 for the server); split the service",
+                source,
+            )
+        if cfg.ingress.mode != "none":
+            for j, model in enumerate(svc.models):
+                if not _ROUTED_MODEL.match(model.name):
+                    raise ConfigError(
+                        _key("triton", (*k, "models", j, "name")),
+                        f"{model.name!r}: a routed model's name becomes the path /v2/models/<name> "
+                        "(letters, digits, '_', '-', '.', '~'; not starting with '.')",
+                        source,
+                    )
+    if cfg.ingress.mode != "none" and not cfg.ingress.host_suffix:
+        raise ConfigError(_key("triton", ("ingress", "hostSuffix")), "ingress needs hostSuffix", source)
+    if cfg.ingress.mode == "ingress" and not cfg.ingress.tls_secret:
+        raise ConfigError(
+            _key("triton", ("ingress", "tlsSecret")),
+            "ingress-nginx serves gRPC only over HTTP/2, which needs TLS: name the certificate Secret",
+            source,
+        )
+    if cfg.ingress.mode == "gateway" and not cfg.ingress.gateway_name:
+        raise ConfigError(_key("triton", ("ingress", "gatewayName")), "gateway mode needs gatewayName", source)
+    for field, cidrs in (
+        ("modelStoreCidrs", cfg.network_policy.model_store_cidrs),
+        ("apiServerCidrs", cfg.network_policy.api_server_cidrs),
+    ):
+        for j, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError as exc:
+                raise ConfigError(
+                    _key("triton", ("networkPolicy", field, j)), f"{cidr!r} is not a CIDR: {exc}", source
+                ) from exc
+    try:
+        check_budget(cfg)
+    except ValueError as exc:
+        raise ConfigError(getattr(exc, "key", _key("triton", ("modelServices",))), str(exc), source) from exc
+
+
+_CHECKS = {"cluster-aws": _check_cluster_aws, "platform": _check_platform, "triton": _check_triton}
+
+
+# --- reading Pulumi.<env>.yaml -------------------------------------------------------------------
+
+
+STACK_FILE_MAX_BYTES = 1 << 20
+
+
+def stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> Path:
+    return stacks_dir / stack / f"Pulumi.{env}.yaml"
+
+
+def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(own config without namespace, other namespaces' keys as written) from Pulumi.<env>.yaml."""
+    if env not in ENVIRONMENTS:
+        raise ConfigError("--env", f"unknown environment {env!r} (known: {', '.join(ENVIRONMENTS)})")
+    if stack not in MODELS:
+        raise ConfigError("--stack", f"unknown stack {stack!r} (known: {', '.join(STACKS)})")
+    path = stack_file(stack, env, stacks_dir)
+    if not path.is_file():
+        raise ConfigError("--env", f"no stack config file {path}")
+    config = _read_config_map(path)
+    prefix = project_name(stack) + ":"
+    own: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            continue  # encrypted with the stack's secrets provider: only the Pulumi engine can read it
+        if key.startswith(prefix):
+            own[key[len(prefix) :]] = value
+        else:
+            other[key] = value
+    return own, other
+
+
+def _read_config_map(path: Path) -> dict[str, Any]:
+    """The ``config:`` map of a stack file: bounded, and every way it can be broken is a ConfigError."""
+    try:
+        doc = yaml.safe_load(read_bounded(path, STACK_FILE_MAX_BYTES, UsageError).decode("utf-8")) or {}
+    except UsageError as e:
+        raise ConfigError("--env", str(e)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError("config", f"{where}not valid YAML ({getattr(e, 'problem', None) or e})",
+                          source=str(path)) from None
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(config or {}, dict):
+        raise ConfigError("config", "expected a mapping `config: {KEY: VALUE, ...}`", source=str(path))
+    return config or {}
+
+
+def load_stack_config(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> StackConfig:
+    own, _ = read_stack_file(stack, env, stacks_dir)
+    return parse_config(stack, own, source=str(stack_file(stack, env, stacks_dir)))
+
+
+def config_keys(stack: str) -> dict[str, bool]:
+    """Top-level config keys of a stack -> whether the value is a plain string (not JSON)."""
+    out = {}
+    for name, field in MODELS[stack].model_fields.items():
+        alias = field.alias or name
+        out[alias] = field.annotation in (str, str | None) or str(field.annotation).startswith("typing.Literal")
+    return out

@@ -1,0 +1,181 @@
+"""Pure builders for the cluster-aws stack: EKS cluster, GPU managed node groups, IAM, kubeconfig."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tritonops.k8s.catalog import gpu_family
+from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
+from tritonops.k8s.triton import GPU_RESOURCE, NODE_POOL_LABEL
+
+Obj = dict[str, Any]
+
+AWS_POLICY = "arn:aws:iam::aws:policy"
+NODE_POLICIES = (
+    f"{AWS_POLICY}/AmazonEKSWorkerNodePolicy",
+    f"{AWS_POLICY}/AmazonEKS_CNI_Policy",
+    f"{AWS_POLICY}/AmazonEC2ContainerRegistryReadOnly",
+)
+CLUSTER_POLICIES = (f"{AWS_POLICY}/AmazonEKSClusterPolicy",)
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+
+def assume_role_policy(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        },
+        sort_keys=True,
+    )
+
+
+def tags(cfg: ClusterAwsConfig, **extra: str) -> dict[str, str]:
+    return {
+        "tritonops:environment": cfg.environment,
+        "tritonops:cluster": cfg.cluster_name,
+        **cfg.tags,
+        **extra,
+    }
+
+
+def cluster_spec(cfg: ClusterAwsConfig) -> Obj:
+    """aws.eks.Cluster arguments (less the role ARN, which the stack creates)."""
+    return {
+        "name": cfg.cluster_name,
+        "version": cfg.kubernetes_version,
+        "vpc_config": {
+            "subnet_ids": list(cfg.subnet_ids),
+            "endpoint_private_access": True,
+            "endpoint_public_access": cfg.endpoint_public_access,
+            **({"public_access_cidrs": list(cfg.public_access_cidrs)} if cfg.public_access_cidrs else {}),
+        },
+        "access_config": {"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+        "enabled_cluster_log_types": ["api", "audit", "authenticator"],
+        "tags": tags(cfg),
+    }
+
+
+def node_labels(pool: GpuNodePoolConfig) -> dict[str, str]:
+    out = {
+        NODE_POOL_LABEL: pool.name,
+        "nvidia.com/gpu.present": "true",
+        "tritonops.io/gpu": gpu_family(pool.instance_types[0]).gpu,
+    }
+    if pool.gpu_sharing:
+        out[DEVICE_PLUGIN_CONFIG_LABEL] = pool.gpu_sharing
+    return {**out, **pool.labels}
+
+
+def node_group_spec(cfg: ClusterAwsConfig, pool: GpuNodePoolConfig) -> Obj:
+    """aws.eks.NodeGroup arguments of one GPU pool (less cluster name and role ARN)."""
+    gpu_family(pool.instance_types[0])  # unknown families were refused by the config already
+    return {
+        "node_group_name": f"{cfg.cluster_name}-{pool.name}",
+        "subnet_ids": list(cfg.subnet_ids),
+        "instance_types": list(pool.instance_types),
+        "ami_type": pool.ami_type,
+        "capacity_type": pool.capacity_type,
+        "disk_size": pool.disk_size_gib,
+        "scaling_config": {
+            "min_size": pool.min_size,
+            "max_size": pool.max_size,
+            "desired_size": pool.desired_size,
+        },
+        "update_config": {"max_unavailable": 1},
+        "labels": node_labels(pool),
+        "taints": [{"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
+        "tags": tags(cfg, **{"tritonops:node-pool": pool.name}),
+    }
+
+
+def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
+    p = cfg.system_node_pool
+    return {
+        "node_group_name": f"{cfg.cluster_name}-system",
+        "subnet_ids": list(cfg.subnet_ids),
+        "instance_types": list(p.instance_types),
+        "ami_type": "AL2023_x86_64_STANDARD",
+        "capacity_type": "ON_DEMAND",
+        "disk_size": 50,
+        "scaling_config": {"min_size": p.min_size, "max_size": p.max_size, "desired_size": p.desired_size},
+        "update_config": {"max_unavailable": 1},
+        "labels": {NODE_POOL_LABEL: "system"},
+        "tags": tags(cfg, **{"tritonops:node-pool": "system"}),
+    }
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with ``aws eks get-token`` (no long-lived credentials)."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [
+            {
+                "name": cluster_name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
+                    }
+                },
+            }
+        ],
+    }
+    return json.dumps(doc)
+
+
+def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, namespace: str, service_account: str) -> str:
+    """Only this ServiceAccount (through the cluster's OIDC provider) may assume the role."""
+    host = issuer_url.removeprefix("https://")
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": oidc_provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                            f"{host}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def s3_read_policy(bucket: str, prefix: str = "") -> str:
+    """Read-only access to one model repository prefix (list the prefix, get its objects)."""
+    key = f"{prefix.strip('/')}/*" if prefix.strip("/") else "*"
+    statements: list[Obj] = [
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"arn:aws:s3:::{bucket}/{key}"]},
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{bucket}"],
+            **({"Condition": {"StringLike": {"s3:prefix": [prefix.strip("/"), key]}}} if prefix.strip("/") else {}),
+        },
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def node_pools_summary(cfg: ClusterAwsConfig) -> dict[str, Obj]:
+    """What the triton stack's ``nodePools`` must agree with: pool -> instance type and GPU."""
+    return {
+        p.name: {
+            "instanceType": p.instance_types[0],
+            "gpu": gpu_family(p.instance_types[0]).gpu,
+            "gpuSharing": p.gpu_sharing,
+        }
+        for p in cfg.gpu_node_pools
+    }

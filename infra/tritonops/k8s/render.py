@@ -1,0 +1,118 @@
+"""Write a stack's objects as plain YAML (GitOps, kubectl, kustomize), with no Pulumi engine.
+
+Layout of ``--out DIR``::
+
+    NN-<kind>-<namespace>-<name>.yaml   one Kubernetes object per file, in apply order
+    kustomization.yaml                  lists them
+    helm/releases.yaml                  pinned charts (name, chart, version, repo, namespace, values file)
+    helm/<release>.values.yaml          the values Pulumi passes to each release
+    aws/<NN>-<type>.yaml                AWS resources (cluster-aws): EKS cluster and node groups
+    secrets-required.yaml               Secrets whose values live in Pulumi secret config: create them
+    .tritonops-render                   what this render wrote: the next render removes files it no longer writes
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tritonops.k8s.config import STACKS_DIR, load_stack_config
+from tritonops.k8s.stacks import RenderSet, render_set
+
+
+def _dump(doc: Any) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-")
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    kind: str
+    name: str
+
+
+def build(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> RenderSet:
+    """Parse Pulumi.<env>.yaml (same parser as the stack) and build the objects."""
+    return render_set(stack, env, load_stack_config(stack, env, stacks_dir))
+
+
+def write(rs: RenderSet, out: Path) -> list[Written]:
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Written] = []
+    files = []
+    for i, obj in enumerate(rs.objects):
+        meta = obj["metadata"]
+        ns = meta.get("namespace")
+        fname = f"{i:02d}-{_slug(obj['kind'])}-{_slug(ns) + '-' if ns else ''}{_slug(meta['name'])}.yaml"
+        (out / fname).write_text(_dump(obj))
+        files.append(fname)
+        written.append(Written(out / fname, obj["kind"], f"{ns + '/' if ns else ''}{meta['name']}"))
+    if files:
+        kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files}
+        (out / "kustomization.yaml").write_text(_dump(kust))
+        written.append(Written(out / "kustomization.yaml", "Kustomization", "kustomization"))
+    if rs.releases:
+        helm = out / "helm"
+        helm.mkdir(exist_ok=True)
+        index = []
+        for rel in rs.releases:
+            vf = f"{rel.name}.values.yaml"
+            (helm / vf).write_text(_dump(rel.values))
+            index.append(
+                {
+                    "name": rel.name,
+                    "chart": rel.chart,
+                    "version": rel.version,
+                    "repo": rel.repo,
+                    "namespace": rel.namespace,
+                    "valuesFile": vf,
+                }
+            )
+            written.append(Written(helm / vf, "HelmRelease", f"{rel.namespace}/{rel.name}@{rel.version}"))
+        (helm / "releases.yaml").write_text(_dump({"releases": index}))
+    if rs.aws:
+        aws = out / "aws"
+        aws.mkdir(exist_ok=True)
+        for i, res in enumerate(rs.aws):
+            name = res["spec"].get("node_group_name") or res["spec"].get("name")
+            path = aws / f"{i:02d}-{_slug(res['type'].rsplit(':', 1)[1])}-{_slug(name)}.yaml"
+            path.write_text(_dump(res))
+            written.append(Written(path, res["type"], name))
+    if rs.secrets:
+        (out / "secrets-required.yaml").write_text(_dump({"secrets": rs.secrets}))
+        for s in rs.secrets:
+            written.append(
+                Written(out / "secrets-required.yaml", "Secret (not rendered)", f"{s['namespace']}/{s['name']}")
+            )
+    _prune(out, {w.path for w in written})
+    return written
+
+
+MANIFEST = ".tritonops-render"
+
+
+def _prune(out: Path, current: set[Path]) -> None:
+    """Remove files an earlier render wrote that this one did not (a deleted model service, say).
+
+    Only files listed in the previous manifest are touched; anything else in ``out`` is left alone.
+    """
+    manifest = out / MANIFEST
+    rel = sorted(p.relative_to(out).as_posix() for p in current)
+    if manifest.is_file():
+        for old in manifest.read_text().splitlines():
+            path = out / old
+            if old and old not in rel and path.is_file() and path.resolve().is_relative_to(out.resolve()):
+                path.unlink()
+    manifest.write_text("".join(f"{r}\n" for r in rel))
+
+
+def render(stack: str, env: str, out: Path, stacks_dir: Path = STACKS_DIR) -> list[Written]:
+    return write(build(stack, env, stacks_dir), out)

@@ -1,0 +1,241 @@
+"""``tritonops release`` (publish, promote, rollback, status, keygen) and ``tritonops agent build``.
+
+Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
+gate refused a promotion (with the figures), 2 usage error (a bad argument, an unknown channel, an
+unusable key or folder), 3 the store or Prometheus did not answer or holds something unusable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tritonops.agent import bundle, signing
+from tritonops.agent.cli import exit_code
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.agent.manifest import ReleaseError, UsageError
+from tritonops.cli_params import finite, path
+from tritonops.model_repo import canary
+from tritonops.model_repo import publish as pub
+from tritonops.model_repo.validate import Target
+
+release_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Publish signed model releases to a store and move channel pointers.")
+agent_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
+
+console = Console()
+err_console = Console(stderr=True)
+
+Store = Annotated[str, typer.Option("--to", help="s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+def _run(fn: Any, as_json: bool, render: Any = None) -> None:
+    try:
+        out = fn()
+    except ReleaseError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(exit_code(e)) from None
+    if as_json or render is None:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        render(out)
+
+
+@release_app.command("keygen")
+def keygen_cmd(
+    private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret",
+                                                parser=path)],
+    public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust", parser=path)],
+) -> None:
+    """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
+    _run(lambda: dict(zip(("private_key", "public_key"),
+                          map(str, signing.keygen(private_key, public_key)), strict=True)), True)
+
+
+@release_app.command("publish")
+def publish_cmd(
+    repository: Annotated[Path, typer.Argument(help="The model repository folder to release", parser=path)],
+    to: Store,
+    channel: Annotated[str | None, typer.Option(help="Move this channel to the release (none: upload only)")] = None,
+    key: Annotated[Path, typer.Option("--key", help="The private signing key", parser=path)] = Path(
+        "release-signing.key"),
+    target: Annotated[Target | None, typer.Option(help="Validate for this hardware")] = None,
+    version: Annotated[str | None, typer.Option(help="Release id (default: the digest's first 16 hex digits)")] = None,
+    config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
+    def progress(i: int, n: int, rel: str) -> None:
+        if not as_json:
+            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False)
+
+    def render(out: dict) -> None:
+        console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {out['files']} files, "
+                      f"{out['uploaded']} uploaded, {out['already_there']} already in {escape(to)}")
+        if channel:
+            moved = f"moved from {out['previous']}" if out.get("previous") else "new channel"
+            moved = moved if out.get("changed") else "already there"
+            console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
+
+    _run(lambda: pub.publish(repository, to, channel, key, target.value if target else None, version, config_name,
+                             s3_endpoint, progress), as_json, render)
+
+
+@release_app.command("promote")
+def promote_cmd(
+    source_channel: Annotated[str, typer.Argument(help="The channel whose release moves on (e.g. canary)")],
+    channel: Annotated[str, typer.Argument(help="The channel to move (e.g. stable)")],
+    to: Store,
+    s3_endpoint: S3Endpoint = None,
+    prometheus: Annotated[str | None, typer.Option(
+        help="Gate on Prometheus (base URL): move only if the canary's failure ratio and p95 are no worse "
+             "than stable's")] = None,
+    model: Annotated[list[str] | None, typer.Option(
+        help="A model to compare (repeatable; default: every model either track served)")] = None,
+    window: Annotated[str, typer.Option(help="How far back to compare (a Prometheus duration)")] = "10m",
+    max_failure_increase: Annotated[float, typer.Option(
+        help="Canary failure ratio may exceed stable's by this much (absolute, 0.01 = 1 point)",
+        callback=finite(0, 1))] = 0.01,
+    max_latency_increase: Annotated[float, typer.Option(
+        help="Canary p95 may exceed stable's by this fraction (0.2 = 20%)", callback=finite(0))] = 0.2,
+    min_requests: Annotated[int, typer.Option(
+        help="Requests each track must have served per model in the window")] = 100,
+    as_json: AsJson = False,
+) -> None:
+    """Point CHANNEL at SOURCE_CHANNEL's release; with --prometheus only if the canary is no worse.
+
+    The gate reads the model_track:* recording rules (pods labelled track=stable|canary) and refuses,
+    exit 1 with the figures, when the canary fails more, is slower at p95, or served too few requests.
+    """
+    gate = None
+    if prometheus is not None:
+        try:
+            gate = canary.Gate(prometheus, window, tuple(model or ()), max_failure_increase,
+                               max_latency_increase, min_requests)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    elif model:
+        raise typer.BadParameter("--model needs --prometheus (it selects what the gate compares)")
+    try:
+        out = pub.promote(to, source_channel, channel, s3_endpoint, gate=gate)
+    except canary.PromotionRefused as e:
+        if as_json:
+            typer.echo(json.dumps({**e.report, "channel": channel, "source_channel": source_channel},
+                                  indent=2, sort_keys=True))
+        else:
+            _gate_table(e.report)
+            err_console.print(f"[red]refused:[/] channel [bold]{escape(channel)}[/] not moved to "
+                              f"{escape(source_channel)}'s release (figures above)")
+        raise typer.Exit(ExitCode.FINDINGS) from None
+    except ReleaseError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(ExitCode.FAILED if isinstance(e, canary.GateError) else exit_code(e)) from None
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    if "gate" in out:
+        _gate_table(out["gate"])
+    console.print(f"channel [bold]{channel}[/] -> {out['release']} (was {out['previous']})")
+
+
+def _fmt(value: float | None, scale: float = 1, spec: str = ".4g", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value * scale:{spec}}{unit}"
+
+
+def _gate_table(report: dict[str, Any]) -> None:
+    """The canary gate's figures: one row per model and track, the verdict on the canary's row."""
+    tol = report["tolerance"]
+    t = Table(title=f"canary vs stable over {escape(report['window'])} ({escape(report['prometheus'])}); "
+                    f"allowed: failure ratio +{tol['max_failure_increase']:.2%}, "
+                    f"p95 x{1 + tol['max_latency_increase']:g}")
+    for col in ("model", "track", "requests", "failure ratio", "mean", "p95", "verdict"):
+        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left")
+    for m in report["models"]:
+        for track in ("stable", "canary"):
+            f = m[track]
+            ok = "[green]ok[/]" if m["ok"] else "[red]refuse[/]"
+            t.add_row(escape(m["model"]), track, _fmt(f["requests"], spec=".0f"),
+                      _fmt(f["failure_ratio"], spec=".2%"), _fmt(f["mean_seconds"], 1e3, ".2f", " ms"),
+                      _fmt(f["p95_seconds"], 1e3, ".2f", " ms"), ok if track == "canary" else "")
+    console.print(t)
+    for m in report["models"]:
+        for reason in m["reasons"]:
+            console.print(f"[red]{escape(m['model'])}[/]: {escape(reason)}", highlight=False)
+    for reason in report.get("reasons", []):
+        console.print(f"[red]{escape(reason)}[/]", highlight=False)
+
+
+@release_app.command("rollback")
+def rollback_cmd(
+    channel: Annotated[str, typer.Argument(help="The channel to move back")],
+    to: Store,
+    release: Annotated[str | None, typer.Option(help="An earlier release from the channel's history")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move CHANNEL back to its previous release (or to --release from its history)."""
+    _run(lambda: pub.rollback(to, channel, release, s3_endpoint), as_json,
+         lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+
+
+@release_app.command("status")
+def status_cmd(
+    to: Store,
+    channel: Annotated[list[str], typer.Option(help="A channel to show (repeatable)")],
+    target: Annotated[list[str] | None, typer.Option(help="An agent's /metrics URL (repeatable)")] = None,
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Which release each channel names, and which release each target serves. Exit 1 when a target lags."""
+    def render(out: dict) -> None:
+        t = Table(title=f"channels in {escape(to)}")
+        for col in ("channel", "release", "digest", "published", "note"):
+            t.add_column(col)
+        for name, p in out["channels"].items():
+            p = p or {}
+            t.add_row(name, p.get("release") or "(none)", (p.get("digest") or "")[:16], p.get("published") or "",
+                      escape(p.get("note") or ""))
+        console.print(t)
+        if out["targets"]:
+            t = Table(title="targets")
+            for col in ("target", "channel", "serves", "up to date", "error"):
+                t.add_column(col)
+            for r in out["targets"]:
+                t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
+                          {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))
+            console.print(t)
+
+    out: dict = {}
+
+    def run() -> dict:
+        out.update(pub.status(to, channel, target or [], s3_endpoint))
+        return out
+
+    _run(run, as_json, render)
+    if any(r.get("error") or not r.get("up_to_date") for r in out.get("targets", [])):
+        raise typer.Exit(ExitCode.FINDINGS)
+
+
+@agent_app.command("build")
+def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)",
+                                                  parser=path)]) -> None:
+    """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
+    def build() -> dict:
+        if out.is_dir() or (out.exists() and not out.is_file()):
+            raise UsageError(f"{out}: exists and is not a regular file")
+        try:
+            written = bundle.build(out)
+        except OSError as e:
+            raise UsageError(f"{out}: cannot write ({e.strerror or e})") from None
+        return {"path": str(written), "bytes": written.stat().st_size}
+
+    _run(build, True)

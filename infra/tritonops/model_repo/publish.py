@@ -1,0 +1,269 @@
+"""Publishing releases into a store, and moving channel pointers (the controller's half of pull mode).
+
+``publish`` validates a repository as Triton would load it, builds its manifest, signs it with the
+operator's key, uploads every file once by content (``blobs/sha256/<hex>``), then the manifest and
+its signature (``releases/<digest>/``), then moves the channel pointer (``channels/<name>.json``):
+one object written last, so agents see either the old release or the whole new one. ``promote``
+copies one channel's release to another, ``rollback`` moves a channel back through its history,
+``status`` reads the pointers and what each target reports it serves.
+
+Stores: ``s3://BUCKET/PREFIX`` (boto3; credentials from boto3's chain) or a folder that a static
+HTTP server publishes to air-gapped sites (agents read it over http(s)://). The layout is
+``tritonops.agent.store``'s; reads go through the same ``Store`` class the agents use.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tritonops.agent import manifest, signing
+from tritonops.agent.manifest import ReleaseError, StoreError, UsageError
+from tritonops.agent.pull import parse_pointer
+from tritonops.agent.releases import check_release_id
+from tritonops.agent.store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
+from tritonops.model_repo import canary
+from tritonops.model_repo.release import check_repository
+
+HISTORY = 20
+TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
+
+
+class Writer:
+    """Writes into a store; reads go through the agent's ``Store``."""
+
+    def __init__(self, url: str, s3_endpoint: str | None = None) -> None:
+        self.url = url
+        self.reader = Store(url, s3_endpoint=s3_endpoint)
+        if self.reader.kind == "s3":
+            import boto3
+
+            self.client = boto3.client("s3", endpoint_url=s3_endpoint or None)
+            self.bucket, self.prefix = self.reader.bucket, self.reader.prefix
+        elif self.reader.kind == "file":
+            self.root = self.reader.root
+            if self.root.exists() and not self.root.is_dir():
+                raise UsageError(f"{url}: not a folder; publish to s3://BUCKET/PREFIX or to a folder")
+        else:
+            raise UsageError(f"{url}: publish to s3://BUCKET/PREFIX or to the folder an HTTP server publishes")
+
+    def _key(self, key: str) -> str:
+        return "/".join(p for p in (self.prefix, key) if p)
+
+    def exists(self, key: str) -> bool:
+        if self.reader.kind == "file":
+            return (self.root / key).is_file()
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StoreError(f"{self.url}/{key}: {e}") from None
+        except BotoCoreError as e:
+            raise StoreError(f"{self.url}/{key}: {e}") from None
+
+    def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
+        """An object's bytes, read with the controller's credentials (boto3's chain for S3)."""
+        if self.reader.kind == "file":
+            return self.reader.get(key, limit=limit) or b""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            data = bytes(body.read(limit + 1))
+        except ClientError as e:
+            missing = e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey")
+            raise StoreError(f"{self.url}/{key}: {'not found' if missing else e}") from None
+        except BotoCoreError as e:
+            raise StoreError(f"{self.url}/{key}: {e}") from None
+        if len(data) > limit:
+            raise StoreError(f"{self.url}/{key}: more than {limit} bytes")
+        return data
+
+    def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
+        """One object; a folder store writes a temporary file and renames it (atomic for readers)."""
+        if self.reader.kind == "file":
+            dest = self.root / key
+            tmp = dest.with_name(f".{dest.name}.partial")
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(data, Path):
+                    shutil.copyfile(data, tmp)
+                else:
+                    tmp.write_bytes(data)
+                tmp.chmod(0o644)
+                tmp.replace(dest)
+            except OSError as e:
+                raise StoreError(f"{dest}: cannot write ({e.strerror or e})") from None
+            return
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            if isinstance(data, Path):
+                self.client.upload_file(str(data), self.bucket, self._key(key), ExtraArgs={"ContentType": content_type})
+            else:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
+
+
+def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
+    try:
+        raw = store.get(channel_key(channel), limit=POINTER_MAX)
+    except ReleaseError as e:
+        if "not found" in str(e) or "HTTP 404" in str(e):
+            return None
+        raise
+    return parse_pointer(raw or b"", f"{store}/{channel_key(channel)}")
+
+
+def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: str) -> dict[str, Any]:
+    """Point ``channel`` at a release (one object written: atomic for readers); keep a history."""
+    old = read_pointer(writer, channel)
+    if old and old["digest"] == digest and old["release"] == release:
+        return {**old, "changed": False}
+    history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}] if old else [])
+    history += (old or {}).get("history", [])
+    doc = {"channel": channel, "release": release, "digest": digest, "note": note,
+           "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "history": history[:HISTORY]}
+    writer.put(channel_key(channel), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), "application/json")
+    return {**doc, "changed": True, "previous": old["release"] if old else None}
+
+
+def publish(source: Path, to: str, channel: str | None, signing_key: Path, target: str | None = None,
+            version: str | None = None, config_name: str | None = None, s3_endpoint: str | None = None,
+            progress: Any = None) -> dict[str, Any]:
+    """Validate, sign, upload (each file once, by content), then move the channel pointer."""
+    source = Path(source)
+    if not source.is_dir():
+        raise UsageError(f"{source}: not a model repository folder")
+    if channel is not None:
+        channel_key(channel)  # a bad name is refused before anything is uploaded
+    files, warnings = check_repository(source, target, config_name)
+    text = manifest.text(files).encode()
+    digest = manifest.digest(files)
+    release = check_release_id(version or digest[:16])
+    signature = signing.sign(text, signing_key)
+    writer = Writer(to, s3_endpoint)
+    id_key = f"ids/{release}.json"
+    if writer.exists(id_key):
+        try:
+            known = json.loads(writer.get(id_key) or b"{}")
+            assert isinstance(known, dict)
+        except (ValueError, RecursionError, AssertionError):
+            raise StoreError(f"{to}/{id_key}: not a release id record {{'release', 'digest'}}") from None
+        if known.get("digest") != digest:
+            raise ReleaseError(f"{to}: release id {release!r} was published with other content "
+                               f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
+    uploaded = skipped = 0
+    for i, (rel, sha) in enumerate(sorted(files.items()), 1):
+        if writer.exists(blob_key(sha)):
+            skipped += 1
+        else:
+            writer.put(blob_key(sha), source / rel)
+            uploaded += 1
+        if progress:
+            progress(i, len(files), rel)
+    writer.put(manifest_key(digest) + signing.SIGNATURE_SUFFIX, signature)
+    writer.put(manifest_key(digest), text, "application/json")
+    writer.put(id_key, json.dumps({"release": release, "digest": digest}).encode(), "application/json")
+    out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files),
+                           "uploaded": uploaded, "already_there": skipped, "models": manifest.models(files),
+                           "warnings": warnings}
+    if channel:
+        moved = move_pointer(writer, channel, release, digest, f"publish {source.name}")
+        out.update(channel=channel, changed=moved["changed"], previous=moved.get("previous"))
+    return out
+
+
+def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None = None,
+            gate: canary.Gate | None = None) -> dict[str, Any]:
+    """Point ``channel`` at ``source_channel``'s release.
+
+    With ``gate`` (an :class:`tritonops.model_repo.canary.Gate`) the pointer moves only if Prometheus
+    shows the canary no worse than stable; otherwise :class:`~tritonops.model_repo.canary.PromotionRefused`
+    (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
+    """
+    writer = Writer(to, s3_endpoint)
+    channel_key(channel)
+    src = read_pointer(writer, source_channel)
+    if src is None:
+        raise UsageError(f"{to}: channel {source_channel!r} does not exist")
+    report = None
+    if gate is not None:
+        report = canary.check(gate)
+    moved = move_pointer(writer, channel, src["release"], src["digest"], f"promote from {source_channel}")
+    out = {"channel": channel, "release": src["release"], "digest": src["digest"], "changed": moved["changed"],
+           "previous": moved.get("previous")}
+    if report is not None:
+        out["gate"] = report
+    return out
+
+
+def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str | None = None) -> dict[str, Any]:
+    """Move ``channel`` back: to its previous release, or to ``release`` from its history."""
+    writer = Writer(to, s3_endpoint)
+    cur = read_pointer(writer, channel)
+    if cur is None:
+        raise UsageError(f"{to}: channel {channel!r} does not exist")
+    earlier = [h for h in cur.get("history", []) if h.get("digest") != cur["digest"]]
+    pick = next((h for h in earlier if release in (None, h.get("release"))), None)
+    if pick is None:
+        have = ", ".join(h.get("release", "?") for h in earlier) or "none"
+        raise UsageError(f"{to}: channel {channel!r} has no earlier release {release or ''} (history: {have})")
+    moved = move_pointer(writer, channel, pick["release"], pick["digest"], f"rollback from {cur['release']}")
+    return {"channel": channel, "release": pick["release"], "digest": pick["digest"], "changed": moved["changed"],
+            "previous": cur["release"]}
+
+
+def _parse_metrics(text: str) -> list[dict[str, Any]]:
+    """The tritonops_release_info / _channel_info / _up_to_date series of one target's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith("tritonops_release_") and s.name.endswith(("_info", "_up_to_date")):
+                out.append({"name": s.name, "value": float(s.value), **s.labels})
+    return out
+
+
+def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
+    """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
+    import urllib.parse
+    import urllib.request
+
+    for url in targets:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(f"--target {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
+    reader = Store(to, s3_endpoint=s3_endpoint)
+    # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
+    store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
+    for c in channels:
+        p = read_pointer(store, c)
+        out["channels"][c] = None if p is None else {k: p.get(k) for k in ("release", "digest", "published", "note")}
+    for url in targets:
+        row: dict[str, Any] = {"target": url}
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the operator's targets
+                series = _parse_metrics(resp.read(TARGET_METRICS_MAX).decode(errors="replace"))
+        except (OSError, ValueError) as e:  # unreachable, or not a metrics page
+            row["error"] = str(getattr(e, "reason", None) or e)
+            out["targets"].append(row)
+            continue
+        for s in series:
+            if s["name"] == "tritonops_release_info":
+                row.update(channel=s.get("channel"), release=s.get("release"), digest=s.get("digest"))
+            elif s["name"] == "tritonops_release_up_to_date":
+                row["up_to_date"] = s["value"] == 1
+        out["targets"].append(row)
+    return out
+

@@ -1,0 +1,508 @@
+"""Load for Triton: closed loop (concurrency N) or open loop (Poisson arrivals), two engines.
+
+``perf_analyzer`` (:mod:`tritonops.triton.perf_analyzer`, Triton's own C++ load generator) measures:
+``tritonops bench`` and ``tritonops tune`` use it, so their figures are perf_analyzer's. ``python``
+sends requests through tritonclient's asyncio clients: half the throughput on a small machine, but it
+keeps going when requests fail (errors are counted by kind) and a caller can stop it at any moment,
+which is what fault and soak tests need.
+
+Every run is bounded in time (and, if asked, in requests), is preceded by a check that the server
+answers and the model is ready, and only loopback targets (or hosts the caller explicitly allows,
+e.g. the project's own test containers) are accepted. The report holds throughput and latency
+percentiles, errors, and the server-side breakdown (queue / compute input / infer / output per
+request, batch size) taken from Triton's statistics API as the difference between a snapshot before
+and after the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import math
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import numpy as np
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from tritonops.triton import perf_analyzer
+
+Protocol = Literal["http", "grpc"]
+Mode = Literal["closed", "open"]
+Engine = Literal["perf_analyzer", "python"]
+
+# A ceiling on in-flight requests in open-loop mode: arrivals beyond it are counted as
+# "client_overload" errors instead of piling up without bound.
+MAX_IN_FLIGHT = 1024
+
+
+class TargetNotAllowed(ValueError):
+    """The load target is neither loopback nor an explicitly allowed host."""
+
+
+class UnknownModel(ValueError):
+    """The server answers but does not serve the named model (version)."""
+
+
+class ServerUnreachable(RuntimeError):
+    """Nothing answers at the target's address (or it is not live)."""
+
+
+def split_url(url: str) -> tuple[str, int | None]:
+    """``host:port``, ``http://host:port`` or ``[::1]:port`` -> (host, port)."""
+    parts = urlsplit(url if "://" in url else f"//{url}")
+    return parts.hostname or "", parts.port
+
+
+def check_target(url: str, allowed_hosts: Iterable[str] = ()) -> str:
+    """Return ``url``'s host if it may receive load, else raise :class:`TargetNotAllowed`.
+
+    Loopback addresses are allowed; a name is allowed when every address it resolves to is loopback,
+    or when it is listed in ``allowed_hosts`` (the project's own hosts, named explicitly).
+    """
+    host, _port = split_url(url)
+    if not host:
+        raise TargetNotAllowed(f"target {url!r}: no host")
+    if host in set(allowed_hosts):
+        return host
+    try:
+        addrs = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except OSError as e:
+            raise TargetNotAllowed(f"target {url!r}: cannot resolve {host!r} ({e})") from None
+        addrs = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    if addrs and all(a.is_loopback for a in addrs):
+        return host
+    raise TargetNotAllowed(
+        f"target {url!r}: {host} is not loopback; load is only sent to 127.0.0.1/::1 or to hosts "
+        "named with --allow-host"
+    )
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str  # host:port of Triton's HTTP or gRPC endpoint
+    model: str
+    protocol: Protocol = "http"
+    mode: Mode = "closed"
+    concurrency: int = 4  # closed loop: requests in flight
+    rate: float = 100.0  # open loop: mean arrivals per second (Poisson)
+    max_requests: int | None = 1000  # None: only max_seconds bounds the run
+    max_seconds: float = 10.0
+    batch_size: int = 1
+    model_version: str = ""
+    request_timeout_s: float = 30.0
+    seed: int = 0
+    allowed_hosts: tuple[str, ...] = ()
+    engine: Engine = "python"
+    stability_pct: float = 10.0  # perf_analyzer: how far windows may differ and still count as stable
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "max_requests", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: must be >= 1, got {value}")
+        for name in ("rate", "max_seconds", "request_timeout_s", "stability_pct"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):  # nan and inf are refused too
+                raise ValueError(f"{name}: must be a finite number > 0, got {value}")
+        if self.protocol not in ("http", "grpc"):
+            raise ValueError(f"protocol: must be http or grpc, got {self.protocol!r}")
+        if self.mode not in ("closed", "open"):
+            raise ValueError(f"mode: must be closed or open, got {self.mode!r}")
+        if self.engine not in ("perf_analyzer", "python"):
+            raise ValueError(f"engine: must be perf_analyzer or python, got {self.engine!r}")
+
+
+@dataclass
+class ServerBreakdown:
+    """Per-request averages from Triton's statistics API over the run (milliseconds)."""
+
+    requests: int = 0  # successful requests the server counted
+    failures: int = 0
+    inferences: int = 0
+    executions: int = 0
+    queue_ms: float = 0.0
+    compute_input_ms: float = 0.0
+    compute_infer_ms: float = 0.0
+    compute_output_ms: float = 0.0
+    request_ms: float = 0.0  # server end-to-end (success)
+
+    @property
+    def batch_size(self) -> float:
+        return self.inferences / self.executions if self.executions else 0.0
+
+
+@dataclass
+class BenchReport:
+    config: dict[str, Any]
+    sent: int
+    succeeded: int
+    elapsed_s: float
+    throughput_rps: float  # successful requests per second
+    inferences_per_s: float  # throughput x batch size
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+    max_ms: float | None  # None: perf_analyzer does not report it
+    errors: dict[str, int] = field(default_factory=dict)
+    server: ServerBreakdown = field(default_factory=ServerBreakdown)
+    stopped_by: str = "count"  # "count", "time" or "caller" (should_stop returned True)
+    engine: str = "python"
+
+    @classmethod
+    def unmeasured(cls, cfg: BenchConfig, errors: dict[str, int], server: ServerBreakdown | None = None,
+                   elapsed_s: float = 0.0) -> BenchReport:
+        """A run that produced no figures (NaN), only errors and what the server counted."""
+        server = server or ServerBreakdown()
+        nan = float("nan")
+        return cls(config=_config(cfg), sent=server.requests + server.failures, succeeded=server.requests,
+                   elapsed_s=elapsed_s, throughput_rps=0.0, inferences_per_s=0.0, p50_ms=nan, p95_ms=nan,
+                   p99_ms=nan, mean_ms=nan, max_ms=None, errors=errors, server=server, engine=cfg.engine)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: a figure that could not be measured (NaN) is None."""
+        d: dict[str, Any] = {k: None if isinstance(v, float) and math.isnan(v) else v
+                             for k, v in asdict(self).items()}
+        d["server"]["batch_size"] = round(self.server.batch_size, 3)
+        return d
+
+
+def _config(cfg: BenchConfig) -> dict[str, Any]:
+    return {k: v for k, v in asdict(cfg).items() if k != "allowed_hosts"}
+
+
+def _percentiles(latencies: list[float]) -> tuple[float, float, float, float, float]:
+    if not latencies:
+        nan = float("nan")
+        return nan, nan, nan, nan, nan
+    a = np.asarray(latencies) * 1000.0
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return float(p50), float(p95), float(p99), float(a.mean()), float(a.max())
+
+
+def _model_stats(stats: dict[str, Any], model: str) -> dict[str, Any]:
+    for s in stats.get("model_stats", []):
+        if s.get("name") == model:
+            return s
+    return {}
+
+
+def _stat(s: dict[str, Any], key: str, part: str = "ns") -> int:
+    return int(s.get("inference_stats", {}).get(key, {}).get(part, 0))
+
+
+def breakdown(before: dict[str, Any], after: dict[str, Any], model: str) -> ServerBreakdown:
+    """Server-side deltas between two ``get_inference_statistics`` snapshots (JSON form)."""
+    b, a = _model_stats(before, model), _model_stats(after, model)
+    n = _stat(a, "success", "count") - _stat(b, "success", "count")
+
+    def per_req_ms(key: str) -> float:
+        return (_stat(a, key) - _stat(b, key)) / n / 1e6 if n else 0.0
+
+    return ServerBreakdown(
+        requests=n,
+        failures=_stat(a, "fail", "count") - _stat(b, "fail", "count"),
+        inferences=int(a.get("inference_count", 0)) - int(b.get("inference_count", 0)),
+        executions=int(a.get("execution_count", 0)) - int(b.get("execution_count", 0)),
+        queue_ms=per_req_ms("queue"),
+        compute_input_ms=per_req_ms("compute_input"),
+        compute_infer_ms=per_req_ms("compute_infer"),
+        compute_output_ms=per_req_ms("compute_output"),
+        request_ms=per_req_ms("success"),
+    )
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, stable label for an error: server status, timeout, connection, ..."""
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, InferenceServerException):
+        status = str(exc.status() or "").replace("StatusCode.", "")
+        if status == "DEADLINE_EXCEEDED":
+            return "timeout"
+        if status:
+            return f"server:{status}"
+        msg = (exc.message() or "").lower()
+        if "timeout" in msg or "deadline" in msg:
+            return "timeout"
+        if "connect" in msg or "unavailable" in msg:
+            return "connection"
+        return "server"
+    if isinstance(exc, ConnectionError | OSError):
+        return "connection"
+    return type(exc).__name__
+
+
+def _sync_client(cfg: BenchConfig) -> Any:
+    if cfg.protocol == "http":
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(cfg.url, connection_timeout=10.0,
+                                                network_timeout=cfg.request_timeout_s)
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(cfg.url)
+
+
+def _sync_stats(client: Any, cfg: BenchConfig) -> dict[str, Any]:
+    if cfg.protocol == "http":
+        return dict(client.get_inference_statistics(cfg.model))
+    return dict(client.get_inference_statistics(cfg.model, as_json=True))
+
+
+def _stats_once(cfg: BenchConfig) -> dict[str, Any]:
+    client = _sync_client(cfg)
+    try:
+        return _sync_stats(client, cfg)
+    finally:
+        client.close()
+
+
+def _reason(e: BaseException) -> str:
+    text = e.message() if isinstance(e, InferenceServerException) else str(e)
+    return (text or type(e).__name__).strip().splitlines()[0][:200]
+
+
+def preflight(cfg: BenchConfig) -> dict[str, Any]:
+    """The model's configuration, once the server answers and the model is ready.
+
+    ServerUnreachable when nothing (live) answers at ``cfg.url``; UnknownModel when the model (version)
+    is not ready there. Either way no load has been sent.
+    """
+    client = _sync_client(cfg)
+    what = f"{cfg.model}" + (f" version {cfg.model_version}" if cfg.model_version else "")
+    try:
+        try:
+            live = client.is_server_live()
+        except (InferenceServerException, OSError) as e:
+            raise ServerUnreachable(f"{cfg.url}: no Triton answers over {cfg.protocol} ({_reason(e)})") from None
+        if not live:
+            raise ServerUnreachable(f"{cfg.url}: Triton answers but is not live")
+        try:
+            ready = client.is_model_ready(cfg.model, cfg.model_version)
+        except InferenceServerException as e:
+            raise UnknownModel(f"model {what!r} is not served at {cfg.url} ({_reason(e)})") from None
+        if not ready:
+            raise UnknownModel(f"model {what!r} is not loaded and ready at {cfg.url}")
+        if cfg.protocol == "http":
+            return dict(client.get_model_config(cfg.model, cfg.model_version))
+        return dict(client.get_model_config(cfg.model, cfg.model_version, as_json=True)["config"])
+    finally:
+        client.close()
+
+
+class _Client:
+    """The few calls the python engine needs, over either asyncio client."""
+
+    def __init__(self, cfg: BenchConfig) -> None:
+        self.cfg = cfg
+        self.client: Any
+        if cfg.protocol == "http":
+            import tritonclient.http as mod
+            import tritonclient.http.aio as aio
+
+            # conn_timeout is aiohttp's total timeout per request.
+            self.client = aio.InferenceServerClient(
+                cfg.url, conn_limit=max(cfg.concurrency, 100), conn_timeout=cfg.request_timeout_s
+            )
+        else:
+            import tritonclient.grpc as mod
+            import tritonclient.grpc.aio as aio
+
+            self.client = aio.InferenceServerClient(cfg.url)
+        self.mod = mod
+
+    async def stats(self) -> dict[str, Any]:
+        if self.cfg.protocol == "http":
+            result: dict[str, Any] = await self.client.get_inference_statistics(self.cfg.model)
+            return result
+        return dict(await self.client.get_inference_statistics(self.cfg.model, as_json=True))
+
+    def inputs(self, config: dict[str, Any], rng: np.random.Generator) -> list[Any]:
+        batched = int(config.get("max_batch_size", 0)) > 0
+        out = []
+        for spec in config.get("input", []):
+            dims = [1 if int(d) < 0 else int(d) for d in spec.get("dims", [])]
+            shape = [self.cfg.batch_size, *dims] if batched else dims
+            datatype = str(spec["data_type"]).removeprefix("TYPE_")
+            datatype = "BYTES" if datatype == "STRING" else datatype
+            if datatype == "BYTES":
+                data = np.full(shape, b"tritonops", dtype=np.object_)
+            else:
+                dtype = triton_to_np_dtype(datatype)
+                data = rng.standard_normal(shape).astype(dtype)
+            tensor = self.mod.InferInput(spec["name"], shape, datatype)
+            tensor.set_data_from_numpy(data)
+            out.append(tensor)
+        return out
+
+    async def infer(self, inputs: list[Any]) -> None:
+        # Per-request timeouts are the clients' own (gRPC deadline, aiohttp total timeout): an
+        # asyncio.wait_for per request would cost a task each and cap the generator's rate.
+        if self.cfg.protocol == "grpc":
+            await self.client.infer(self.cfg.model, inputs, model_version=self.cfg.model_version,
+                                    client_timeout=self.cfg.request_timeout_s)
+        else:
+            await self.client.infer(self.cfg.model, inputs, model_version=self.cfg.model_version)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def _run_python(
+    cfg: BenchConfig,
+    model_config: dict[str, Any],
+    on_done: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BenchReport:
+    client = _Client(cfg)
+    limit = cfg.max_requests if cfg.max_requests is not None else math.inf
+    try:
+        inputs = client.inputs(model_config, np.random.default_rng(cfg.seed))
+        before = await client.stats()
+        latencies: list[float] = []
+        errors: Counter[str] = Counter()
+        sent = 0
+        start = time.perf_counter()
+        deadline = start + cfg.max_seconds
+        stopped_by = "count"
+
+        async def one() -> None:
+            t0 = time.perf_counter()
+            try:
+                await client.infer(inputs)
+            except Exception as e:  # noqa: BLE001 - every failure is counted by kind
+                errors[error_kind(e)] += 1
+            else:
+                latencies.append(time.perf_counter() - t0)
+            if on_done:
+                on_done(1)
+
+        if cfg.mode == "closed":
+
+            async def worker() -> None:
+                nonlocal sent, stopped_by
+                while True:
+                    if sent >= limit:
+                        return
+                    if time.perf_counter() >= deadline:
+                        stopped_by = "time"
+                        return
+                    if should_stop is not None and should_stop():
+                        stopped_by = "caller"
+                        return
+                    sent += 1
+                    await one()
+
+            await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+        else:
+            rng = random.Random(cfg.seed)
+            in_flight: set[asyncio.Task[None]] = set()
+            next_at = start
+            while sent < limit:
+                next_at += rng.expovariate(cfg.rate)
+                if next_at >= deadline:
+                    stopped_by = "time"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped_by = "caller"
+                    break
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent += 1
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    errors["client_overload"] += 1
+                    if on_done:
+                        on_done(1)
+                    continue
+                task = asyncio.create_task(one())
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=cfg.request_timeout_s + 1)
+        elapsed = time.perf_counter() - start
+        # Triton records a request's statistics when it releases the request, which can be just
+        # after the client has its response: wait (briefly) until the server has counted them all.
+        after = await client.stats()
+        settle = time.perf_counter() + 2.0
+        while breakdown(before, after, cfg.model).requests < len(latencies) and time.perf_counter() < settle:
+            await asyncio.sleep(0.05)
+            after = await client.stats()
+    finally:
+        await client.close()
+    p50, p95, p99, mean, mx = _percentiles(latencies)
+    server = breakdown(before, after, cfg.model)
+    ok = len(latencies)
+    return BenchReport(
+        config=_config(cfg),
+        sent=sent,
+        succeeded=ok,
+        elapsed_s=elapsed,
+        throughput_rps=ok / elapsed if elapsed > 0 else 0.0,
+        inferences_per_s=ok * cfg.batch_size / elapsed if elapsed > 0 else 0.0,
+        p50_ms=p50,
+        p95_ms=p95,
+        p99_ms=p99,
+        mean_ms=mean,
+        max_ms=mx,
+        errors=dict(sorted(errors.items())),
+        server=server,
+        stopped_by=stopped_by,
+    )
+
+
+def _run_perf_analyzer(cfg: BenchConfig) -> BenchReport:
+    """One perf_analyzer measurement; the server breakdown covers its whole run (warm-up windows too)."""
+    pa = perf_analyzer.find()
+    failed: perf_analyzer.PerfAnalyzerError | None = None
+    before = _stats_once(cfg)  # no connection of ours stays open while perf_analyzer runs
+    start = time.perf_counter()
+    try:
+        m = pa.measure(cfg)
+    except perf_analyzer.PerfAnalyzerError as e:
+        failed = e
+    elapsed = time.perf_counter() - start
+    server = breakdown(before, _stats_once(cfg), cfg.model)
+    if failed is not None:
+        if not server.failures:
+            raise failed
+        # perf_analyzer stops at the first failed request; the server counted how many failed.
+        return BenchReport.unmeasured(cfg, {"server": server.failures}, server, elapsed)
+    return BenchReport(
+        config=_config(cfg), sent=server.requests + server.failures, succeeded=server.requests, elapsed_s=elapsed,
+        throughput_rps=m.inferences_per_s / cfg.batch_size, inferences_per_s=m.inferences_per_s,
+        p50_ms=m.p50_ms, p95_ms=m.p95_ms, p99_ms=m.p99_ms, mean_ms=m.mean_ms, max_ms=None, server=server,
+        stopped_by="count" if cfg.max_requests is not None else "time", engine="perf_analyzer",
+    )
+
+
+def run(
+    cfg: BenchConfig,
+    on_done: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BenchReport:
+    """Run one bounded load test with ``cfg.engine``.
+
+    Raises TargetNotAllowed, ServerUnreachable or UnknownModel before any load is sent, and
+    PerfAnalyzerError when perf_analyzer is missing or cannot measure. With the python engine,
+    ``on_done(n)`` is called as requests complete (progress) and ``should_stop()``, when given, is
+    polled before each request and ends the run early (in-flight requests still complete).
+    """
+    check_target(cfg.url, cfg.allowed_hosts)
+    model_config = preflight(cfg)
+    if cfg.engine == "perf_analyzer":
+        if should_stop is not None:
+            raise ValueError("should_stop: the perf_analyzer engine runs to its own bounds; use engine='python'")
+        return _run_perf_analyzer(cfg)
+    return asyncio.run(_run_python(cfg, model_config, on_done, should_stop))

@@ -1,0 +1,228 @@
+"""``tritonops bench`` and ``tritonops tune``: load generation and tuning against a running Triton."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tritonops import cli_params
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.agent.manifest import ReleaseError, check_path
+from tritonops.model_repo import pbtxt
+from tritonops.triton import bench, perf_analyzer
+from tritonops.triton import tune as tuner
+
+console = Console(stderr=True)
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not enabled, transient=True,
+    )
+
+
+def _report_table(r: bench.BenchReport) -> Table:
+    t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("requests sent / ok", f"{r.sent} / {r.succeeded}"),
+        ("elapsed (stopped by " + r.stopped_by + ")", f"{r.elapsed_s:.2f} s"),
+        ("throughput", f"{r.throughput_rps:.1f} req/s ({r.inferences_per_s:.1f} inf/s)"),
+        ("latency p50 / p95 / p99", f"{r.p50_ms:.2f} / {r.p95_ms:.2f} / {r.p99_ms:.2f} ms"),
+        ("server queue", f"{r.server.queue_ms:.3f} ms"),
+        ("server compute input / infer / output",
+         f"{r.server.compute_input_ms:.3f} / {r.server.compute_infer_ms:.3f} / "
+         f"{r.server.compute_output_ms:.3f} ms"),
+        ("server batch size (inferences/execution)", f"{r.server.batch_size:.2f}"),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "none"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def _model_name(name: str) -> str:
+    """A typer callback: a model name Triton could serve (one safe path part), checked before any request."""
+    try:
+        return check_path(name, where="model")
+    except ReleaseError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _endpoint(url: str) -> str:
+    if not url.strip():
+        raise typer.BadParameter("an empty endpoint: give host:port")
+    return url
+
+
+_DURATION = cli_params.finite(0, low_ok=False)
+
+
+def bench_cmd(
+    model: Annotated[str, typer.Argument(help="Model name", callback=_model_name)],
+    url: Annotated[
+        str, typer.Option(help="Triton HTTP or gRPC endpoint, host:port", callback=_endpoint)
+    ] = "127.0.0.1:8000",
+    protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
+    mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
+    concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
+    rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = 100.0,
+    requests: Annotated[
+        int | None, typer.Option(help="Measure this many requests (default: as many as --duration allows)")
+    ] = None,
+    duration: Annotated[float, typer.Option(help="Measurement time budget in seconds", callback=_DURATION)] = 10.0,
+    batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = 1,
+    engine: Annotated[
+        str, typer.Option(help="perf_analyzer (Triton's load generator, the reference) or python (asyncio)")
+    ] = "perf_analyzer",
+    stability: Annotated[
+        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+    ] = 10.0,
+    allow_host: Annotated[
+        list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+) -> None:
+    """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
+
+    The perf_analyzer engine splits --duration into measurement windows and reports the stable ones
+    (it needs libb64-0d from Debian and nvidia-cuda-runtime-cu12 from PyPI: `make apt venv`).
+
+    Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments, a target that is not
+    loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url or
+    the engine could not measure.
+    """
+    try:
+        cfg = bench.BenchConfig(
+            url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
+            rate=rate, max_requests=requests, max_seconds=duration, batch_size=batch_size,
+            allowed_hosts=tuple(allow_host or ()), engine=engine, stability_pct=stability,  # type: ignore[arg-type]
+        )
+        with _progress(not as_json) as progress:
+            python = cfg.engine == "python"
+            task = progress.add_task(f"{model} {protocol} {mode} ({engine})", total=requests if python else None)
+            report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
+    except ValueError as e:  # bad bounds, a refused target, an unknown model
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        Console().print(_report_table(report))
+    raise typer.Exit(ExitCode.FINDINGS if report.errors else ExitCode.OK)
+
+
+def _ints(low: int) -> Callable[[str], str]:
+    """A typer callback: comma-separated integers, each at least ``low`` (checked before any request)."""
+    def check(text: str) -> str:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{text!r}: expected comma-separated integers") from None
+        if not values or min(values) < low:
+            raise typer.BadParameter(f"{text!r}: expected comma-separated integers >= {low}")
+        return text
+    return check
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def tune_cmd(
+    model: Annotated[str, typer.Argument(help="Model name (loaded, explicit mode)", callback=_model_name)],
+    repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
+    url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port", callback=_endpoint)] = "127.0.0.1:8000",
+    budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
+    concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
+    requests: Annotated[
+        int | None, typer.Option(help="Requests measured per setting (default: as many as --duration allows)")
+    ] = None,
+    duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)", callback=_DURATION)] = 5.0,
+    engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = "perf_analyzer",
+    stability: Annotated[
+        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+    ] = 10.0,
+    instances: Annotated[str, typer.Option(help="Instance counts to try", callback=_ints(1))] = "1,2",
+    delays: Annotated[
+        str, typer.Option(help="max_queue_delay_microseconds values to try", callback=_ints(0))
+    ] = "0,500,2000",
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
+    write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
+) -> None:
+    """Sweep dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
+
+    Each setting is measured with perf_analyzer (--engine). The recommendation is written into
+    MODEL/config.pbtxt changing only dynamic_batching and instance_group: comments, license header
+    and field order stay, and the file is replaced atomically.
+
+    Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
+    errors, 2 bad arguments, an unusable config.pbtxt or a model the server does not serve, 3 no
+    Triton answers at --url or the engine is missing.
+    """
+    config_path = repository / model / "config.pbtxt"
+    try:
+        spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
+        if not (math.isfinite(budget_ms) and budget_ms > 0):
+            raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
+        load = bench.BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
+                                 max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
+        bench.check_target(url)
+        bench.preflight(load)
+        if load.engine == "perf_analyzer":
+            perf_analyzer.find()
+    except (ValueError, pbtxt.ConfigError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    grid = tuner.default_grid(
+        spec.max_batch_size or 0, _int_list(instances), _int_list(delays)
+    )
+    with _progress(not as_json) as progress:
+        task = progress.add_task(f"tune {model}", total=len(grid))
+
+        def on_trial(t: tuner.Trial) -> None:
+            progress.advance(task)
+            progress.console.print(
+                f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
+                + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"), highlight=False,
+                markup=False)
+
+        result = tuner.tune(url, spec, grid, load, budget_ms, on_trial=on_trial)
+    png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
+    out = result.to_dict()
+    out["plot"] = str(png)
+    if result.best and write:
+        tuner.write_recommendation(config_path, result.best.setting)
+        out["written"] = str(config_path)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        c = Console()
+        if result.best:
+            best = result.best.report
+            c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
+                    f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {budget_ms:g} ms)")
+            if write:
+                c.print(f"wrote {config_path}")
+        else:
+            c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
+        c.print(f"plot: {png}")
+    raise typer.Exit(ExitCode.OK if result.best else ExitCode.FINDINGS)

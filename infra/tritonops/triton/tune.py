@@ -1,0 +1,272 @@
+"""Tuner: sweep dynamic batching and instance counts on a running Triton, measure, recommend.
+
+Each setting is applied to a model *without touching the repository*: Triton (in explicit model
+control mode) reloads the model from a config override sent through the repository API
+(``load_model(name, config=json)``). Each setting is measured with :mod:`tritonops.triton.bench`; the
+recommendation is the highest throughput whose p95 stays within the latency budget and that had no
+errors. The recommendation is written back into the model's ``config.pbtxt`` changing only the
+batching and instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throughput against
+p95 for every setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tritonclient.http as httpclient
+from google.protobuf import json_format
+
+from tritonops.model_repo import pbtxt, pbtxt_edit
+from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
+from tritonops.triton import bench, perf_analyzer
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the sweep."""
+
+    dynamic_batching: bool
+    instances: int = 1
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+
+    @property
+    def label(self) -> str:
+        if not self.dynamic_batching:
+            return f"batching off, {self.instances} inst"
+        pref = ",".join(map(str, self.preferred_batch_sizes)) or "-"
+        return f"batching pref={pref} delay={self.max_queue_delay_us}us, {self.instances} inst"
+
+
+def default_grid(
+    max_batch_size: int,
+    instance_counts: Sequence[int] = (1, 2),
+    queue_delays_us: Sequence[int] = (0, 500, 2000),
+) -> list[Setting]:
+    """Batching off, and on with no preferred size / the max batch size, per delay and instance count."""
+    grid = [Setting(False, n) for n in instance_counts]
+    if max_batch_size <= 0:
+        return grid  # a model without a batch dimension cannot batch dynamically
+    preferred: list[tuple[int, ...]] = [(), (max_batch_size,)]
+    for n in instance_counts:
+        for pref in preferred:
+            for delay in queue_delays_us:
+                grid.append(Setting(True, n, pref, delay))
+    return grid
+
+
+def apply(spec: ModelSpec, setting: Setting) -> ModelSpec:
+    """The spec with ``setting``'s batching and instance count; everything else unchanged."""
+    if setting.dynamic_batching and not spec.max_batch_size:
+        raise ValueError(f"{spec.name}: dynamic batching needs max_batch_size > 0")
+    if setting.instances < 1:
+        raise ValueError(f"instances: must be >= 1, got {setting.instances}")
+    new = spec.model_copy(deep=True)
+    if setting.dynamic_batching:
+        base = spec.dynamic_batching or DynamicBatching()
+        new.dynamic_batching = base.model_copy(
+            update={
+                "preferred_batch_size": list(setting.preferred_batch_sizes),
+                "max_queue_delay_microseconds": setting.max_queue_delay_us,
+            }
+        )
+    else:
+        new.dynamic_batching = None
+    groups = [g.model_copy(deep=True) for g in spec.instance_group] or [InstanceGroup()]
+    groups[0].count = setting.instances
+    new.instance_group = groups[:1]
+    return new
+
+
+def config_json(spec: ModelSpec) -> str:
+    """Triton's model configuration JSON for the repository API's ``config`` parameter."""
+    return json_format.MessageToJson(pbtxt.spec_to_proto(spec), preserving_proto_field_name=True)
+
+
+def setting_of(spec: ModelSpec) -> Setting:
+    """The setting a spec currently has (the sweep's reference point)."""
+    count = spec.instance_group[0].count if spec.instance_group and spec.instance_group[0].count else 1
+    db = spec.dynamic_batching
+    if db is None:
+        return Setting(False, count)
+    return Setting(True, count, tuple(db.preferred_batch_size), db.max_queue_delay_microseconds or 0)
+
+
+@dataclass
+class Trial:
+    setting: Setting
+    report: bench.BenchReport
+    within_budget: bool
+    failure: str = ""  # why the engine could not measure this setting (then report.errors says so)
+
+    @property
+    def error_free(self) -> bool:
+        return not self.report.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        report = self.report.to_dict()
+        return {
+            "setting": dataclasses.asdict(self.setting),
+            "label": self.setting.label,
+            "within_budget": self.within_budget,
+            **{k: report[k] for k in ("throughput_rps", "inferences_per_s", "p50_ms", "p95_ms", "p99_ms",
+                                      "errors", "server", "engine")},
+            "failure": self.failure,
+        }
+
+
+@dataclass
+class TuneResult:
+    model: str
+    budget_ms: float
+    trials: list[Trial]
+    best: Trial | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "p95_budget_ms": self.budget_ms,
+            "recommended": self.best.to_dict() if self.best else None,
+            "trials": [t.to_dict() for t in self.trials],
+        }
+
+
+def recommend(trials: Sequence[Trial]) -> Trial | None:
+    """Highest throughput among error-free trials within the p95 budget."""
+    ok = [t for t in trials if t.within_budget and t.error_free]
+    return max(ok, key=lambda t: t.report.inferences_per_s, default=None)
+
+
+def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.is_model_ready(model):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{model}: not ready {timeout}s after loading a new configuration")
+
+
+def measure(
+    http_url: str,
+    spec: ModelSpec,
+    setting: Setting,
+    load: bench.BenchConfig,
+    *,
+    warmup_requests: int = 50,
+) -> bench.BenchReport:
+    """Reload ``spec.name`` with ``setting`` through the repository API, warm it up, bench it.
+
+    The warm-up is a few requests from the python engine; the measurement uses ``load.engine``.
+    """
+    bench.check_target(http_url, load.allowed_hosts)
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        client.load_model(spec.name, config=config_json(apply(spec, setting)))
+        _wait_ready(client, spec.name)
+    finally:
+        client.close()
+    if warmup_requests:
+        bench.run(dataclasses.replace(load, engine="python", max_requests=warmup_requests,
+                                      max_seconds=min(5.0, load.max_seconds)))
+    return bench.run(load)
+
+
+def tune(
+    http_url: str,
+    spec: ModelSpec,
+    settings: Sequence[Setting],
+    load: bench.BenchConfig,
+    budget_ms: float,
+    *,
+    warmup_requests: int = 50,
+    on_trial: Callable[[Trial], None] | None = None,
+    restore: bool = True,
+) -> TuneResult:
+    """Measure every setting and recommend one; ``spec`` (the repository's config) is reloaded at the end."""
+    if not (math.isfinite(budget_ms) and budget_ms > 0):
+        raise ValueError(f"budget_ms: must be a finite number > 0, got {budget_ms}")
+    if load.model != spec.name:
+        raise ValueError(f"load.model: {load.model!r} is not the tuned model {spec.name!r}")
+    trials: list[Trial] = []
+    try:
+        for setting in settings:
+            try:
+                report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
+                trial = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
+            except perf_analyzer.PerfAnalyzerError as e:  # e.g. no stable measurement: this setting only
+                trial = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
+                              failure=str(e))
+            trials.append(trial)
+            if on_trial:
+                on_trial(trial)
+    finally:
+        if restore:
+            client = httpclient.InferenceServerClient(http_url)
+            try:
+                # Back to the repository's configuration. A plain load_model(name) is not enough:
+                # Triton skips reloading a model whose files did not change, keeping the override.
+                client.load_model(spec.name, config=config_json(spec))
+                _wait_ready(client, spec.name)
+            finally:
+                client.close()
+    return TuneResult(spec.name, budget_ms, trials, recommend(trials))
+
+
+# The top-level fields a setting decides; write_recommendation changes these and nothing else.
+SETTING_FIELDS = ("dynamic_batching", "instance_group")
+
+
+def write_recommendation(config_path: Path, setting: Setting) -> ModelSpec:
+    """Write ``setting`` into ``config_path`` (config.pbtxt); returns the new spec.
+
+    Only the setting's fields change: the operator's comments, license header and field order stay
+    (:mod:`tritonops.model_repo.pbtxt_edit`), and the file is replaced atomically.
+    """
+    text = pbtxt.read_text(config_path)
+    new = apply(pbtxt.parse(text, config_path), setting)
+    pbtxt_edit.write(config_path, pbtxt_edit.set_fields(text, pbtxt.spec_to_proto(new), SETTING_FIELDS,
+                                                        config_path))
+    return new
+
+
+def plot(result: TuneResult, path: Path) -> Path:
+    """PNG: throughput (inferences/s) against p95 latency for every setting; budget and pick marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for t in result.trials:
+        if math.isnan(t.report.p95_ms):
+            continue  # nothing measured, nothing to place
+        colour = "tab:green" if t.within_budget and t.error_free else "tab:red"
+        marker = "o" if t.setting.dynamic_batching else "s"
+        ax.scatter(t.report.p95_ms, t.report.inferences_per_s, c=colour, marker=marker, s=50)
+        ax.annotate(t.setting.label, (t.report.p95_ms, t.report.inferences_per_s), fontsize=6,
+                    xytext=(4, 3), textcoords="offset points")
+    if result.best:
+        ax.scatter(result.best.report.p95_ms, result.best.report.inferences_per_s, s=260,
+                   facecolors="none", edgecolors="black", linewidths=1.5, label="recommended")
+    ax.axvline(result.budget_ms, color="grey", linestyle="--", label=f"p95 budget {result.budget_ms:g} ms")
+    ax.set_xlabel("p95 latency (ms)")
+    ax.set_ylabel("throughput (inferences/s)")
+    ax.set_title(f"tritonops tune {result.model}: squares = batching off, circles = dynamic batching")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def result_json(result: TuneResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, default=str)
