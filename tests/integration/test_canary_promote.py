@@ -156,9 +156,13 @@ def promote(stack: Stack, *extra: str) -> tuple[int, dict[str, Any]]:
 
 
 def steady(track: str) -> str:
-    """True once every sample of the gate's window (and the step before it) saw requests on ``track``."""
+    """True once every sample of the gate's window (and the step before it) saw requests on ``track``,
+    and the gate's own figure (its average over the window) says so too: a Prometheus starved by a busy
+    machine can lag its rule evaluations, and the gate must then wait, not read a gap as no traffic."""
     # > 8/s over the window: comfortably above --min-requests 50 in 8 s, so the gate never lacks data
-    return f'min_over_time({r.TRACK_REQUESTS_RATE}{{track="{track}",model="{MODEL}"}}[10s]) > 8'
+    rate = f'{r.TRACK_REQUESTS_RATE}{{track="{track}",model="{MODEL}"}}'
+    gate_view = canary.average_expr(r.TRACK_REQUESTS_RATE, WINDOW)
+    return f'min_over_time({rate}[10s]) > 8 and on(model, track) ({gate_view}) > 8'
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
