@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The development kit (tools/devkit: Podman hosts, the demo, role README tables) is not in the wheel.
+DEVKIT := PYTHONPATH=$(CURDIR)/tools $(BIN)/python -m devkit
 EXTRAS := triton,k8s,ansible,obs,dev
 # Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
 # libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it).
@@ -43,7 +45,7 @@ apt:
 	fi
 
 lint: venv
-	$(BIN)/ruff check infra tests examples
+	$(BIN)/ruff check infra tests examples tools
 	$(BIN)/mypy
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q
 
@@ -73,13 +75,13 @@ drift-live: venv apt
 	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live
 
 # Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
-# locally built Podman images (`tritonops hosts build` is a no-op while its inputs are unchanged).
+# locally built Podman images (`python -m devkit hosts build` is a no-op while its inputs are unchanged).
 # Narrow it with MOLECULE_ROLES, e.g. `make molecule MOLECULE_ROLES="nvidia_driver jetson"`.
 MOLECULE_ROLES ?= $(ALL_ROLES)
 molecule: venv apt
-	$(BIN)/tritonops hosts build --arch amd64
+	$(DEVKIT) hosts build --arch amd64
 	@if grep -qs systemd-arm64 $(foreach r,$(MOLECULE_ROLES),roles/$(r)/molecule/*/molecule.yml); then \
-	  $(BIN)/tritonops hosts build --arch arm64; fi
+	  $(DEVKIT) hosts build --arch arm64; fi
 	@set -e; for r in $(MOLECULE_ROLES); do for f in roles/$$r/molecule/*/molecule.yml; do \
 	  s=$$(basename $$(dirname $$f)); start=$$(date +%s); echo "== molecule test $$r/$$s"; \
 	  (cd roles/$$r && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s $$s); \
@@ -95,7 +97,7 @@ host-checks: venv
 	  --hosts=ansible://$(HOSTS) --ansible-inventory=$(INVENTORY)
 
 demo: venv apt
-	$(BIN)/tritonops demo
+	$(DEVKIT) demo
 
 # Benchmarks print figures (they are not timed tests): tests/benchmarks/bench_*.py
 bench: venv apt

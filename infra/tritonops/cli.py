@@ -19,7 +19,6 @@ from tritonops.agent.releases import write_atomic
 from tritonops.capacity.commands import plan_cmd
 from tritonops.cli_params import path as path_arg
 from tritonops.drift.commands import drift_cmd
-from tritonops.hosts.commands import hosts_app
 from tritonops.k8s.commands import render as render_cmd
 from tritonops.model_repo.commands import agent_app, release_app
 from tritonops.model_repo.validate import Target, UsageError
@@ -31,7 +30,6 @@ from tritonops.triton.smoke import report_table
 from tritonops.triton.smoke import smoke as run_smoke
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, epilog=EXIT_HELP)
-app.add_typer(hosts_app, name="hosts")
 app.add_typer(obs_app, name="observability")
 app.command("render")(render_cmd)
 app.command("bench")(bench_cmd)
@@ -193,23 +191,3 @@ def serve(
     except KeyboardInterrupt:
         server.stop()
 
-
-@app.command()
-def demo(
-    local: Annotated[
-        bool, typer.Option("--local", help="Run tritonserver on loopback instead of converging a Podman edge node")
-    ] = False,
-) -> None:
-    """Converge a local edge node with ansible/edge.yml, smoke-check it and print real inference results.
-
-    Exit 0 when the smoke check passes, 1 when a check fails, 3 when a step fails.
-    """
-    from tritonops.demo import DemoError, run, run_edge
-    from tritonops.hosts.podman import HostsError
-
-    try:
-        report = run(console) if local else run_edge(console)
-    except (DemoError, HostsError) as e:
-        err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(ExitCode.FAILED) from None
-    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)

@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from devkit.demo import REPO, run_playbook
+from devkit.hosts.images import ImageSpec, build_image, cache_dir
+from devkit.hosts.nodes import node_down, node_up
 from rich.console import Console
 from rich.table import Table
-from tritonops.demo import REPO, run_playbook
 from tritonops.drift.run import run
-from tritonops.hosts.images import ImageSpec, build_image, cache_dir
-from tritonops.hosts.nodes import node_down, node_up
 
 LOCAL = REPO / "ansible" / "inventories" / "local"
 

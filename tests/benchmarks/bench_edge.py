@@ -7,7 +7,7 @@ Prints three figures, each with its Ansible recap: the first converge of a fresh
 (gpu_facts, triton_server from the wheel, the sample repository as a release), a re-converge with
 nothing to change (changed must be 0), and the time to publish a new model release (the sample
 with mlp at two instances) through the same playbook, golden gate included. The node (``mr-bench``)
-is removed at the end. Needs root, Podman and the image `tritonops hosts build` makes (built if missing).
+is removed at the end. Needs root, Podman and the image `python -m devkit hosts build` makes (built if missing).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from devkit.demo import REPO, SAMPLE, run_playbook
+from devkit.hosts.images import ImageSpec, build_image, cache_dir
+from devkit.hosts.nodes import node_down, node_up
 from rich.console import Console
 from rich.table import Table
-from tritonops.demo import REPO, SAMPLE, run_playbook
-from tritonops.hosts.images import ImageSpec, build_image, cache_dir
-from tritonops.hosts.nodes import node_down, node_up
 
 NODE = "mr-bench"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from devkit.hosts.podman import CONTAINERS_CONF
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -60,7 +61,7 @@ def run_roles(node: str, roles: list[str], extra_vars: dict[str, Any], timeout: 
             "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
             "ANSIBLE_HOST_KEY_CHECKING": "0",
             "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
-            "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(REPO / "infra/tritonops/hosts/containers.conf")),
+            "CONTAINERS_CONF": env.get("CONTAINERS_CONF", str(CONTAINERS_CONF)),
         })
         proc = subprocess.run(
             [str(ANSIBLE_PLAYBOOK), "-i", f"{node},", "-c", "containers.podman.podman",

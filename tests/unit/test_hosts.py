@@ -1,12 +1,12 @@
-"""tritonops.hosts: what decides a rebuild (input hashes), argument checks, and the cache decision,
-without touching Podman (the real builds run in `make molecule` / `tritonops hosts build`)."""
+"""devkit.hosts: what decides a rebuild (input hashes), argument checks, and the cache decision,
+without touching Podman (the real builds run in `make molecule` / `python -m devkit hosts build`)."""
 
 from __future__ import annotations
 
 import pytest
-from tritonops.hosts import images, nodes
-from tritonops.hosts.images import ImageSpec
-from tritonops.hosts.podman import HostsError
+from devkit.hosts import images, nodes
+from devkit.hosts.images import ImageSpec
+from devkit.hosts.podman import HostsError
 
 
 def spec(**kw: object) -> ImageSpec:
@@ -82,3 +82,15 @@ def test_node_names_accepted(name: str) -> None:
 def test_node_names_refused(name: str) -> None:
     with pytest.raises(HostsError, match="node name"):
         nodes._check_name(name)
+
+
+def test_the_product_cli_has_no_development_kit_commands() -> None:
+    """Podman hosts and the demo are the development kit's (python -m devkit), not the wheel's."""
+    import typer.main
+    from devkit.__main__ import app as devkit_app
+    from tritonops.cli import app
+
+    product = typer.main.get_command(app)
+    kit = typer.main.get_command(devkit_app)
+    assert {"hosts", "demo"}.isdisjoint(product.commands)  # type: ignore[attr-defined]
+    assert {"hosts", "demo", "role-docs"} <= set(kit.commands)  # type: ignore[attr-defined]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from devkit.role_docs import BEGIN, defaults, render_readme, role_dirs, spec_options
 from tritonops import versions
-from tritonops.ansible_roles import BEGIN, defaults, render_readme, role_dirs, spec_options
 
 ROLES = role_dirs()
 ROLE_IDS = [r.name for r in ROLES]
@@ -138,7 +138,7 @@ def test_readme_sections(role: Path) -> None:
                          ids=lambda r: r.name)
 def test_readme_variables_table_is_current(role: Path) -> None:
     text = (role / "README.md").read_text()
-    assert render_readme(role, text) == text, f"run `python -m tritonops.ansible_roles` to regenerate {role.name}"
+    assert render_readme(role, text) == text, f"run `python -m devkit role-docs` to regenerate {role.name}"
 
 
 # --- pins the role defaults repeat ------------------------------------------------------------

@@ -41,7 +41,6 @@ def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
         "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
     })
-    env.setdefault("CONTAINERS_CONF", str(REPO / "infra" / "hosts" / "containers.conf"))
     if extra:
         env.update(extra)
     return env

@@ -11,7 +11,7 @@
    and Triton's index becomes unreachable (one finding);
 4. converge again: no drift, by every source and by the node's own check.
 
-Needs root, Podman and the image ``tritonops hosts build`` makes (built here when missing). Bounded:
+Needs root, Podman and the image ``python -m devkit hosts build`` makes (built here when missing). Bounded:
 each playbook run has a timeout. At low load on 2 cores it takes about 15 minutes: converge 205 s,
 clean drift checks about 105 s, tampered ones 135-140 s, re-converge 160 s.
 """
@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 import yaml
+from devkit.hosts.podman import CONTAINERS_CONF, podman
 from tritonops.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.drift.report import DriftReport
 from tritonops.drift.run import run
-from tritonops.hosts.podman import podman
 
 REPO = Path(__file__).resolve().parents[3]
 # TRITONOPS_DRIFT_NODE names an existing node to reuse (kept afterwards): a re-converge instead of a first one.
@@ -61,9 +61,11 @@ def _have_podman() -> bool:
 def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if not _have_podman():
         pytest.skip("needs root and Podman (make apt installs it)")
-    from tritonops.hosts.images import ImageSpec, build_image
-    from tritonops.hosts.nodes import node_down, node_up
+    from devkit.hosts.images import ImageSpec, build_image
+    from devkit.hosts.nodes import node_down, node_up
 
+    # The drift run below talks to the node in-process, through Podman: the project's Podman settings.
+    os.environ.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
     build_image(ImageSpec(arch="amd64"))
     if not REUSE:
         node_down(NODE)
@@ -100,7 +102,7 @@ def sh(cmd: str) -> str:
 
 
 def node_ip() -> str:
-    from tritonops.hosts.nodes import node_address
+    from devkit.hosts.nodes import node_address
 
     return node_address(NODE)
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from devkit.hosts.podman import CONTAINERS_CONF
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
 from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.releases import STATE_FILE
@@ -107,7 +108,7 @@ def publish(host: Any, config: Any, repository: Path, tmp: Path,
         "- hosts: all\n  become: true\n  gather_facts: true\n  roles: [model_repository]\n"
     )
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_FORCE_COLOR="0",
-               CONTAINERS_CONF=str(REPO / "infra" / "hosts" / "containers.conf"),
+               CONTAINERS_CONF=str(CONTAINERS_CONF),
                ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
     cmd = [str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "ansible-playbook"), str(playbook),
            "-i", _inventory(config), "--limit", host_name(host),

@@ -405,7 +405,7 @@ def _cases() -> list[Case]:
                                            f"http://{CLOSED}/metrics"), expect=1, names=("127.0.0.1",),
              setup=with_(pointer())))
 
-    # agent build, observability export, hosts, demo, unknown commands (helper A)
+    # agent build, observability export, unknown commands; hosts and demo of the development kit (helper A)
     add(Case("agent-build-empty-path", ("agent", "build", ""), names=("out", "empty", "path"), setup=kit))
     add(Case("agent-build-onto-folder", ("agent", "build", f"{T}/dir.json"), names=("dir.json",), setup=kit))
     add(Case("export-empty-path", ("observability", "export", ""), names=("directory", "empty"), setup=kit))
@@ -416,18 +416,18 @@ def _cases() -> list[Case]:
         add(Case(f"export{opt}-{value.replace('}}', '}')}", ("observability", "export", f"{T}/out", opt, value),
                  names=_opt_names(opt), setup=kit))
     add(Case("hosts-build-arch-unknown", ("hosts", "build", "--arch", "mips"), names=("mips", "--arch"),
-             env=NO_PODMAN, setup=kit))
-    add(Case("hosts-up-no-name", ("hosts", "up"), names=("NAME", "name"), env=NO_PODMAN, setup=kit))
+             env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("hosts-up-no-name", ("hosts", "up"), names=("NAME", "name"), env=NO_PODMAN, setup=kit, cli="devkit"))
     add(Case("hosts-up-publish-bad", ("hosts", "up", "n1", "--publish", "notaport"), names=("--publish", "notaport"),
-             env=NO_PODMAN, setup=kit))
+             env=NO_PODMAN, setup=kit, cli="devkit"))
     add(Case("hosts-up-arch-unknown", ("hosts", "up", "n1", "--arch", "sparc"), names=("sparc", "--arch"),
-             env=NO_PODMAN, setup=kit))
-    add(Case("hosts-up-name-hostile", ("hosts", "up", "n1;reboot"), names=("n1;reboot",), env=NO_PODMAN, setup=kit))
-    add(Case("hosts-down-name-hostile", ("hosts", "down", "../x"), names=("../x",), env=NO_PODMAN, setup=kit))
-    add(Case("hosts-up-name-empty", ("hosts", "up", ""), names=("name",), env=NO_PODMAN, setup=kit))
-    add(Case("hosts-unknown-command", ("hosts", "frobnicate"), names=("frobnicate",), env=NO_PODMAN, setup=kit))
-    add(Case("demo-unknown-option", ("demo", "--bogus"), names=("--bogus",), env=NO_PODMAN, setup=kit))
-    add(Case("demo-extra-argument", ("demo", "extra"), names=("extra",), env=NO_PODMAN, setup=kit))
+             env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("hosts-up-name-hostile", ("hosts", "up", "n1;reboot"), names=("n1;reboot",), env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("hosts-down-name-hostile", ("hosts", "down", "../x"), names=("../x",), env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("hosts-up-name-empty", ("hosts", "up", ""), names=("name",), env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("hosts-unknown-command", ("hosts", "frobnicate"), names=("frobnicate",), env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("demo-unknown-option", ("demo", "--bogus"), names=("--bogus",), env=NO_PODMAN, setup=kit, cli="devkit"))
+    add(Case("demo-extra-argument", ("demo", "extra"), names=("extra",), env=NO_PODMAN, setup=kit, cli="devkit"))
     add(Case("unknown-command", ("nosuch",), names=("nosuch",), setup=kit))
 
     # the node agent (helper A: infra/tritonops/agent/cli.py, releases.py, manifest.py, store.py, pull.py)

@@ -41,7 +41,7 @@ MEMORY_HEADROOM = 1536 << 20  # bytes of address space a case may add to the for
 
 @dataclass(frozen=True)
 class Case:
-    """One bad input: ``argv`` of ``cli`` ("tritonops", "agent") or a library ``call``.
+    """One bad input: ``argv`` of ``cli`` ("tritonops", "agent", "devkit") or a library ``call``.
 
     ``argv`` items may hold ``{tmp}`` (the case's folder, built by ``setup``) and ``{port}`` (a
     loopback port nobody listens on). ``names``: one of these must appear in the message (the file,
@@ -128,7 +128,8 @@ def _invoke(case: Case, tmp: Path, port: int) -> dict[str, Any]:
         return {"code": int(code), "out": out.getvalue() + err.getvalue(), "exc": None}
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(tritonops_command(), argv, prog_name="tritonops", catch_exceptions=True)
+    command = devkit_command() if case.cli == "devkit" else tritonops_command()
+    result = CliRunner().invoke(command, argv, prog_name=case.cli, catch_exceptions=True)
     text = result.stdout + (result.stderr if result.stderr_bytes is not None else "")
     exc = None if result.exception is None or isinstance(result.exception, SystemExit) else result.exception
     return {"code": result.exit_code, "out": text,
@@ -140,6 +141,15 @@ def tritonops_command() -> Any:
     """The click command behind ``tritonops``, built once (call it before forking: each case saves ~0.1 s)."""
     import typer.main
     from tritonops.cli import app
+
+    return typer.main.get_command(app)
+
+
+@functools.cache
+def devkit_command() -> Any:
+    """The click command behind ``python -m devkit`` (the development kit: Podman hosts, the demo)."""
+    import typer.main
+    from devkit.__main__ import app
 
     return typer.main.get_command(app)
 

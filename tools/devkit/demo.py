@@ -1,11 +1,11 @@
 """`make demo`: a local edge node converged by Ansible, then the smoke check and real inference results.
 
-Default (``tritonops demo``): build the Debian systemd image (cached), boot the Podman node
+Default (``python -m devkit demo``): build the Debian systemd image (cached), boot the Podman node
 ``tritonops-edge-1``, run ``ansible-playbook ansible/edge.yml -i ansible/inventories/local`` against
 it (gpu_facts, triton_server from the wheel, the sample repository as a model release), then smoke-check
 the node's Triton over its bridge address and show the pipeline's answers.
 
-``tritonops demo --local``: the earlier path, a tritonserver process on loopback (no Ansible, no Podman).
+``python -m devkit demo --local``: the earlier path, a tritonserver process on loopback (no Ansible, no Podman).
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import numpy as np
 import tritonclient.http as httpclient
 from rich.console import Console
 from rich.table import Table
-
 from tritonops.model_repo.golden import Golden
 from tritonops.triton import server
 from tritonops.triton.smoke import SmokeReport, report_table, smoke
 
+from devkit.hosts.podman import CONTAINERS_CONF
+
+# The checkout the development kit lives in (tools/devkit/): the demo converges its playbooks and sample models.
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"
 EDGE_NODE = "tritonops-edge-1"
@@ -71,7 +73,7 @@ def run_playbook(console: Console, playbook: Path, inventories: Sequence[Path], 
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-               CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(REPO / "infra" / "hosts" / "containers.conf")),
+               CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF)),
                PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     log.parent.mkdir(parents=True, exist_ok=True)
     recap: dict[str, int] = {}
@@ -103,8 +105,8 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
     """Create the local edge node, converge ansible/edge.yml on it, smoke-check it from the controller."""
     import yaml
 
-    from tritonops.hosts.images import ImageSpec, build_image, cache_dir
-    from tritonops.hosts.nodes import node_up
+    from devkit.hosts.images import ImageSpec, build_image, cache_dir
+    from devkit.hosts.nodes import node_up
 
     console = console or Console()
     started = time.monotonic()
@@ -131,7 +133,7 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
     console.print(pipeline_table(f"{n.address}:8000", SAMPLE))
     console.print(f"demo done in {time.monotonic() - started:.0f}s. The node keeps running: "
                   f"`podman exec -it {node} bash`, `tritonops smoke http://{n.address}:8000 --repository "
-                  f"examples/model_repository`; remove it with `tritonops hosts down {node}`.")
+                  f"examples/model_repository`; remove it with `python -m devkit hosts down {node}`.")
     return report
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonops.hosts.podman import HostsError, podman, podman_env, run_logged
+from devkit.hosts.podman import HostsError, podman, podman_env, run_logged
 
 SUITE = "bookworm"
 ARCHES = ("amd64", "arm64")

@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from tritonops.hosts.images import ImageSpec
-from tritonops.hosts.podman import HostsError, podman
+from devkit.hosts.images import ImageSpec
+from devkit.hosts.podman import HostsError, podman
 
 NODE_LABEL = "io.tritonops.node"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -71,7 +71,7 @@ def node_up(name: str, arch: str = "amd64", publish: Sequence[str] = (), replace
         podman(["start", name])
     else:
         if podman(["image", "exists", spec.image], check=False).returncode != 0:
-            raise HostsError(f"image {spec.image} is missing: run `tritonops hosts build --arch {arch}`")
+            raise HostsError(f"image {spec.image} is missing: run `python -m devkit hosts build --arch {arch}`")
         args = ["run", "-d", "--name", name, "--hostname", name, "--systemd=always",
                 "--label", f"{NODE_LABEL}={arch}", "--arch", arch]
         for cap in NODE_CAPS:

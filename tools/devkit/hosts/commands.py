@@ -1,4 +1,4 @@
-"""``tritonops hosts``: build images and manage disposable Podman nodes.
+"""``python -m devkit hosts``: build images and manage disposable Podman nodes.
 
 Exit codes: 0 ok, 1 a build or Podman step failed (the message names the log), 2 bad arguments.
 """
@@ -15,11 +15,11 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.hosts.images import ImageSpec, build_image, image_status
-from tritonops.hosts.nodes import NAME_RE, list_nodes, node_dicts, node_down, node_up
-from tritonops.hosts.podman import HostsError
+
+from devkit.hosts.images import ImageSpec, build_image, image_status
+from devkit.hosts.nodes import NAME_RE, list_nodes, node_dicts, node_down, node_up
+from devkit.hosts.podman import HostsError
 
 hosts_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console(stderr=True)

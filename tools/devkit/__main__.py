@@ -1,0 +1,49 @@
+"""``python -m devkit``: the development kit's commands (Podman hosts, the demo, role README tables)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from tritonops.agent.exitcodes import ExitCode
+
+from devkit.hosts.commands import hosts_app
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.add_typer(hosts_app, name="hosts")
+
+
+@app.command()
+def demo(
+    local: Annotated[
+        bool, typer.Option("--local", help="Run tritonserver on loopback instead of converging a Podman edge node")
+    ] = False,
+) -> None:
+    """Converge a local edge node with ansible/edge.yml, smoke-check it and print real inference results.
+
+    Exit 0 when the smoke check passes, 1 when a check fails, 3 when a step fails.
+    """
+    from devkit.demo import DemoError, run, run_edge
+    from devkit.hosts.podman import HostsError
+
+    console = Console()
+    try:
+        report = run(console) if local else run_edge(console)
+    except (DemoError, HostsError) as e:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
+
+
+@app.command("role-docs")
+def role_docs() -> None:
+    """Rewrite the "Role Variables" table of every role README from its meta/argument_specs.yml."""
+    from devkit.role_docs import main
+
+    raise typer.Exit(main([]))
+
+
+if __name__ == "__main__":
+    app()
