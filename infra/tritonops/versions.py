@@ -1,10 +1,14 @@
 """Every pinned version in the project, in one place.
 
-Role defaults, stack code, Helm releases and the test harness read their pins from here (or are
-checked against it by ``tests/unit/test_versions.py``), so two copies of a pin cannot drift apart.
+Stack code and Helm releases import these constants; the Ansible roles' defaults read them through the
+collection's lookup (``{{ lookup('tritonops.triton.pin', 'TRITON_IMAGE') }}``, plugins/lookup/pin.py),
+which calls :func:`pin`. A pin is an upper-case constant of this module; nothing repeats one.
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Any
 
 # --- Triton Inference Server -------------------------------------------------------------------
 # Server release shipped as NGC containers and Jetson tarballs, and the matching client library.
@@ -44,8 +48,7 @@ KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20251120", "bottlerocket": "bottlero
 
 # Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to
 # CPU-only nodes (installed with --no-index --no-deps): the tritonserver binary, onnxruntime for the
-# Python-backend ONNX models, and onnxruntime's own runtime requirements. sha256 per node platform;
-# the role's defaults repeat these and tests/unit/test_role_specs.py keeps the two identical.
+# Python-backend ONNX models, and onnxruntime's own runtime requirements. sha256 per node platform.
 TRITON_WHEELS: dict[str, dict[str, str]] = {
     "x86_64": {
         f"nvidia-pytriton=={PYTRITON_VERSION}":
@@ -79,13 +82,27 @@ TRITON_JETSON_TARBALLS: dict[str, str] = {
 }
 
 # --- GPU host preparation (roles nvidia_driver, container_runtime, jetson, node_monitoring) ------
-# Role defaults repeat these; tests/unit/test_gpu_host_roles.py keeps the two identical.
 # Driver branch the nvidia_driver role installs by default (Debian 12 non-free carries 535 only;
 # Ubuntu and the RHEL family may choose 550/570 per host).
 NVIDIA_DRIVER_BRANCH = "535"
 NVIDIA_CONTAINER_TOOLKIT_VERSION = "1.17.8"
+# cuda-keyring package of NVIDIA's CUDA repository (nvidia_driver on Ubuntu with the `cuda` source).
+NVIDIA_CUDA_KEYRING_VERSION = "1.1-1"
 # DCGM exporter on x86 GPU hosts (the line GPU Operator v25.3 ships).
 DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
 # L4T releases the jetson role supports -> JetPack apt repository version: exactly the JetPack
 # versions with a Triton Jetson build in TRITON_JETSON_TARBALLS (JetPack 6.0, 6.1, 6.2).
 JETSON_L4T_APT_REPOS: dict[str, str] = {"36.3.0": "r36.3", "36.4.0": "r36.4", "36.4.3": "r36.4"}
+
+
+def pins() -> dict[str, Any]:
+    """Every pin by name: the module's public upper-case constants."""
+    return {k: v for k, v in globals().items() if k.isupper() and not k.startswith("_")}
+
+
+def pin(name: str) -> Any:
+    """The pin called ``name`` (a copy: callers may not change the pin); KeyError names the known pins."""
+    known = pins()
+    if name not in known:
+        raise KeyError(f"no pin {name!r} in tritonops.versions; pins: {', '.join(sorted(known))}")
+    return copy.deepcopy(known[name])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import testinfra
-import yaml
+from gpuhost_helpers import defaults
 from testinfra.utils import ansible_runner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,9 +39,8 @@ ansible_runner.get_ansible_host = _get_ansible_host_with_podman
 
 
 def role_defaults(role: str) -> dict[str, Any]:
-    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing)."""
-    data = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
-    return dict(data or {})
+    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing), pins resolved."""
+    return defaults(role)
 
 
 @pytest.fixture(scope="module")
