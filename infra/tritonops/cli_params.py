@@ -9,8 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import typer
+
+from tritonops.project import ENV_VAR
 
 
 def path(text: str | Path) -> Path:
@@ -40,3 +43,10 @@ def folder_to_write(value: Path | None) -> Path | None:
     if value is not None and value.exists() and not value.is_dir():
         raise typer.BadParameter(f"{value}: exists and is not a folder")
     return value
+
+
+# ``--project-dir``: the folder holding stacks/, ansible/ and roles/ (tritonops.project); None: $TRITONOPS_PROJECT_DIR,
+# else the current directory.
+ProjectDir = Annotated[Path | None, typer.Option(
+    "--project-dir", envvar=ENV_VAR, parser=path, show_envvar=True,
+    help="Project folder holding stacks/, ansible/ and roles/ (default: the current directory)")]

@@ -1,5 +1,7 @@
 """Pulumi program of the platform stack: all logic lives in tritonops.k8s (see infra/tritonops/k8s/stacks.py)."""
 
+from pathlib import Path
+
 from tritonops.k8s.stacks import run
 
-run("platform")
+run(Path(__file__).parent)

@@ -18,7 +18,7 @@ from rich.table import Table
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.capacity import plan as planner
 from tritonops.cli_params import finite, path
-from tritonops.k8s.config import ENVIRONMENTS, STACKS_DIR, ConfigError, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import ENVIRONMENTS, ConfigError, TritonStackConfig, load_stack_config
 
 
 def plan_cmd(
@@ -29,8 +29,9 @@ def plan_cmd(
                                          f"hourly values) or a built-in name ({', '.join(planner.PROFILES)})")],
     env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}")]
     = "prod",
-    stacks_dir: Annotated[Path, typer.Option("--stacks-dir", parser=path,
-                                             help="Folder holding triton/Pulumi.<env>.yaml")] = STACKS_DIR,
+    stacks_dir: Annotated[Path | None, typer.Option("--stacks-dir", parser=path,
+                                                    help="Folder holding triton/Pulumi.<env>.yaml "
+                                                    "(default: stacks/ of the project folder)")] = None,
     peak_rps: Annotated[float | None, typer.Option("--peak-rps", callback=finite(0, low_ok=False),
                                                    help="Peak requests/s (overrides the profile's)")] = None,
     prices: Annotated[Path | None, typer.Option("--prices", parser=path,

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonops import project
 from tritonops.drift.report import Finding, SourceResult
 
-REPO = Path(__file__).resolve().parents[3]
 CALLBACK = "ansible.posix.json"
 
 
@@ -28,13 +28,14 @@ class AnsibleRunError(RuntimeError):
     """ansible-playbook did not produce a usable JSON report."""
 
 
-def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def ansible_env(extra: dict[str, str] | None = None, project_dir: Path | None = None) -> dict[str, str]:
+    """ansible-playbook's environment: the JSON callback, the project's roles/ (tritonops.project)."""
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ)
     env.update({
         "ANSIBLE_STDOUT_CALLBACK": CALLBACK,
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_ROLES_PATH": str(project.project_dir(project_dir) / "roles"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
@@ -61,9 +62,10 @@ def playbook_cmd(playbook: Path, inventories: Sequence[Path | str], limit: str |
     return cmd
 
 
-def run_json(cmd: Sequence[str], timeout: float = 1800) -> dict[str, Any]:
+def run_json(cmd: Sequence[str], timeout: float = 1800, project_dir: Path | None = None) -> dict[str, Any]:
     """Run ansible-playbook with the JSON callback; return its document (rc 2 = failed hosts is still a report)."""
-    res = subprocess.run(list(cmd), capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=timeout)
+    res = subprocess.run(list(cmd), capture_output=True, text=True, env=ansible_env(project_dir=project_dir),
+                         cwd=project.project_dir(project_dir), timeout=timeout)
     out = res.stdout
     start = out.find("{")
     if start < 0:
@@ -151,7 +153,7 @@ def parse(doc: dict[str, Any], source: str = "ansible") -> tuple[list[Finding], 
 
 
 def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: str | None = None,
-          extra_vars: dict[str, Any] | None = None, forks: int = 10) -> SourceResult:
+          extra_vars: dict[str, Any] | None = None, forks: int = 10, project_dir: Path | None = None) -> SourceResult:
     """Run each playbook in check+diff mode; per host, each task that would change."""
     started = time.monotonic()
     result = SourceResult(source="ansible")
@@ -159,7 +161,8 @@ def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: s
     hosts: set[str] = set()
     for pb in playbooks:
         try:
-            doc = run_json(playbook_cmd(pb, inventories, limit, extra_vars, check=True, forks=forks))
+            doc = run_json(playbook_cmd(pb, inventories, limit, extra_vars, check=True, forks=forks),
+                           project_dir=project_dir)
         except (AnsibleRunError, subprocess.TimeoutExpired, OSError) as e:
             errors.append(f"{pb.name}: {e}")
             continue

@@ -10,15 +10,17 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli_params import folder_to_write, path
+from tritonops.cli_params import ProjectDir, folder_to_write, path
+from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
-from tritonops.drift.run import DEFAULT_PLAYBOOKS, run
+from tritonops.drift.run import DEFAULT_PLAYBOOK, run
 from tritonops.k8s.config import ENVIRONMENTS, STACKS
 
 
 def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], stacks: list[str], envs: list[str],
-           summary: Path | None) -> list[str]:
+           summary: Path | None, root: Path) -> list[str]:
     """What is wrong with the command line, checked before any host or stack is touched."""
     out = [f"unknown --source {s} (choose from {', '.join(SOURCES)})" for s in sources if s not in SOURCES]
     if {"ansible", "models"} & set(sources) and not inventories:
@@ -30,6 +32,10 @@ def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], s
     out += [f"--env {e}: unknown (choose from {', '.join(ENVIRONMENTS)})" for e in envs if e not in ENVIRONMENTS]
     if summary is not None and (summary.is_dir() or (summary.exists() and not summary.is_file())):
         out.append(f"--summary {summary}: not a regular file")
+    # Files the sources take from the project folder (tritonops.project), when the command line names none.
+    needed = ([DEFAULT_PLAYBOOK] if "ansible" in sources and not playbooks else []) + (
+        [PROBE_PLAYBOOK] if "models" in sources else [])
+    out += [project.missing(rel, root) for rel in needed if not (root / rel).is_file()]
     return out
 
 
@@ -42,7 +48,8 @@ def drift_cmd(
         typer.Option(help=f"Source to check (repeatable): {', '.join(SOURCES)}. Default: ansible and models"),
     ] = None,
     playbook: Annotated[
-        list[Path] | None, typer.Option(help="Playbook for the ansible source (repeatable). Default: ansible/edge.yml")
+        list[Path] | None,
+        typer.Option(help="Playbook for the ansible source (repeatable). Default: the project's ansible/edge.yml")
     ] = None,
     limit: Annotated[str | None, typer.Option(help="Ansible --limit pattern")] = None,
     stack: Annotated[list[str] | None, typer.Option(help="Pulumi stack (repeatable). Default: all")] = None,
@@ -58,14 +65,18 @@ def drift_cmd(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
+    project_dir: ProjectDir = None,
 ) -> None:
     """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage."""
     sources = source or ["ansible", "models"]
-    problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary)
+    root = project.project_dir(project_dir)
+    problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary, root)
     if problems:
         Console(stderr=True).print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE)
-    report = run(sources, inventory or [], playbook or list(DEFAULT_PLAYBOOKS), limit, stack or [], env or [], forks)
+    # ansible-playbook runs in the project folder: paths from this command line are made absolute first.
+    report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
+                 stack or [], env or [], forks, project_dir=root)
     if textfile_dir is not None:
         write_textfile(report, textfile_dir)
     if summary is not None:

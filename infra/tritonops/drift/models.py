@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tritonops import project
 from tritonops.agent import drift as agent_drift
 from tritonops.agent import manifest
 from tritonops.agent.manifest import ReleaseError
-from tritonops.drift.ansible_check import REPO, AnsibleRunError, playbook_cmd, run_json
+from tritonops.drift.ansible_check import AnsibleRunError, playbook_cmd, run_json
 from tritonops.drift.report import Finding, SourceResult
 
-PROBE_PLAYBOOK = REPO / "ansible" / "drift_probe.yml"
+PROBE_PLAYBOOK = "ansible/drift_probe.yml"  # in the project folder (tritonops.project)
 PROBE_TASK = "Report the desired release and the node's state"
 
 
@@ -74,13 +75,17 @@ def parse(doc: dict[str, Any]) -> tuple[list[Finding], dict[str, str], list[str]
 
 
 def check(inventories: Sequence[Path | str], limit: str | None = None, extra_vars: dict[str, Any] | None = None,
-          forks: int = 10) -> SourceResult:
+          forks: int = 10, project_dir: Path | None = None) -> SourceResult:
     started = time.monotonic()
     result = SourceResult(source="models")
     try:
-        doc = run_json(playbook_cmd(PROBE_PLAYBOOK, inventories, limit, extra_vars, check=False, forks=forks))
+        probe = project.require(PROBE_PLAYBOOK, project_dir)
+        doc = run_json(playbook_cmd(probe, inventories, limit, extra_vars, check=False, forks=forks),
+                       project_dir=project_dir)
+    except project.ProjectError as e:
+        result.error = str(e)
     except (AnsibleRunError, subprocess.TimeoutExpired, OSError) as e:
-        result.error = f"{PROBE_PLAYBOOK.name}: {e}"
+        result.error = f"{Path(PROBE_PLAYBOOK).name}: {e}"
     else:
         result.findings, failures, result.hosts = parse(doc)
         errors = [f"{h}: {m}" for h, m in sorted(failures.items())]

@@ -10,28 +10,34 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tritonops import project
 from tritonops.drift.report import Finding, SourceResult
 
-REPO = Path(__file__).resolve().parents[3]
-STACKS_DIR = REPO / "stacks"
 NO_CLI = ("the Pulumi CLI is not installed (not on PATH): the Automation API needs it to preview "
           "{targets}. Install it (https://www.pulumi.com/docs/install/) or run without --source pulumi; "
           "the other sources were still checked.")
 
 
-def targets(stacks: Sequence[str] = (), envs: Sequence[str] = ()) -> list[tuple[str, str]]:
-    """(stack, env) pairs from the committed Pulumi.<env>.yaml files, filtered by the given names."""
+def targets(stacks: Sequence[str] = (), envs: Sequence[str] = (),
+            stacks_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(stack, env) pairs from the committed Pulumi.<env>.yaml files, filtered by the given names.
+
+    ``stacks_dir``: default the project folder's stacks/ (tritonops.project); none there, no pairs.
+    """
+    folder = stacks_dir or project.stacks_dir()
     out = []
-    for project in sorted(p for p in STACKS_DIR.iterdir() if (p / "Pulumi.yaml").is_file()):
-        if stacks and project.name not in stacks:
+    projects = sorted(p for p in folder.iterdir() if (p / "Pulumi.yaml").is_file()) if folder.is_dir() else []
+    for proj in projects:
+        if stacks and proj.name not in stacks:
             continue
-        for cfg in sorted(project.glob("Pulumi.*.yaml")):
+        for cfg in sorted(proj.glob("Pulumi.*.yaml")):
             env = cfg.name[len("Pulumi."):-len(".yaml")]
             if not envs or env in envs:
-                out.append((project.name, env))
+                out.append((proj.name, env))
     return out
 
 
@@ -50,11 +56,11 @@ def _events(stack: str, env: str, kind: str, sink: list[Finding]) -> Callable[[A
     return on_event
 
 
-def preview_one(stack: str, env: str) -> list[Finding]:
+def preview_one(stack: str, env: str, stacks_dir: Path | None = None) -> list[Finding]:
     """Both previews of one stack; raises on failure (not on drift)."""
     from pulumi import automation as auto
 
-    work_dir = STACKS_DIR / stack
+    work_dir = (stacks_dir or project.stacks_dir()) / stack
     st = auto.create_or_select_stack(stack_name=env, work_dir=str(work_dir))
     found: list[Finding] = []
     try:
@@ -67,12 +73,15 @@ def preview_one(stack: str, env: str) -> list[Finding]:
 
 
 def check(stacks: Sequence[str] = (), envs: Sequence[str] = (),
-          preview: Callable[[str, str], list[Finding]] = preview_one) -> SourceResult:
+          preview: Callable[[str, str], list[Finding]] | None = None, stacks_dir: Path | None = None) -> SourceResult:
     started = time.monotonic()
-    pairs = targets(stacks, envs)
+    folder = stacks_dir or project.stacks_dir()
+    preview = preview or partial(preview_one, stacks_dir=folder)
+    pairs = targets(stacks, envs, folder)
     result = SourceResult(source="pulumi", hosts=[f"{s}/{e}" for s, e in pairs])
     if not pairs:
-        result.error = f"no Pulumi stacks match {list(stacks) or 'any'} / {list(envs) or 'any'} under {STACKS_DIR}"
+        result.error = (f"no Pulumi stacks match {list(stacks) or 'any'} / {list(envs) or 'any'} under {folder}"
+                        f" (stacks/<name>/Pulumi.yaml and Pulumi.<env>.yaml); {project.HINT}")
     elif shutil.which("pulumi") is None:
         result.error = NO_CLI.format(targets=", ".join(result.hosts))
     else:

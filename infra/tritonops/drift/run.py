@@ -9,10 +9,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tritonops import project
 from tritonops.drift import ansible_check, models, pulumi_check
 from tritonops.drift.report import DriftReport, SourceResult
 
-DEFAULT_PLAYBOOKS = (ansible_check.REPO / "ansible" / "edge.yml",)
+# The ansible source's playbook when none is given, in the project folder (tritonops.project).
+DEFAULT_PLAYBOOK = "ansible/edge.yml"
 # Check mode touches nothing, so every host is checked at once (edge.yml rolls out in waves otherwise).
 CHECK_VARS: dict[str, Any] = {"edge_serial": "100%"}
 
@@ -20,26 +22,35 @@ CHECK_VARS: dict[str, Any] = {"edge_serial": "100%"}
 def run(
     sources: Sequence[str],
     inventories: Sequence[Path | str] = (),
-    playbooks: Sequence[Path] = DEFAULT_PLAYBOOKS,
+    playbooks: Sequence[Path] = (),
     limit: str | None = None,
     stacks: Sequence[str] = (),
     envs: Sequence[str] = (),
     forks: int = 10,
     extra_vars: dict[str, Any] | None = None,
+    project_dir: Path | None = None,
 ) -> DriftReport:
-    """Each source in its own thread; each Ansible run reaches its hosts in parallel (forks)."""
+    """Each source in its own thread; each Ansible run reaches its hosts in parallel (forks).
+
+    ``project_dir`` holds ansible/ (the default playbook, the models probe), roles/ and stacks/
+    (default: tritonops.project's). No ``playbooks``: the project's ansible/edge.yml.
+    """
     started = time.monotonic()
     evars = {**CHECK_VARS, **(extra_vars or {})}
+    root = project.project_dir(project_dir)
     jobs: dict[str, Callable[[], SourceResult]] = {}
     for source in sources:
         if source in ("ansible", "models") and not inventories:
             jobs[source] = partial(SourceResult, source=source, error="needs an inventory (-i)")
+        elif source == "ansible" and not playbooks and not (root / DEFAULT_PLAYBOOK).is_file():
+            jobs[source] = partial(SourceResult, source=source, error=project.missing(DEFAULT_PLAYBOOK, root))
         elif source == "ansible":
-            jobs[source] = partial(ansible_check.check, playbooks, inventories, limit, evars, forks)
+            jobs[source] = partial(ansible_check.check, list(playbooks) or [root / DEFAULT_PLAYBOOK], inventories,
+                                   limit, evars, forks, root)
         elif source == "models":
-            jobs[source] = partial(models.check, inventories, limit, evars, forks)
+            jobs[source] = partial(models.check, inventories, limit, evars, forks, root)
         elif source == "pulumi":
-            jobs[source] = partial(pulumi_check.check, stacks, envs)
+            jobs[source] = partial(pulumi_check.check, stacks, envs, stacks_dir=project.stacks_dir(root))
         else:
             jobs[source] = partial(SourceResult, source=source, error=f"unknown source {source!r}")
     with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:

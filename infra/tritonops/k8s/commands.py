@@ -13,24 +13,26 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli_params import folder_to_write, path
+from tritonops.cli_params import ProjectDir, folder_to_write, path
 from tritonops.k8s.config import ENVIRONMENTS, STACKS, ConfigError
 
 
 def render(
-    stack: Annotated[str, typer.Option("--stack", help=f"Stack under stacks/: {', '.join(STACKS)}.")],
+    stack: Annotated[str, typer.Option("--stack", help=f"Stack under the project's stacks/: {', '.join(STACKS)}.")],
     env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}.")],
     out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.", parser=path,
                                       callback=folder_to_write)],
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
+    project_dir: ProjectDir = None,
 ) -> None:
     """Write the Kubernetes objects (and Helm values, AWS specs) a stack creates, as plain YAML."""
     from tritonops.k8s.render import render as do_render
 
     console = Console()
     try:
-        written = do_render(stack, env, out)
+        written = do_render(stack, env, out, project.stacks_dir(project_dir))
     except ConfigError as exc:
         if as_json:
             print(json.dumps({"error": str(exc), "key": exc.key}))

@@ -21,15 +21,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from tritonops import versions
+from tritonops import project, versions
 from tritonops.agent.manifest import ReleaseError, UsageError, read_bounded
 from tritonops.agent.store import channel_key
 from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
 
 STACKS = ("cluster-aws", "platform", "triton")
 ENVIRONMENTS = ("dev", "prod")
-REPO_ROOT = Path(__file__).resolve().parents[3]
-STACKS_DIR = REPO_ROOT / "stacks"
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -746,11 +744,12 @@ _CHECKS = {"cluster-aws": _check_cluster_aws, "platform": _check_platform, "trit
 STACK_FILE_MAX_BYTES = 1 << 20
 
 
-def stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> Path:
-    return stacks_dir / stack / f"Pulumi.{env}.yaml"
+def stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> Path:
+    """``stacks_dir`` (default: stacks/ of the project folder, tritonops.project) / stack / Pulumi.<env>.yaml."""
+    return (stacks_dir or project.stacks_dir()) / stack / f"Pulumi.{env}.yaml"
 
 
-def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(own config without namespace, other namespaces' keys as written) from Pulumi.<env>.yaml."""
     if env not in ENVIRONMENTS:
         raise ConfigError("--env", f"unknown environment {env!r} (known: {', '.join(ENVIRONMENTS)})")
@@ -758,7 +757,7 @@ def read_stack_file(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> tupl
         raise ConfigError("--stack", f"unknown stack {stack!r} (known: {', '.join(STACKS)})")
     path = stack_file(stack, env, stacks_dir)
     if not path.is_file():
-        raise ConfigError("--env", f"no stack config file {path}")
+        raise ConfigError("--env", f"no stack config file {path}; {project.HINT}")
     config = _read_config_map(path)
     prefix = project_name(stack) + ":"
     own: dict[str, Any] = {}
@@ -792,7 +791,7 @@ def _read_config_map(path: Path) -> dict[str, Any]:
     return config or {}
 
 
-def load_stack_config(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> StackConfig:
+def load_stack_config(stack: str, env: str, stacks_dir: Path | None = None) -> StackConfig:
     own, _ = read_stack_file(stack, env, stacks_dir)
     return parse_config(stack, own, source=str(stack_file(stack, env, stacks_dir)))
 

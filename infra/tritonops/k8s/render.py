@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tritonops.k8s.config import STACKS_DIR, load_stack_config
+from tritonops.k8s.config import load_stack_config
 from tritonops.k8s.stacks import RenderSet, render_set
 
 
@@ -39,8 +39,11 @@ class Written:
     name: str
 
 
-def build(stack: str, env: str, stacks_dir: Path = STACKS_DIR) -> RenderSet:
-    """Parse Pulumi.<env>.yaml (same parser as the stack) and build the objects."""
+def build(stack: str, env: str, stacks_dir: Path | None = None) -> RenderSet:
+    """Parse Pulumi.<env>.yaml (same parser as the stack) and build the objects.
+
+    ``stacks_dir``: default the project folder's stacks/ (tritonops.project).
+    """
     return render_set(stack, env, load_stack_config(stack, env, stacks_dir))
 
 
@@ -114,5 +117,5 @@ def _prune(out: Path, current: set[Path]) -> None:
     manifest.write_text("".join(f"{r}\n" for r in rel))
 
 
-def render(stack: str, env: str, out: Path, stacks_dir: Path = STACKS_DIR) -> list[Written]:
+def render(stack: str, env: str, out: Path, stacks_dir: Path | None = None) -> list[Written]:
     return write(build(stack, env, stacks_dir), out)

@@ -343,6 +343,9 @@ def triton_program() -> dict[str, Any]:
 PROGRAMS = {"cluster-aws": cluster_aws_program, "platform": platform_program, "triton": triton_program}
 
 
-def run(stack: str) -> dict[str, Any]:
-    """Entry point of ``stacks/<stack>/__main__.py``."""
+def run(stack_dir: Path | str) -> dict[str, Any]:
+    """Entry point of ``stacks/<stack>/__main__.py``, which passes its own folder: the stack is its name."""
+    stack = Path(stack_dir).name
+    if stack not in PROGRAMS:
+        raise ValueError(f"{stack_dir}: not a stack folder (known: {', '.join(PROGRAMS)})")
     return PROGRAMS[stack]()

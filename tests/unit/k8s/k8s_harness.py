@@ -17,9 +17,10 @@ from typing import Any
 
 import pulumi
 import yaml
-from tritonops.k8s.config import STACKS_DIR, project_name
+from tritonops.k8s.config import project_name
 
 ROOT = Path(__file__).resolve().parents[3]
+STACKS_DIR = ROOT / "stacks"
 SECRETS = {
     "tritonops-triton:adminApiToken": "test-admin-token",
     "tritonops-platform:grafanaAdminPassword": "test-grafana-password",

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
+from k8s_harness import STACKS_DIR
 from tritonops.k8s.config import (
     ENVIRONMENTS,
     STACKS,
-    STACKS_DIR,
     ConfigError,
     config_keys,
     load_stack_config,

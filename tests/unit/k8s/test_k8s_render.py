@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from k8s_harness import ROOT
+from k8s_harness import ROOT, STACKS_DIR
 from tritonops.agent.bundle import build_bytes
 from tritonops.k8s.commands import render as render_cmd
-from tritonops.k8s.config import ENVIRONMENTS, STACKS, STACKS_DIR
+from tritonops.k8s.config import ENVIRONMENTS, STACKS
 from tritonops.k8s.render import build, render
 from typer.testing import CliRunner
 
