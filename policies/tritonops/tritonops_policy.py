@@ -52,6 +52,10 @@ INSTANCE = "app.kubernetes.io/instance"
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")  # Triton's names for HTTP, gRPC
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+# Scale to zero (tritonops.k8s.triton.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
+# prod's explicit consent, and the wake-up signal that exists while no Triton pod runs.
+ALLOW_SCALE_TO_ZERO = "tritonops.io/allow-scale-to-zero"
+WAKE_METRICS = ("nginx_ingress_controller_requests",)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -273,8 +277,17 @@ def validate_high_availability(args: Any, report_violation: Report) -> None:
     config = args.get_config()
     minimum = int(config.get("minReplicas", 2))
     if args.resource_type == SCALED_OBJECT:
-        if _is_prod(args.props, config) and _num((args.props.get("spec") or {}).get("minReplicaCount", 0)) < minimum:
-            report_violation(f"{_name(args.props, args.name)}: prod ScaledObject minReplicaCount must be >= {minimum}")
+        min_count = _num((args.props.get("spec") or {}).get("minReplicaCount", 0))
+        if not _is_prod(args.props, config) or min_count >= minimum:
+            return
+        name = _name(args.props, args.name)
+        if min_count != 0:
+            report_violation(f"{name}: prod ScaledObject minReplicaCount must be >= {minimum}")
+        elif ((args.props.get("metadata") or {}).get("annotations") or {}).get(ALLOW_SCALE_TO_ZERO) != "true":
+            report_violation(
+                f"{name}: prod ScaledObject scales to zero without {ALLOW_SCALE_TO_ZERO}: \"true\" "
+                f"(autoscaling.allowScaleToZero); otherwise minReplicaCount must be >= {minimum}"
+            )
         return
     if not is_triton_workload(args.resource_type, args.props) or not _is_prod(args.props, config):
         return
@@ -298,7 +311,8 @@ def validate_high_availability(args: Any, report_violation: Report) -> None:
 
 
 def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None:
-    """ScaledObjects fall back (never below minReplicaCount) when their metrics source is unreachable."""
+    """ScaledObjects fall back (never below minReplicaCount, never to zero) when their metrics source is
+    unreachable."""
     if args.resource_type != SCALED_OBJECT:
         return
     spec = args.props.get("spec") or {}
@@ -320,6 +334,21 @@ def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None
         report_violation(
             f"{name}: static fallback to {fb.get('replicas')} replicas can scale serving down during "
             "an outage; use behavior currentReplicasIfHigher (or fallback replicas = maxReplicaCount)"
+        )
+
+
+def validate_scaled_object_wake_up(args: Any, report_violation: Report) -> None:
+    """A ScaledObject that scales to zero has a trigger on a signal that exists while no pod runs."""
+    if args.resource_type != SCALED_OBJECT:
+        return
+    spec = args.props.get("spec") or {}
+    if _num(spec.get("minReplicaCount", 0)) != 0:
+        return
+    queries = [str((trig.get("metadata") or {}).get("query", "")) for trig in spec.get("triggers") or []]
+    if not any(metric in q for q in queries for metric in WAKE_METRICS):
+        report_violation(
+            f"{_name(args.props, args.name)}: ScaledObject scales to zero with no trigger on a signal that "
+            f"exists while no pod runs ({', '.join(WAKE_METRICS)}): requests would never wake it"
         )
 
 
@@ -557,6 +586,7 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         "minReplicas": {"type": "integer", "default": 2, "minimum": 1},
     })),
     _resource("scaledobject-fallback", validate_scaled_object_fallback),
+    _resource("scaledobject-wake-up", validate_scaled_object_wake_up),
     _resource("helm-chart-pinned", validate_helm_pinned),
     _resource("gpu-nodepool-bounds", validate_gpu_node_pool_bounds),
     _stack("triton-pdb-coverage", validate_pdb_coverage),
@@ -574,6 +604,7 @@ RESOURCE_VALIDATORS: dict[str, Callable[[Any, Report], None]] = {
     "triton-pinned-images": validate_pinned_images,
     "triton-high-availability": validate_high_availability,
     "scaledobject-fallback": validate_scaled_object_fallback,
+    "scaledobject-wake-up": validate_scaled_object_wake_up,
     "helm-chart-pinned": validate_helm_pinned,
     "gpu-nodepool-bounds": validate_gpu_node_pool_bounds,
 }

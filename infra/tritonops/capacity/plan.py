@@ -165,9 +165,10 @@ def load_prices(path: Path | None = None) -> PriceList:
 
 
 def policy_of(autoscaling: Any, scale_to_zero: bool = False) -> ScalingPolicy:
-    """The ScaledObject's policy from a model service's ``autoscaling`` config."""
+    """The ScaledObject's policy from a model service's ``autoscaling`` config: with ``scale_to_zero``
+    minReplicas 0, otherwise at least one replica (a service configured for zero is planned both ways)."""
     return ScalingPolicy(threshold=autoscaling.pending_per_replica,
-                         min_replicas=0 if scale_to_zero else autoscaling.min_replicas,
+                         min_replicas=0 if scale_to_zero else max(1, autoscaling.min_replicas),
                          max_replicas=autoscaling.max_replicas)
 
 
@@ -283,7 +284,7 @@ def plan(cfg: TritonStackConfig, service: str, replica: Throughput, traffic: Tra
         prices_as_of=rp.as_of, prices_source=rp.source, gpu=budget.gpu,
         gpu_memory_need_mib=budget.need_mib, gpu_memory_share_mib=budget.capacity_mib, fits=budget.fits,
         replica_rps=replica.throughput_rps, replica_p95_ms=replica.p95_ms, peak_rps=traffic.peak_rps,
-        traffic=traffic.name, min_replicas=policy.min_replicas, max_replicas=policy.max_replicas,
+        traffic=traffic.name, min_replicas=svc.autoscaling.min_replicas, max_replicas=policy.max_replicas,
         replicas_peak=peak, peak_carried=carried,
         utilisation_peak=traffic.peak_rps / (peak * replica.throughput_rps),
         pods_per_node=pods_per_node, nodes_peak=fixed_nodes, hourly_replicas=hourly, inferences_per_day=inferences,

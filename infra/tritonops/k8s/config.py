@@ -285,12 +285,30 @@ class MemoryConfig(_Cfg):
 
 
 class Autoscaling(_Cfg):
+    """KEDA's ScaledObject of a model service (infra/tritonops/k8s/triton.py ``scaled_object``).
+
+    ``minReplicas: 0`` (scale to zero) needs a wake-up signal that exists while no Triton pod runs:
+    ingress-nginx's request counter for the service's Ingresses (``ingress.mode: ingress``). KEDA
+    removes the last pod ``cooldownPeriod`` seconds after the triggers were last active, which must
+    exceed ``modelLoadSeconds`` (the cold start measured by tests/benchmarks/bench_cold_start.py),
+    so a service never sleeps for less than it takes to wake. In prod it also needs
+    ``allowScaleToZero: true``.
+    """
+
     enabled: bool = True
-    min_replicas: int = Field(default=1, ge=1)
+    min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=4, ge=1)
     pending_per_replica: float = Field(default=5.0, gt=0)  # target pending requests per replica
+    # Optional triggers: target average queue time per request (ms) and GPU utilisation (%) per replica.
+    queue_ms_per_replica: float | None = Field(default=None, gt=0)
+    gpu_utilization_per_replica: float | None = Field(default=None, gt=0, le=100)
     polling_interval: int = Field(default=15, ge=5)
     fallback_failure_threshold: int = Field(default=3, ge=1)
+    # Scale to zero.
+    allow_scale_to_zero: bool = False  # required in prod for minReplicas 0
+    cooldown_period: int = Field(default=300, ge=0)  # s after the last activity before 1 -> 0 replicas
+    model_load_seconds: float | None = Field(default=None, gt=0)  # measured cold start: start to golden check
+    activation_requests: float = Field(default=0, ge=0)  # requests per window above which a sleeping service wakes
 
 
 class Resources(_Cfg):
@@ -623,6 +641,39 @@ def _check_canary(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], sour
         )
 
 
+def _check_scale_to_zero(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
+    """minReplicas 0: a wake-up path, prod's explicit consent, and a cooldown longer than a cold start."""
+    a = svc.autoscaling
+    if cfg.ingress.mode != "ingress":
+        raise ConfigError(
+            _key("triton", (*loc, "minReplicas")),
+            "0 needs a wake-up signal that exists while no Triton pod runs: ingress-nginx's request "
+            f"counter for the service's Ingresses; set ingress.mode to ingress (it is {cfg.ingress.mode!r})",
+            source,
+        )
+    if cfg.environment == "prod" and not a.allow_scale_to_zero:
+        raise ConfigError(
+            _key("triton", (*loc, "minReplicas")),
+            "0 in prod: the first requests after idle wait for a node and a model load; "
+            "set autoscaling.allowScaleToZero: true to accept that",
+            source,
+        )
+    if a.model_load_seconds is None:
+        raise ConfigError(
+            _key("triton", (*loc, "modelLoadSeconds")),
+            "minReplicas 0 needs the measured cold start (tests/benchmarks/bench_cold_start.py) "
+            "to check cooldownPeriod against",
+            source,
+        )
+    if a.cooldown_period <= a.model_load_seconds:
+        raise ConfigError(
+            _key("triton", (*loc, "cooldownPeriod")),
+            f"{a.cooldown_period} s is not longer than modelLoadSeconds={a.model_load_seconds:g}: "
+            "the service would sleep for less than it takes to wake",
+            source,
+        )
+
+
 def _check_triton(cfg: Any, source: str | None) -> None:
     from tritonops.k8s.budget import check_budget  # local: budget imports this module's types
 
@@ -685,6 +736,8 @@ def _check_triton(cfg: Any, source: str | None) -> None:
             _check_release(cfg, svc, (*k, "release"), source)
         if svc.model_repository is not None:
             _check_repository(svc.model_repository, (*k, "modelRepository"), source)
+        if svc.autoscaling.enabled and svc.autoscaling.min_replicas == 0:
+            _check_scale_to_zero(cfg, svc, (*k, "autoscaling"), source)
         image = _IMAGE.match(svc.image)
         if image is None or image["tag"] == "latest":
             raise ConfigError(

@@ -46,6 +46,7 @@ from tritonops.agent.bundle import build_bytes
 from tritonops.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
 from tritonops.k8s.budget import ServiceBudget, service_budget, triton_memory_args
 from tritonops.k8s.config import CanaryConfig, ModelService, TritonStackConfig
+from tritonops.observability import keda
 from tritonops.observability.dashboards import dashboards
 from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
 from tritonops.observability.metrics import CANARY, STABLE, TRACK
@@ -798,31 +799,69 @@ def scaling_policy(svc: ModelService) -> ScalingPolicy:
     return ScalingPolicy(threshold=a.pending_per_replica, min_replicas=a.min_replicas, max_replicas=a.max_replicas)
 
 
-def scaled_object(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    """KEDA ScaledObject: pending requests per replica, summed over the service's models.
+SCALE_TO_ZERO_ANNOTATION = "tritonops.io/allow-scale-to-zero"  # the policy pack's sign of prod's consent
 
-    When Prometheus is unreachable for ``fallback_failure_threshold`` polls, KEDA falls back with
-    ``currentReplicasIfHigher``: the larger of the current count and minReplicas, so an outage of
-    the metrics pipeline never scales serving down.
-    """
+
+def _trigger_name(kind: str, model: str | None = None) -> str:
+    return f"{kind}-{model}".lower().replace("_", "-").replace(".", "-").replace("~", "-") if model else kind
+
+
+def scaling_triggers(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
+    """The ScaledObject's triggers: pending requests per model; optionally queue time per model and
+    GPU utilisation of the service's pods; with minReplicas 0, the ingress wake-up trigger."""
     a = svc.autoscaling
     policy = scaling_policy(svc)
+    url = cfg.prometheus_url
     triggers = []
     for m in svc.models:
-        trig = prometheus_trigger(m.name, cfg.prometheus_url, policy=policy)
-        triggers.append({**trig, "name": f"pending-{m.name}".lower().replace("_", "-")})
+        triggers.append({**prometheus_trigger(m.name, url, policy=policy), "name": _trigger_name("pending", m.name)})
+    if a.queue_ms_per_replica is not None:
+        for m in svc.models:
+            trig = keda.trigger(keda.queue_time_query(m.name, policy.window), url, threshold=a.queue_ms_per_replica)
+            triggers.append({**trig, "name": _trigger_name("queue", m.name)})
+    if a.gpu_utilization_per_replica is not None:
+        expr = keda.gpu_utilization_query(cfg.namespace, name_of(svc), policy.window)
+        # Activation at the target: a GPU idling at a few percent must not keep a service awake.
+        target = a.gpu_utilization_per_replica
+        triggers.append({**keda.trigger(expr, url, threshold=target, activation_threshold=target), "name": "gpu"})
+    if a.min_replicas == 0:
+        # Triton's series vanish with its pods: ingress-nginx's counter is what wakes the service.
+        ingress_names = [o["metadata"]["name"] for o in ingresses(cfg, svc)]
+        expr = keda.ingress_requests_query(cfg.namespace, ingress_names, policy.window)
+        trig = keda.trigger(expr, url, threshold=keda.WAKE_TARGET, activation_threshold=a.activation_requests)
+        triggers.append({**trig, "name": "wake"})
+    return triggers
+
+
+def scaled_object(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """KEDA ScaledObject: pending requests per replica, summed over the service's models, and the
+    optional triggers of :func:`scaling_triggers`; KEDA follows whichever asks for the most replicas.
+
+    When Prometheus is unreachable for ``fallback_failure_threshold`` polls, KEDA falls back with
+    ``currentReplicasIfHigher``: the larger of the current count and ``max(1, minReplicas)``, so an
+    outage of the metrics pipeline never scales serving down, nor to zero (KEDA 2.17 scales a
+    ScaledObject to zero on trigger errors unless fallback.replicas is not 0).
+    """
+    a = svc.autoscaling
+    meta = _meta(name_of(svc), cfg, svc)
+    scale_to_zero: Obj = {}
+    if a.min_replicas == 0:
+        scale_to_zero["cooldownPeriod"] = a.cooldown_period
+        if a.allow_scale_to_zero:
+            meta["annotations"] = {**meta.get("annotations", {}), SCALE_TO_ZERO_ANNOTATION: "true"}
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": _meta(name_of(svc), cfg, svc),
+        "metadata": meta,
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name_of(svc)},
             "pollingInterval": a.polling_interval,
+            **scale_to_zero,
             "minReplicaCount": a.min_replicas,
             "maxReplicaCount": a.max_replicas,
             "fallback": {
                 "failureThreshold": a.fallback_failure_threshold,
-                "replicas": a.min_replicas,
+                "replicas": max(1, a.min_replicas),
                 "behavior": "currentReplicasIfHigher",
             },
             "advanced": {
@@ -839,7 +878,7 @@ def scaled_object(cfg: TritonStackConfig, svc: ModelService) -> Obj:
                     }
                 }
             },
-            "triggers": triggers,
+            "triggers": scaling_triggers(cfg, svc),
         },
     }
 

@@ -7,6 +7,18 @@ total to the HPA as an ``AverageValue`` external metric, and the HPA asks for
 (:func:`desired_replicas`). The same formula is a recording rule
 (``model:tritonops_desired_replicas:unbounded``) so dashboards and the "scaler at max" alert see
 what the scaler sees.
+
+Optional triggers (:func:`queue_time_query`, :func:`gpu_utilization_query`) follow the same pattern:
+each query sums a per-replica signal over the replicas, so every trigger is an ``AverageValue`` metric
+(the only metric type KEDA 2.17 applies its fallback to) and the same :func:`desired_replicas` formula
+holds. For a per-request average (queue time) the sum is ``average x replicas reporting``, which makes
+``ceil(total / target)`` the HPA's ``Value`` formula ``ceil(replicas x average / target)``.
+
+Scale to zero needs a signal that exists while no Triton pod runs (Triton's own series vanish with
+the pods): :func:`ingress_requests_query` reads ingress-nginx's ``nginx_ingress_controller_requests``
+counter (labels ``namespace``, ``ingress``, ``service``, ``status``, ...; the controller counts every
+request it answers, a 503 for a Service without endpoints included), so KEDA activates the Deployment
+when requests arrive at the service's Ingresses.
 """
 
 from __future__ import annotations
@@ -15,7 +27,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tritonops.observability.metrics import PENDING
+from tritonops.observability.metrics import PENDING, QUEUE_DURATION_US, REQUEST_SUCCESS
+
+# ingress-nginx's request counter (internal/ingress/metric/collectors/socket.go: namespace
+# nginx_ingress_controller, counter "requests"; labels status, method, path, namespace, ingress,
+# service, canary, and host with --metrics-per-host, the default).
+INGRESS_REQUESTS = "nginx_ingress_controller_requests"
+# dcgm-exporter's GPU utilisation gauge (0..100 %). With the GPU Operator's ServiceMonitor
+# (honorLabels false) the pod it attributes a GPU to is in exported_namespace / exported_pod.
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+# The wake-up trigger only activates: a target this large never asks for more than one replica
+# (ceil(requests / target) <= 1); Triton's own triggers size the Deployment once a pod runs.
+WAKE_TARGET = 1_000_000_000
 
 # HPA's default --horizontal-pod-autoscaler-tolerance.
 HPA_TOLERANCE = 0.1
@@ -45,8 +68,71 @@ class ScalingPolicy:
 def query(model: str | None = None, window: str = "1m") -> str:
     """PromQL for the scaler: pending requests for ``model`` (all models if None), summed over replicas."""
     # A canary's queue (a slower release under test) must not scale the stable Deployment.
-    selector = f'{{model="{model}",track!="canary"}}' if model else '{track!="canary"}'
-    return f"sum(avg_over_time({PENDING}{selector}[{window}]))"
+    return f"sum(avg_over_time({PENDING}{_model_selector(model)}[{window}]))"
+
+
+def _model_selector(model: str | None) -> str:
+    return f'{{model="{model}",track!="canary"}}' if model else '{track!="canary"}'
+
+
+def queue_time_query(model: str | None = None, window: str = "1m") -> str:
+    """PromQL: average queue time per request (ms) of ``model``, times the replicas reporting it.
+
+    ``rate(queue_duration_us) / rate(request_success)`` is Triton's average queue time; ``>= 0``
+    drops the NaN of an idle window (0/0), which KEDA would pass on as a value.
+    """
+    sel = _model_selector(model)
+    avg_ms = f"(sum(rate({QUEUE_DURATION_US}{sel}[{window}])) / sum(rate({REQUEST_SUCCESS}{sel}[{window}])) / 1000)"
+    replicas = f"count(count by (instance) ({REQUEST_SUCCESS}{sel}))"
+    return f"({avg_ms} * {replicas}) >= 0"
+
+
+def gpu_utilization_query(namespace: str, deployment: str, window: str = "1m") -> str:
+    """PromQL: GPU utilisation (%) of each pod of ``deployment`` (its GPUs averaged), summed over pods.
+
+    DCGM attributes a GPU to the pod holding it; the pod-name pattern (``<deployment>-<replicaset
+    hash>-<pod suffix>``) matches that Deployment's pods and no other's (a canary Deployment's pods
+    carry one more dash-separated word).
+    """
+    pods = f"{deployment}-[a-z0-9]+-[a-z0-9]+"
+    sel = f'{{exported_namespace="{namespace}",exported_pod=~"{pods}"}}'
+    return f"sum(avg by (exported_pod) (avg_over_time({DCGM_GPU_UTIL}{sel}[{window}])))"
+
+
+def ingress_requests_query(namespace: str, ingresses: list[str], window: str = "1m") -> str:
+    """PromQL: requests ingress-nginx answered for ``ingresses`` (in ``namespace``) over ``window``."""
+    if not ingresses:
+        raise ValueError("ingresses: the wake-up trigger needs at least one Ingress")
+    names = "|".join(ingresses)
+    return f'sum(increase({INGRESS_REQUESTS}{{namespace="{namespace}",ingress=~"{names}"}}[{window}]))'
+
+
+def trigger(
+    expr: str,
+    server_address: str,
+    *,
+    threshold: float,
+    activation_threshold: float = 0.0,
+    ignore_null_values: bool = True,
+) -> dict[str, Any]:
+    """A KEDA ``prometheus`` trigger (ScaledObject ``spec.triggers[]`` item): ``AverageValue``, so the
+    ScaledObject's fallback covers it when Prometheus cannot answer."""
+    if not server_address.startswith(("http://", "https://")):
+        raise ValueError(f"server_address: must be an http(s) URL, got {server_address!r}")
+    if threshold <= 0:
+        raise ValueError(f"threshold: must be > 0, got {threshold}")
+    return {
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": server_address,
+            "query": expr,
+            "threshold": _num(threshold),
+            "activationThreshold": _num(activation_threshold),
+            # No traffic yet: an empty result means zero, not a scaler error.
+            "ignoreNullValues": "true" if ignore_null_values else "false",
+        },
+    }
 
 
 def prometheus_trigger(
@@ -56,22 +142,15 @@ def prometheus_trigger(
     policy: ScalingPolicy | None = None,
     ignore_null_values: bool = True,
 ) -> dict[str, Any]:
-    """A KEDA ``prometheus`` trigger (ScaledObject ``spec.triggers[]`` item) for one model."""
+    """The pending-requests trigger for one model."""
     policy = policy or ScalingPolicy()
-    if not server_address.startswith(("http://", "https://")):
-        raise ValueError(f"server_address: must be an http(s) URL, got {server_address!r}")
-    return {
-        "type": "prometheus",
-        "metricType": "AverageValue",
-        "metadata": {
-            "serverAddress": server_address,
-            "query": query(model, policy.window),
-            "threshold": _num(policy.threshold),
-            "activationThreshold": _num(policy.activation_threshold),
-            # No traffic yet: an empty result means zero pending, not a scaler error.
-            "ignoreNullValues": "true" if ignore_null_values else "false",
-        },
-    }
+    return trigger(
+        query(model, policy.window),
+        server_address,
+        threshold=policy.threshold,
+        activation_threshold=policy.activation_threshold,
+        ignore_null_values=ignore_null_values,
+    )
 
 
 def desired_replicas(

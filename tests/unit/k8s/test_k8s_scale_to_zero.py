@@ -1,0 +1,270 @@
+"""Scale to zero and the optional scaling triggers: config checks, the ScaledObject, KEDA's CRD schema, policies.
+
+The ScaledObject CRD of the pinned KEDA chart is test data (``data/keda``); every rendered ScaledObject
+must match its ``openAPIV3Schema`` with unknown fields refused (what the API server's strict field
+validation does with a structural schema).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from k8s_harness import ROOT
+from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
+from tritonops import versions
+from tritonops.k8s import triton
+from tritonops.k8s.config import (
+    ENVIRONMENTS,
+    ConfigError,
+    TritonStackConfig,
+    load_stack_config,
+    parse_config,
+    read_stack_file,
+    stack_file,
+)
+from tritonops.k8s.render import build
+from tritonops.observability import keda
+
+DATA = Path(__file__).parent / "data" / "keda"
+PACK = ROOT / "policies" / "tritonops"
+sys.path.insert(0, str(PACK))
+import tritonops_policy as tp  # noqa: E402
+
+OPTS = PolicyResourceOptions(
+    protect=False, ignore_changes=[], delete_before_replace=None, aliases=[], additional_secret_outputs=[],
+    custom_timeouts=None,
+)  # type: ignore[arg-type]
+
+
+def _strict(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` on every object that lists its properties."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    crd = yaml.safe_load((DATA / "keda.sh_scaledobjects.yaml").read_text())
+    assert crd["spec"]["names"]["kind"] == "ScaledObject"
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}  # ObjectMeta: the API server's own schema
+    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def _errors(obj: dict[str, Any]) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in _validator().iter_errors(obj)]
+
+
+def _raw(env: str) -> dict[str, Any]:
+    return copy.deepcopy(read_stack_file("triton", env)[0])
+
+
+def _cfg(env: str, raw: dict[str, Any] | None = None) -> TritonStackConfig:
+    cfg = parse_config("triton", raw if raw is not None else _raw(env), source=str(stack_file("triton", env)))
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def _zero(env: str, **autoscaling: Any) -> dict[str, Any]:
+    """The stack's first service set to scale to zero (a valid base unless ``autoscaling`` breaks it)."""
+    raw = _raw(env)
+    a = raw["modelServices"][0].setdefault("autoscaling", {})
+    a.update({"minReplicas": 0, "cooldownPeriod": 600, "modelLoadSeconds": 90})
+    if env == "prod":
+        a["allowScaleToZero"] = True
+        raw["modelServices"][0].pop("pdbMinAvailable", None)
+        # prod routes through a Gateway; the wake-up signal is ingress-nginx's
+        raw["ingress"] = {"mode": "ingress", "hostSuffix": "tritonops.example.com", "tlsSecret": "tritonops-tls"}
+    a.update(autoscaling)
+    return raw
+
+
+def _scaled_objects(env: str) -> list[dict[str, Any]]:
+    return [o for o in build("triton", env).objects if o["kind"] == "ScaledObject"]
+
+
+# --- KEDA's CRD schema ---------------------------------------------------------------------------
+
+
+def test_crd_test_data_matches_the_pinned_chart() -> None:
+    readme = (DATA / "README.md").read_text()
+    assert f"chart {versions.KEDA_CHART_VERSION}" in readme and f"v{versions.KEDA_CHART_VERSION}" in readme
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_rendered_scaled_objects_match_the_crd_schema(env: str) -> None:
+    objs = _scaled_objects(env)
+    assert objs
+    for obj in objs:
+        assert _errors(obj) == [], obj["metadata"]["name"]
+
+
+def test_prod_scale_to_zero_matches_the_crd_schema() -> None:
+    cfg = _cfg("prod", _zero("prod"))
+    so = triton.scaled_object(cfg, cfg.model_services[0])
+    assert _errors(so) == []
+    assert so["metadata"]["annotations"] == {triton.SCALE_TO_ZERO_ANNOTATION: "true"}
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("spec", "cooldownPeriod"), "ten minutes"),
+        (("spec", "minReplicaCount"), "0"),
+        (("spec", "triggers", 0, "metadata", "threshold"), 5),  # trigger metadata are strings
+        (("spec", "fallback", "idleReplicas"), 1),  # no such field
+    ],
+)
+def test_the_schema_check_refuses_a_broken_scaled_object(path: tuple, value: Any) -> None:
+    obj = copy.deepcopy(_scaled_objects("dev")[0])
+    target = obj
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    assert _errors(obj)
+
+
+# --- config checks -------------------------------------------------------------------------------
+
+
+def test_dev_example_scales_to_zero_with_a_wake_trigger() -> None:
+    cfg = load_stack_config("triton", "dev")
+    assert isinstance(cfg, TritonStackConfig)
+    svc = cfg.model_services[0]
+    so = triton.scaled_object(cfg, svc)["spec"]
+    assert (so["minReplicaCount"], so["cooldownPeriod"]) == (0, svc.autoscaling.cooldown_period)
+    load = svc.autoscaling.model_load_seconds
+    assert load is not None and svc.autoscaling.cooldown_period > load
+    # An outage of Prometheus never scales to zero: KEDA only keeps a failing target up with fallback.replicas > 0.
+    assert so["fallback"] == {"failureThreshold": 3, "replicas": 1, "behavior": "currentReplicasIfHigher"}
+    (wake,) = [t for t in so["triggers"] if t["name"] == "wake"]
+    ingress_names = [o["metadata"]["name"] for o in triton.ingresses(cfg, svc)]
+    assert wake["metadata"]["query"] == keda.ingress_requests_query(cfg.namespace, ingress_names, "1m")
+    assert wake["metadata"]["activationThreshold"] == "0"
+    # The wake trigger only activates: it never asks for a second replica.
+    assert keda.desired_replicas(10_000, keda.ScalingPolicy(threshold=keda.WAKE_TARGET, max_replicas=10)) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "change", "key", "words"),
+    [
+        ("dev", {"cooldownPeriod": 90}, "autoscaling.cooldownPeriod", "not longer than modelLoadSeconds=90"),
+        ("dev", {"cooldownPeriod": 60}, "autoscaling.cooldownPeriod", "sleep for less than it takes to wake"),
+        ("dev", {"modelLoadSeconds": None}, "autoscaling.modelLoadSeconds", "bench_cold_start.py"),
+        ("prod", {"allowScaleToZero": False}, "autoscaling.minReplicas", "allowScaleToZero: true"),
+    ],
+)
+def test_scale_to_zero_is_refused_naming_file_and_field(env: str, change: dict[str, Any], key: str, words: str) -> None:
+    raw = _zero(env, **change)
+    if change.get("modelLoadSeconds", 0) is None:
+        raw["modelServices"][0]["autoscaling"].pop("modelLoadSeconds")
+    with pytest.raises(ConfigError) as exc:
+        _cfg(env, raw)
+    assert exc.value.key == f"tritonops-triton:modelServices[0].{key}"
+    assert words in str(exc.value)
+    assert str(stack_file("triton", env)) in str(exc.value)
+
+
+@pytest.mark.parametrize("mode", ["none", "gateway"])
+def test_scale_to_zero_needs_ingress_nginx_to_wake(mode: str) -> None:
+    raw = _zero("dev")
+    raw["ingress"] = {"mode": mode, "hostSuffix": "x.example.com", "gatewayName": "gw"}
+    raw["modelServices"][0]["release"].pop("canary")  # a canary needs a router; not the point here
+    with pytest.raises(ConfigError) as exc:
+        _cfg("dev", raw)
+    assert exc.value.key == "tritonops-triton:modelServices[0].autoscaling.minReplicas"
+    assert "wake-up signal" in str(exc.value) and "ingress.mode" in str(exc.value)
+
+
+def test_prod_allows_scale_to_zero_when_asked() -> None:
+    cfg = _cfg("prod", _zero("prod"))
+    assert cfg.model_services[0].autoscaling.min_replicas == 0
+
+
+@pytest.mark.parametrize("field", ["queueMsPerReplica", "gpuUtilizationPerReplica"])
+def test_optional_trigger_targets_must_be_positive(field: str) -> None:
+    raw = _raw("prod")
+    raw["modelServices"][0]["autoscaling"][field] = 0
+    with pytest.raises(ConfigError) as exc:
+        _cfg("prod", raw)
+    assert exc.value.key == f"tritonops-triton:modelServices[0].autoscaling.{field}"
+
+
+# --- the optional triggers -----------------------------------------------------------------------
+
+
+def test_prod_example_has_queue_and_gpu_triggers_with_the_fallback() -> None:
+    cfg = load_stack_config("triton", "prod")
+    assert isinstance(cfg, TritonStackConfig)
+    svc = cfg.model_services[0]
+    spec = triton.scaled_object(cfg, svc)["spec"]
+    names = [t["name"] for t in spec["triggers"]]
+    assert names == [*(f"pending-{m}" for m in ("resnet50", "densenet-onnx")),
+                     *(f"queue-{m}" for m in ("resnet50", "densenet-onnx")), "gpu"]
+    # KEDA 2.17 applies the fallback to AverageValue metrics only: every trigger is one.
+    assert {t["metricType"] for t in spec["triggers"]} == {"AverageValue"}
+    (gpu,) = [t for t in spec["triggers"] if t["name"] == "gpu"]
+    assert gpu["metadata"]["query"] == keda.gpu_utilization_query("triton", "triton-vision", "1m")
+    assert gpu["metadata"]["threshold"] == gpu["metadata"]["activationThreshold"] == "80"
+    assert "cooldownPeriod" not in spec  # only a ScaledObject that scales to zero has one
+
+
+def test_gpu_query_selects_the_deployments_pods_only() -> None:
+    import re
+
+    expr = keda.gpu_utilization_query("triton", "triton-vision")
+    pattern = re.search(r'exported_pod=~"([^"]+)"', expr)
+    assert pattern
+    regex = re.compile(f"^(?:{pattern.group(1)})$")  # Prometheus anchors its regex matchers
+    assert regex.match("triton-vision-7d9c8b6f5-x2k4q")
+    for other in ("triton-vision-canary-7d9c8b6f5-x2k4q", "triton-vision-drift-29012345-abcde",
+                  "triton-vision2-7d9c8b6f5-x2k4q"):
+        assert not regex.match(other), other
+
+
+# --- the policy pack -----------------------------------------------------------------------------
+
+
+def _violations(validate: Any, obj: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+    args = ResourceValidationArgs(tp.SCALED_OBJECT, obj, "urn:x", obj["metadata"]["name"], OPTS, None, config)
+    validate(args, lambda msg, urn=None: found.append(msg))
+    return found
+
+
+PROD_HA = {"requireHighAvailability": True, "minReplicas": 2}
+
+
+def test_policy_allows_prod_scale_to_zero_only_with_consent() -> None:
+    cfg = _cfg("prod", _zero("prod"))
+    so = triton.scaled_object(cfg, cfg.model_services[0])
+    assert _violations(tp.validate_high_availability, so, PROD_HA) == []
+    so["metadata"].pop("annotations")
+    (msg,) = _violations(tp.validate_high_availability, so, PROD_HA)
+    assert tp.ALLOW_SCALE_TO_ZERO in msg
+    assert tp.ALLOW_SCALE_TO_ZERO == triton.SCALE_TO_ZERO_ANNOTATION
+
+
+def test_policy_refuses_scale_to_zero_without_a_wake_trigger() -> None:
+    cfg = _cfg("dev")
+    so = triton.scaled_object(cfg, cfg.model_services[0])
+    assert _violations(tp.validate_scaled_object_wake_up, so, {}) == []
+    assert _violations(tp.validate_scaled_object_fallback, so, {}) == []
+    assert tp.WAKE_METRICS == (keda.INGRESS_REQUESTS,)
+    so["spec"]["triggers"] = [t for t in so["spec"]["triggers"] if t["name"] != "wake"]
+    (msg,) = _violations(tp.validate_scaled_object_wake_up, so, {})
+    assert "never wake" in msg
