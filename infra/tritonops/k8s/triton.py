@@ -822,8 +822,12 @@ def scaling_triggers(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
     if a.gpu_utilization_per_replica is not None:
         expr = keda.gpu_utilization_query(cfg.namespace, name_of(svc), policy.window)
         # Activation at the target: a GPU idling at a few percent must not keep a service awake.
+        # While pods run, DCGM always reports their GPUs: an empty result is an exporter outage, a scaler
+        # error that counts towards the fallback (not "0 %"). At zero pods empty is normal.
         target = a.gpu_utilization_per_replica
-        triggers.append({**keda.trigger(expr, url, threshold=target, activation_threshold=target), "name": "gpu"})
+        trig = keda.trigger(expr, url, threshold=target, activation_threshold=target,
+                            ignore_null_values=a.min_replicas == 0)
+        triggers.append({**trig, "name": "gpu"})
     if a.min_replicas == 0:
         # Triton's series vanish with its pods: ingress-nginx's counter is what wakes the service.
         ingress_names = [o["metadata"]["name"] for o in ingresses(cfg, svc)]

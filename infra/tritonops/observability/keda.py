@@ -16,7 +16,7 @@ holds. For a per-request average (queue time) the sum is ``average x replicas re
 
 Scale to zero needs a signal that exists while no Triton pod runs (Triton's own series vanish with
 the pods): :func:`ingress_requests_query` reads ingress-nginx's ``nginx_ingress_controller_requests``
-counter (labels ``namespace``, ``ingress``, ``service``, ``status``, ...; the controller counts every
+counter (labels ``namespace`` (``exported_namespace`` once scraped), ``ingress``, ``status``, ...; it counts every
 request it answers, a 503 for a Service without endpoints included), so KEDA activates the Deployment
 when requests arrive at the service's Ingresses.
 """
@@ -100,11 +100,16 @@ def gpu_utilization_query(namespace: str, deployment: str, window: str = "1m") -
 
 
 def ingress_requests_query(namespace: str, ingresses: list[str], window: str = "1m") -> str:
-    """PromQL: requests ingress-nginx answered for ``ingresses`` (in ``namespace``) over ``window``."""
+    """PromQL: requests ingress-nginx answered for ``ingresses`` (in ``namespace``) over ``window``.
+
+    Scraped through a ServiceMonitor (honorLabels false, as the chart's and kube-prometheus-stack's
+    defaults), the controller pod's own ``namespace`` target label wins and the Ingress's namespace
+    moves to ``exported_namespace``, as DCGM's pod attribution does.
+    """
     if not ingresses:
         raise ValueError("ingresses: the wake-up trigger needs at least one Ingress")
     names = "|".join(ingresses)
-    return f'sum(increase({INGRESS_REQUESTS}{{namespace="{namespace}",ingress=~"{names}"}}[{window}]))'
+    return f'sum(increase({INGRESS_REQUESTS}{{exported_namespace="{namespace}",ingress=~"{names}"}}[{window}]))'
 
 
 def trigger(

@@ -220,6 +220,9 @@ def test_prod_example_has_queue_and_gpu_triggers_with_the_fallback() -> None:
     (gpu,) = [t for t in spec["triggers"] if t["name"] == "gpu"]
     assert gpu["metadata"]["query"] == keda.gpu_utilization_query("triton", "triton-vision", "1m")
     assert gpu["metadata"]["threshold"] == gpu["metadata"]["activationThreshold"] == "80"
+    # Pods always run (minReplicas 3): no DCGM series is an exporter outage, which must reach the fallback.
+    assert gpu["metadata"]["ignoreNullValues"] == "false"
+    assert {t["metadata"]["ignoreNullValues"] for t in spec["triggers"] if t["name"] != "gpu"} == {"true"}
     assert "cooldownPeriod" not in spec  # only a ScaledObject that scales to zero has one
 
 
