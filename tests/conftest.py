@@ -1,4 +1,16 @@
-"""Shared fixtures: the sample repository and a real, CPU-only Triton serving it."""
+"""Shared fixtures (the sample repository, a real CPU-only Triton, moto_server) and the test tiers.
+
+Every test carries exactly one tier marker, which says what it needs (``pyproject.toml`` registers
+them, ``--strict-markers`` refuses any other):
+
+* ``unit``: nothing beyond in-process or loopback helpers that start well under a second;
+* ``integration``: starts real servers on loopback (Triton, Prometheus, Alertmanager, moto_server);
+* ``host``: needs Podman nodes (molecule's verify, drift-live, a real fleet).
+
+The tier comes from the folder (``FOLDER_TIERS``) unless the file marks another one itself
+(``pytestmark = pytest.mark.integration`` in tests/unit, for example). ``slow`` (over ~30 s) is
+marked by hand and is orthogonal. ``make check`` runs ``-m "unit and not slow"``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +27,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_REPO = ROOT / "examples" / "model_repository"
+
+TIERS = ("unit", "integration", "host")
+# The tier of every test under a folder of tests/ (its first path part), unless the file marks its own.
+FOLDER_TIERS = {"unit": "unit", "integration": "integration", "infra": "host"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its folder's tier unless it marks one; refuse a test with none or two."""
+    tests_dir = ROOT / "tests"
+    for item in items:
+        own = {m.name for m in item.iter_markers() if m.name in TIERS}
+        if not own:
+            path = Path(item.path)
+            part = path.relative_to(tests_dir).parts[0] if path.is_relative_to(tests_dir) else ""
+            tier = FOLDER_TIERS.get(part)
+            if tier is None:
+                raise pytest.UsageError(f"{item.nodeid}: no tier marker (one of {', '.join(TIERS)}) and no "
+                                        f"folder tier for {path} (tests/conftest.py FOLDER_TIERS)")
+            item.add_marker(tier)
+        elif len(own) > 1:
+            raise pytest.UsageError(f"{item.nodeid}: more than one tier marker ({', '.join(sorted(own))})")
 
 
 @pytest.fixture

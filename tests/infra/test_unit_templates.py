@@ -14,6 +14,9 @@ import pytest
 import testinfra
 from node_helpers import assert_hardened
 
+# Offline (ansible-playbook on localhost, systemd-analyze on files): the unit tier, not a host check.
+pytestmark = pytest.mark.unit
+
 PLAYBOOK = Path(__file__).with_name("unit_templates.yml")
 BIN = Path(sys.executable).parent
 VARIANTS = ["tritonserver-container-docker", "tritonserver-container-podman", "tritonserver-tarball-jetson",

@@ -222,6 +222,7 @@ def test_tarball_source(tmp_path: Path) -> None:
     assert out["digest"] == manifest.digest(manifest.tree_files(SAMPLE))
 
 
+@pytest.mark.integration  # moto_server, a real S3 stand-in process
 def test_s3_source(tmp_path: Path, moto_s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
 

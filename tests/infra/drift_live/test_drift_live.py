@@ -50,7 +50,7 @@ PLAY_TIMEOUT = 900
 OTHER_PACKAGING = "packaging==24.2"
 
 # Two converges and four checks: above the project-wide 900 s pytest-timeout on a busy 2-core machine.
-pytestmark = [pytest.mark.hosts, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.host, pytest.mark.timeout(2400)]
 
 
 def _have_podman() -> bool:

@@ -21,6 +21,9 @@ from tritonops.k8s import triton
 from tritonops.k8s.config import TritonStackConfig, parse_config, read_stack_file
 from tritonops.triton.server import TritonNotInstalled, TritonServer, find_install, start
 
+# A real tritonserver and moto_server on loopback: the integration tier, kept next to the k8s tests.
+pytestmark = pytest.mark.integration
+
 TOKEN = "test-admin-token"
 SUPPLIED_BY_POD = (
     "--model-repository=",
