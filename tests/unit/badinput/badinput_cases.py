@@ -215,7 +215,7 @@ def _cases() -> list[Case]:
     add(Case("validate-model-name-hostile", ("validate", R), expect=1, names=("$(reboot)",), owner=g,
              setup=with_(lambda t: shutil.copytree(t / "repo" / "mlp", t / "repo" / "$(reboot)"))))
 
-    # manifest (helper A: infra/tritonops/cli.py, infra/tritonops/agent/manifest.py)
+    # manifest (helper A: infra/tritonops/cli/model_repo.py, infra/tritonops/agent/manifest.py)
     add(Case("manifest-missing", ("manifest", f"{T}/nope"), names=("nope",), setup=kit))
     add(Case("manifest-empty-string", ("manifest", ""), names=("path", "empty"), setup=kit))
     add(Case("manifest-file", ("manifest", f"{T}/precious.txt"), names=("precious.txt",), setup=kit))
@@ -236,7 +236,7 @@ def _cases() -> list[Case]:
              setup=with_(mkdirs("repo/MANIFEST.sha256.json/keep"), write("repo/MANIFEST.sha256.json/keep/x", "x"))))
     add(Case("manifest-tree-with-fifo", ("manifest", R), expect=0, setup=with_(put("repo/mlp/fifo", "fifo"))))
 
-    # smoke (argument handling: helper A, infra/tritonops/cli.py; checks against a server: helper H)
+    # smoke (argument handling: helper A, infra/tritonops/cli/load.py; checks against a server: helper H)
     add(Case("smoke-empty-url", ("smoke", ""), names=("url", "''"), setup=kit))
     add(Case("smoke-bad-scheme", ("smoke", "ftp://127.0.0.1:21"), names=("ftp",), setup=kit))
     add(Case("smoke-bad-port", ("smoke", "http://127.0.0.1:notaport"), names=("notaport", "port"), setup=kit))
@@ -261,7 +261,7 @@ def _cases() -> list[Case]:
     add(Case("serve-mode-unknown", ("serve", R, "--model-control-mode", "sometimes"),
              names=("model-control-mode", "sometimes"), owner=e, setup=kit))
 
-    # bench and tune (helper H: infra/tritonops/triton/bench.py, tune.py, load_commands.py)
+    # bench and tune (helper H: infra/tritonops/triton/bench.py, tune.py, cli/load.py)
     h = "H"
     bench = ("bench", "mlp", "--url", CLOSED)
     add(Case("bench-closed-port", bench, expect=3, names=("127.0.0.1",), owner=h, setup=kit))
@@ -292,7 +292,7 @@ def _cases() -> list[Case]:
         add(Case(f"tune{opt}-{value}", (*tune, opt, value), names=_opt_names(opt),
                  owner=h, setup=kit))
 
-    # render: arguments (helper A, infra/tritonops/k8s/commands.py); Pulumi.<env>.yaml loading (helper C)
+    # render: arguments (helper A, infra/tritonops/cli/k8s.py); Pulumi.<env>.yaml loading (helper C)
     add(Case("render-stack-unknown", ("render", "--stack", "nosuch", "--env", "dev", "--out", f"{T}/out"),
              names=("nosuch",), setup=kit))
     add(Case("render-stack-empty", ("render", "--stack", "", "--env", "dev", "--out", f"{T}/out"),
@@ -312,7 +312,7 @@ def _cases() -> list[Case]:
                  names=("Pulumi.dev.yaml",), setup=with_(stack_copy("triton", "dev", kind)),
                  call=render_call("triton", "dev")))
 
-    # drift: arguments (helper A, infra/tritonops/drift/commands.py); the sources themselves (helper D)
+    # drift: arguments (helper A, infra/tritonops/cli/drift.py); the sources themselves (helper D)
     inv = ("-i", f"{T}/inventory.yml")
     has_inv = with_(write("inventory.yml", "all:\n  hosts: {}\n"))
     for value in ("x", "0", "-1"):
@@ -333,7 +333,7 @@ def _cases() -> list[Case]:
     add(Case("drift-textfile-dir-file", ("drift", "--source", "pulumi", "--textfile-dir", f"{T}/precious.txt"),
              names=("precious.txt",), setup=kit))
 
-    # release keygen / publish / promote / rollback / status (helper A: infra/tritonops/model_repo/commands.py, publish.py)
+    # release keygen / publish / promote / rollback / status (helper A: infra/tritonops/cli/release.py, model_repo/publish.py)
     add(Case("keygen-empty-path", ("release", "keygen", "", f"{T}/k.pub"), names=("private", "empty", "key"),
              setup=kit))
     add(Case("keygen-existing-key", ("release", "keygen", f"{T}/precious.txt", f"{T}/k.pub"),

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from k8s_harness import ROOT, STACKS_DIR
+from k8s_harness import STACKS_DIR
 from tritonops.agent.bundle import build_bytes
-from tritonops.k8s.commands import render as render_cmd
+from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s.config import ENVIRONMENTS, STACKS
 from tritonops.k8s.render import build, render
 from typer.testing import CliRunner
@@ -27,9 +27,9 @@ app.command("noop")(lambda: None)  # two commands: typer then keeps the `render`
 
 
 def test_tritonops_registers_render() -> None:
-    text = (ROOT / "infra" / "tritonops" / "cli.py").read_text()
-    assert "from tritonops.k8s.commands import render as render_cmd" in text
-    assert 'app.command("render")(render_cmd)' in text
+    from tritonops.cli import app as tritonops_app
+
+    assert [c.callback for c in tritonops_app.registered_commands if c.name == "render"] == [render_cmd]
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli_params import ProjectDir, folder_to_write, path
+from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
 from tritonops.drift.run import DEFAULT_PLAYBOOK, run

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli_params import ProjectDir, folder_to_write, path
+from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.k8s.config import ENVIRONMENTS, STACKS, ConfigError
 
 

@@ -10,12 +10,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tritonops.cli_params import finite, folder_to_write, path
+from tritonops.cli.params import finite, folder_to_write, path
 from tritonops.observability.export import export
 from tritonops.observability.keda import ScalingPolicy
 from tritonops.observability.rules import RuleSettings
 
-obs_app = typer.Typer(no_args_is_help=True, help="Prometheus rules, Grafana dashboards, KEDA queries.")
+app = typer.Typer(no_args_is_help=True, help="Prometheus rules, Grafana dashboards, KEDA queries.")
 
 
 _JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
@@ -28,7 +28,7 @@ def _job(value: str) -> str:
     return value
 
 
-@obs_app.command("export")
+@app.command("export")
 def export_cmd(
     directory: Annotated[Path, typer.Argument(help="Output directory: rules file and dashboards/.", parser=path,
                                               callback=folder_to_write)],

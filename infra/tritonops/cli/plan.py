@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.capacity import plan as planner
-from tritonops.cli_params import finite, path
+from tritonops.cli.params import finite, path
 from tritonops.k8s.config import ENVIRONMENTS, ConfigError, TritonStackConfig, load_stack_config
 
 

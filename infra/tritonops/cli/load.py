@@ -1,10 +1,11 @@
-"""``tritonops bench`` and ``tritonops tune``: load generation and tuning against a running Triton."""
+"""``tritonops smoke``, ``bench``, ``tune`` and ``serve``: checks, load and tuning against a Triton, a local one."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,14 +15,20 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tritonops import cli_params
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.agent.manifest import ReleaseError, check_path
+from tritonops.cli import params as cli_params
+from tritonops.cli.output import console as stdout
+from tritonops.cli.output import err_console, print_json
+from tritonops.cli.params import path as path_arg
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton import tune as tuner
+from tritonops.triton.server import start as start_server
+from tritonops.triton.smoke import report_table
+from tritonops.triton.smoke import smoke as run_smoke
 
-console = Console(stderr=True)
+console = Console(stderr=True)  # bench/tune progress and tables
 
 
 def _progress(enabled: bool) -> Progress:
@@ -226,3 +233,80 @@ def tune_cmd(
             c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
         c.print(f"plot: {png}")
     raise typer.Exit(ExitCode.OK if result.best else ExitCode.FINDINGS)
+
+
+# --- inference checks and a local server ---------------------------------------------------------
+
+def smoke(
+    url: Annotated[str, typer.Argument(help="http://HOST:8000, grpc://HOST:8001 or grpcs://HOST:8001")],
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Check only these models")] = None,
+    repository: Annotated[
+        Path | None, typer.Option(help="Local copy of the deployed repository: golden data and the expected models",
+                                  parser=path_arg)
+    ] = None,
+    metrics_url: Annotated[str | None, typer.Option(help="Default: http://HOST:8002/metrics")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="NAME=VALUE sent to restricted APIs (the admin header)")
+    ] = None,
+    ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
+    cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
+    key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Live, ready, every model READY, golden inference within tolerance, metrics served.
+
+    Exit 0 when every check passes, 1 when any fails, 2 on a usage error.
+    """
+    headers = {}
+    for h in header or []:
+        name, sep, value = h.partition("=")
+        if not sep or not name:
+            err_console.print(f"[red]error:[/] --header {h!r}: expected NAME=VALUE")
+            raise typer.Exit(ExitCode.USAGE)
+        headers[name] = value
+    problems = [f"--repository {repository}: not a folder"] if repository and not repository.is_dir() else []
+    problems += [f"--{opt} {p}: not found, or not a regular file"
+                 for opt, p in (("ca", ca), ("cert", cert), ("key", key)) if p is not None and not p.is_file()]
+    if problems:
+        err_console.print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
+    try:
+        report = run_smoke(url, models=model or (), repository=repository, metrics_url=metrics_url,
+                           headers=headers, ca=ca, cert=cert, key=key)
+    except ValueError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    if as_json:
+        print_json(report.model_dump(mode="json") | {"ok": report.ok})
+    else:
+        stdout.print(report_table(report))
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
+
+
+class ControlMode(StrEnum):
+    none = "none"
+    poll = "poll"
+    explicit = "explicit"
+
+
+def serve(
+    repository: Annotated[
+        Path, typer.Argument(help="Model repository to serve", parser=path_arg)
+    ] = Path("examples/model_repository"),
+    model_control_mode: Annotated[ControlMode, typer.Option(help="Triton's --model-control-mode")] = ControlMode.none,
+) -> None:
+    """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
+    if not repository.is_dir():
+        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)")
+        raise typer.Exit(ExitCode.USAGE)
+    try:
+        server = start_server(repository, model_control_mode=model_control_mode.value,
+                              load_models=["*"] if model_control_mode == ControlMode.explicit else ())
+    except RuntimeError as e:  # tritonserver refused the repository or died while starting: its log says why
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    stdout.print(f"tritonserver ready: http://{server.http_url} grpc://{server.grpc_url} {server.metrics_url}")
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        server.stop()

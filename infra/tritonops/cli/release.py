@@ -1,4 +1,4 @@
-"""``tritonops release`` (publish, promote, rollback, status, keygen) and ``tritonops agent build``.
+"""``tritonops release``: publish, promote, rollback, status, keygen.
 
 Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
 gate refused a promotion (with the figures), 2 usage error (a bad argument, an unknown channel, an
@@ -12,55 +12,40 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tritonops.agent import bundle, signing
+from tritonops.agent import signing
 from tritonops.agent.cli import exit_code
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import ReleaseError, UsageError
-from tritonops.cli_params import finite, path
+from tritonops.agent.manifest import ReleaseError
+from tritonops.cli.output import console, err_console, run_release_op
+from tritonops.cli.params import finite, path
 from tritonops.model_repo import canary
 from tritonops.model_repo import publish as pub
 from tritonops.model_repo.validate import Target
 
-release_app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Publish signed model releases to a store and move channel pointers.")
-agent_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
 
-console = Console()
-err_console = Console(stderr=True)
 
 Store = Annotated[str, typer.Option("--to", help="s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
 S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
 
 
-def _run(fn: Any, as_json: bool, render: Any = None) -> None:
-    try:
-        out = fn()
-    except ReleaseError as e:
-        err_console.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(exit_code(e)) from None
-    if as_json or render is None:
-        typer.echo(json.dumps(out, indent=2, sort_keys=True))
-    else:
-        render(out)
-
-
-@release_app.command("keygen")
+@app.command("keygen")
 def keygen_cmd(
     private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret",
                                                 parser=path)],
     public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust", parser=path)],
 ) -> None:
     """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
-    _run(lambda: dict(zip(("private_key", "public_key"),
-                          map(str, signing.keygen(private_key, public_key)), strict=True)), True)
+    run_release_op(lambda: dict(zip(("private_key", "public_key"),
+                                    map(str, signing.keygen(private_key, public_key)), strict=True)), True)
 
 
-@release_app.command("publish")
+@app.command("publish")
 def publish_cmd(
     repository: Annotated[Path, typer.Argument(help="The model repository folder to release", parser=path)],
     to: Store,
@@ -86,11 +71,11 @@ def publish_cmd(
             moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
-    _run(lambda: pub.publish(repository, to, channel, key, target.value if target else None, version, config_name,
-                             s3_endpoint, progress), as_json, render)
+    run_release_op(lambda: pub.publish(repository, to, channel, key, target.value if target else None, version,
+                                       config_name, s3_endpoint, progress), as_json, render)
 
 
-@release_app.command("promote")
+@app.command("promote")
 def promote_cmd(
     source_channel: Annotated[str, typer.Argument(help="The channel whose release moves on (e.g. canary)")],
     channel: Annotated[str, typer.Argument(help="The channel to move (e.g. stable)")],
@@ -174,7 +159,7 @@ def _gate_table(report: dict[str, Any]) -> None:
         console.print(f"[red]{escape(reason)}[/]", highlight=False)
 
 
-@release_app.command("rollback")
+@app.command("rollback")
 def rollback_cmd(
     channel: Annotated[str, typer.Argument(help="The channel to move back")],
     to: Store,
@@ -183,11 +168,11 @@ def rollback_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Move CHANNEL back to its previous release (or to --release from its history)."""
-    _run(lambda: pub.rollback(to, channel, release, s3_endpoint), as_json,
-         lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+    run_release_op(lambda: pub.rollback(to, channel, release, s3_endpoint), as_json,
+                   lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
 
 
-@release_app.command("status")
+@app.command("status")
 def status_cmd(
     to: Store,
     channel: Annotated[list[str], typer.Option(help="A channel to show (repeatable)")],
@@ -220,22 +205,6 @@ def status_cmd(
         out.update(pub.status(to, channel, target or [], s3_endpoint))
         return out
 
-    _run(run, as_json, render)
+    run_release_op(run, as_json, render)
     if any(r.get("error") or not r.get("up_to_date") for r in out.get("targets", [])):
         raise typer.Exit(ExitCode.FINDINGS)
-
-
-@agent_app.command("build")
-def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)",
-                                                  parser=path)]) -> None:
-    """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
-    def build() -> dict:
-        if out.is_dir() or (out.exists() and not out.is_file()):
-            raise UsageError(f"{out}: exists and is not a regular file")
-        try:
-            written = bundle.build(out)
-        except OSError as e:
-            raise UsageError(f"{out}: cannot write ({e.strerror or e})") from None
-        return {"path": str(written), "bytes": written.stat().st_size}
-
-    _run(build, True)

@@ -1,0 +1,37 @@
+"""The ``tritonops`` command line, assembled in one place: one module per command group.
+
+* ``model_repo``: validate, manifest
+* ``load``: smoke, bench, tune, serve
+* ``k8s``: render
+* ``drift``: drift
+* ``plan``: plan
+* ``observability``, ``release``, ``agent``: sub-commands of their own
+
+Each module holds the command functions (argument parsing and printing); the domain logic stays in its
+package (``tritonops.model_repo``, ``tritonops.triton``, ...). ``params`` holds the shared checks on
+command-line values, ``output`` the consoles. Every command exits with ``tritonops.agent.exitcodes.ExitCode``,
+described once in ``--help`` (the epilog below) and in the README.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from tritonops.agent.exitcodes import HELP as EXIT_HELP
+from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, release
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="The ``tritonops`` command line.",
+                  epilog=EXIT_HELP)
+# Registration order is the order of `tritonops --help`.
+app.command("render")(k8s.render)
+app.command("bench")(load.bench_cmd)
+app.command("tune")(load.tune_cmd)
+app.command("drift")(drift.drift_cmd)
+app.command("plan")(plan.plan_cmd)
+app.command("validate")(model_repo.validate)
+app.command("manifest")(model_repo.manifest)
+app.command("smoke")(load.smoke)
+app.command("serve")(load.serve)
+app.add_typer(observability.app, name="observability")
+app.add_typer(release.app, name="release")
+app.add_typer(agent.app, name="agent")

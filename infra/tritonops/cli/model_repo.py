@@ -1,0 +1,82 @@
+"""``tritonops validate`` and ``tritonops manifest``: a model repository's layout, configs and file hashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from tritonops.agent import manifest as manifests
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.agent.manifest import MANIFEST_FILE, MANIFEST_MAX, ReleaseError, read_bounded
+from tritonops.agent.releases import write_atomic
+from tritonops.cli.output import console, err_console, print_json
+from tritonops.cli.params import path as path_arg
+from tritonops.model_repo.validate import Target, UsageError
+from tritonops.model_repo.validate import validate as validate_repo
+
+
+def validate(
+    path: Annotated[Path, typer.Argument(help="A model repository, or one model folder", parser=path_arg)],
+    target: Annotated[Target | None, typer.Option(help="Hardware the repository is for")] = None,
+    config_name: Annotated[
+        str | None, typer.Option(help="Use configs/NAME.pbtxt as the active config (tritonserver --model-config-name)")
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(min=0, help="GPUs the target has: instance groups may use ids 0..N-1 "
+                                 "(default: what --target implies: cpu 0, jetson 1, gpu unchecked)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+) -> None:
+    """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
+    try:
+        report = validate_repo(path, target=target, config_name=config_name, gpus=gpus)
+    except UsageError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        for f in [*report.errors, *report.warnings]:
+            colour = "red" if f.severity == "error" else "yellow"
+            fld = f" [{f.field}]" if f.field else ""
+            console.print(f"[{colour}]{f.severity}[/] {f.location()}:{escape(fld)} {escape(f.message)}",
+                          highlight=False, soft_wrap=True)
+        console.print(f"{len(report.models)} models, {len(report.errors)} errors, {len(report.warnings)} warnings")
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
+
+
+def manifest(
+    path: Annotated[Path, typer.Argument(help="A model repository (or release) folder", parser=path_arg)],
+    compare_to: Annotated[
+        Path | None, typer.Option("--compare", help="A manifest JSON to compare the folder against", parser=path_arg)
+    ] = None,
+    write: Annotated[bool, typer.Option(help=f"Also write {MANIFEST_FILE} into the folder")] = False,
+) -> None:
+    """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
+    def usage(message: str) -> typer.Exit:
+        err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return typer.Exit(ExitCode.USAGE)
+
+    if not path.is_dir():
+        raise usage(f"{path}: not a directory")
+    out = path / MANIFEST_FILE
+    if write and (out.is_symlink() or (out.exists() and not out.is_file())):
+        raise usage(f"{out}: not a regular file; the manifest is never written through a link or over a folder")
+    try:
+        saved = None if compare_to is None else manifests.parse(read_bounded(compare_to, MANIFEST_MAX),
+                                                                str(compare_to))
+        current = manifests.tree_files(path)
+    except ReleaseError as e:
+        raise usage(str(e)) from None
+    except OSError as e:
+        raise usage(f"{e.filename or path}: cannot read ({e.strerror or e})") from None
+    if saved is not None:
+        diff = manifests.compare(saved, current)
+        print_json(diff)
+        raise typer.Exit(ExitCode.FINDINGS if any(diff.values()) else ExitCode.OK)
+    if write:
+        write_atomic(out, manifests.text(current))
+    typer.echo(manifests.text(current), nl=False)
