@@ -11,7 +11,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
-.PHONY: all demo test check drift-live unit integration lint apt venv checkov bench molecule host-checks clean
+.PHONY: all demo test check drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -102,6 +102,12 @@ demo: venv apt
 # Benchmarks print figures (they are not timed tests): tests/benchmarks/bench_*.py
 bench: venv apt
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# On a machine with an NVIDIA GPU: Triton with a GPU model, nv_gpu_* metrics, the GPU panels and alerts
+# against a real Prometheus, gpu_facts and the memory budget against nvidia-smi (tools/gpu_check.py).
+# Without a GPU it says so and exits 0.
+gpu-check: venv apt
+	$(BIN)/python tools/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .cache
