@@ -88,7 +88,8 @@ def main() -> int:
         print(json.dumps(result, indent=2))
         return 0
     console = Console()
-    t = Table(title=f"cold start: spawn to golden gate ({len(models)} models: {', '.join(models)})")
+    console.print(f"cold start of {args.repository} ({', '.join(models)}): tritonserver spawn to golden gate")
+    t = Table()
     t.add_column("round")
     t.add_column("seconds", justify="right")
     for i, r in enumerate(rounds, 1):
@@ -96,7 +97,8 @@ def main() -> int:
     t.add_row("median", f"{result['median_s']:.2f}")
     t.add_row("max", f"{result['max_s']:.2f}")
     console.print(t)
-    s = Table(title="services that scale to zero (stacks/triton/Pulumi.<env>.yaml)")
+    console.print("services that scale to zero (stacks/triton/Pulumi.<env>.yaml)")
+    s = Table()
     for col in ("env", "service", "cooldownPeriod s", "modelLoadSeconds", "measured max s"):
         s.add_column(col)
     for env, name, cooldown, load in services:
