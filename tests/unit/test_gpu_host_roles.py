@@ -1,5 +1,5 @@
 """The GPU host preparation roles (nvidia_driver, container_runtime, jetson, node_monitoring):
-argument_specs identical to defaults, and the pins their defaults repeat identical to infra/tritonops/versions.py.
+argument_specs identical to defaults, README tables current. (Their pins: tests/unit/test_versions.py.)
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tritonops import versions
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 GPU_HOST_ROLES = ["nvidia_driver", "container_runtime", "jetson", "node_monitoring"]
@@ -50,31 +49,6 @@ def test_spec_choices_hold_the_default(role: str) -> None:
     for name, spec in specs(role).items():
         if "choices" in spec:
             assert spec["default"] in spec["choices"], name
-
-
-@pytest.mark.parametrize(("role", "variable", "pin"), [
-    ("nvidia_driver", "nvidia_driver_branch", versions.NVIDIA_DRIVER_BRANCH),
-    ("container_runtime", "container_runtime_nvidia_toolkit_version", versions.NVIDIA_CONTAINER_TOOLKIT_VERSION),
-    ("node_monitoring", "node_monitoring_dcgm_exporter_image", versions.DCGM_EXPORTER_IMAGE),
-    ("jetson", "jetson_supported_l4t", versions.JETSON_L4T_APT_REPOS),
-])
-def test_default_repeats_the_pin(role: str, variable: str, pin: Any) -> None:
-    assert defaults(role)[variable] == pin
-
-
-def test_supported_l4t_releases_have_a_triton_build() -> None:
-    jetpack = defaults("gpu_facts")["gpu_facts_jetpack_map"]
-    for l4t in versions.JETSON_L4T_APT_REPOS:
-        assert jetpack[l4t] in versions.TRITON_JETSON_TARBALLS, l4t
-
-
-def test_debian_branch_is_valid_for_debian() -> None:
-    debian = _yaml(ROLES / "nvidia_driver" / "vars" / "Debian-12.yml")
-    assert versions.NVIDIA_DRIVER_BRANCH in debian["_nvidia_driver_branches"]
-
-
-def test_dcgm_image_is_not_floating() -> None:
-    assert not versions.DCGM_EXPORTER_IMAGE.endswith(":latest")
 
 
 def variables_table(role: str) -> str:

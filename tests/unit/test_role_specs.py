@@ -1,7 +1,6 @@
 """Every role under roles/: defaults/main.yml and meta/argument_specs.yml agree, variables are
 prefixed, tasks are named and use fully qualified modules, rendered templates carry ansible_managed,
-README variable tables are generated from the specs; and the pins that role defaults repeat equal
-infra/tritonops/versions.py.
+README variable tables are generated from the specs. (Pins: tests/unit/test_versions.py.)
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 from devkit.role_docs import BEGIN, defaults, render_readme, role_dirs, spec_options
-from tritonops import versions
 
 ROLES = role_dirs()
 ROLE_IDS = [r.name for r in ROLES]
@@ -139,39 +137,3 @@ def test_readme_sections(role: Path) -> None:
 def test_readme_variables_table_is_current(role: Path) -> None:
     text = (role / "README.md").read_text()
     assert render_readme(role, text) == text, f"run `python -m devkit role-docs` to regenerate {role.name}"
-
-
-# --- pins the role defaults repeat ------------------------------------------------------------
-
-TS = Path(__file__).resolve().parents[2] / "roles" / "triton_server"
-
-
-@pytest.mark.parametrize(("variable", "pin"), [
-    ("triton_server_version", versions.TRITON_SERVER_VERSION),
-    ("triton_server_container_image", versions.TRITON_IMAGE),
-    ("triton_server_container_image_igpu", versions.TRITON_IMAGE_IGPU),
-    ("triton_server_wheels", versions.TRITON_WHEELS),
-    ("triton_server_tarball_files", versions.TRITON_JETSON_TARBALLS),
-    ("triton_server_wheel_python", versions.PYTHON_BACKEND_STUB_PYTHON),
-])
-def test_triton_server_default_repeats_the_pin(variable: str, pin: Any) -> None:
-    assert defaults(TS)[variable] == pin
-
-
-def test_wheel_pins_name_the_versions() -> None:
-    for arch, pins in versions.TRITON_WHEELS.items():
-        assert f"nvidia-pytriton=={versions.PYTRITON_VERSION}" in pins, arch
-        assert f"onnxruntime=={versions.ONNXRUNTIME_VERSION}" in pins, arch
-        assert f"numpy=={versions.NUMPY_VERSION}" in pins, arch
-        assert all(re.fullmatch(r"[0-9a-f]{64}", sha) for sha in pins.values()), arch
-
-
-def test_images_are_not_floating() -> None:
-    for image in (versions.TRITON_IMAGE, versions.TRITON_IMAGE_IGPU):
-        assert not image.endswith(":latest")
-        assert versions.TRITON_RELEASE in image
-
-
-def test_jetpack_map_covers_every_tarball() -> None:
-    jetpacks = set(defaults(TS.parent / "gpu_facts")["gpu_facts_jetpack_map"].values())
-    assert set(versions.TRITON_JETSON_TARBALLS) <= jetpacks
