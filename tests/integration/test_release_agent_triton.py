@@ -18,7 +18,8 @@ from tritonops.agent.triton import Triton
 from tritonops.model_repo import publish as pub
 from tritonops.triton import server
 
-pytestmark = pytest.mark.integration
+# Triton goes away and comes back: about 90 s.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 SECRET = "agent-triton-test-secret"
 ADMIN = [f"--http-restricted-api=model-repository:triton-admin-key={SECRET}"]

@@ -28,7 +28,8 @@ import pytest
 from tritonops.agent.releases import active_release, state
 from tritonops.triton import server
 
-pytestmark = pytest.mark.integration
+# The role run behind the [role] cases takes about 2 min on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"
 TOKEN = uuid.uuid4().hex[:12]
