@@ -376,12 +376,12 @@ def triton_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
 def run_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
     try:
         results = triton_checks(gpus, workdir)
-    except (RuntimeError, OSError) as e:  # Triton or Prometheus would not start: their error lines say why
+    except (RuntimeError, OSError) as e:  # Triton or Prometheus did not start or stopped answering
         log = workdir / "triton" / "tritonserver.log"
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         errors = [line for line in lines if re.match(r"E\d{4} |error: ", line)]
         first = str(e).splitlines()[0].removesuffix("; log:")
-        results = [Result("start", "tritonserver / prometheus", False, "\n".join([first, *errors]))]
+        results = [Result("stopped early", "tritonserver / prometheus", False, "\n".join([first, *errors]))]
     try:
         results += check_facts(run_gpu_facts(workdir), gpus)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:

@@ -313,3 +313,23 @@ def test_gpu_queries_without_gpu_series_fail(prometheus: tuple[str, list[str]],
     results = gc.check_queries(url)
     assert results and all(res.ok is False for res in results), results
     assert {res.detail.split(":")[0] for res in results} == {"no data"}
+
+
+# --- the whole run on this CPU machine: Triton refuses the GPU instance, gpu_facts still runs ------------
+
+
+@pytest.mark.integration  # a real tritonserver
+@pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this machine has a GPU")
+def test_without_a_gpu_triton_refuses_the_gpu_instance_and_says_why(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the gpu_facts role installs its fact as root")
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
+    results = gc.run_checks(gc.query_gpus(), tmp_path)
+    stopped = results[0]
+    assert (stopped.check, stopped.ok) == ("stopped early", False)
+    assert "tritonserver exited with code 1" in stopped.detail
+    # The wheel's tritonserver is a GPU build: it checks the instance group's GPU against CUDA's devices.
+    assert "instance group mlp_0 of model mlp specifies invalid or unsupported gpu id 0" in stopped.detail
+    assert [res.check for res in results[1:4]] == ["gpu_facts: platform", "gpu_facts: GPU count", "gpu_facts: driver"]
+    assert all(res.ok for res in results[1:])
