@@ -11,7 +11,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
-.PHONY: all demo test check drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo test print-test-stages check drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -49,43 +49,50 @@ lint: venv
 	$(BIN)/mypy
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q
 
+# Test tiers: every test carries one marker that says what it needs (tests/conftest.py gives each its
+# folder's unless the file marks another): unit, integration (real servers on loopback), host (Podman
+# nodes: molecule, drift-live); slow (> ~30 s) on top. `unit` and `integration` together run every
+# test of TEST_PATHS.
+TEST_PATHS := tests/unit tests/integration tests/infra/test_unit_templates.py
+
 unit: venv checkov
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -rs -m unit $(TEST_PATHS)
 
 integration: venv apt
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -rs -m integration $(TEST_PATHS)
 
-# `make check`: the fast tier to run before every commit (lint and the unit tests: no servers beyond
-# loopback helpers, no Podman nodes).
+# `make check`: the fast tier to run before every commit (lint and the unit tests that are not slow:
+# no servers beyond loopback helpers, no Podman nodes; a few minutes).
 check: venv lint
-	$(BIN)/pytest -q -x tests/unit
+	$(BIN)/pytest -q -x -m "unit and not slow" $(TEST_PATHS)
 
-# `make test` (what CI runs): lint, unit and integration tests (a real Triton, Prometheus and
-# Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64 for Jetson), and the
-# live drift test on a Podman node (tests/infra/drift_live: converge, tamper, detect exactly that,
-# converge, clean; about 15 min).
+# `make test` (what CI runs, timed per stage by .ci/run): lint, unit and integration tests (a real
+# Triton, Prometheus and Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64
+# for Jetson), and the live drift test on a Podman node (tests/infra/drift_live: converge, tamper,
+# detect exactly that, converge, clean; about 10 min).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
+TEST_STAGES := lint unit integration molecule drift-live
 
-test: venv apt checkov lint
-	$(BIN)/pytest -q -rs tests/unit tests/integration tests/infra/test_unit_templates.py
-	$(MAKE) --no-print-directory molecule
-	$(MAKE) --no-print-directory drift-live
+test: venv apt checkov
+	@set -e; for t in $(TEST_STAGES); do $(MAKE) --no-print-directory $$t; done
+
+print-test-stages:
+	@echo $(TEST_STAGES)
 
 drift-live: venv apt
 	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live
 
 # Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
-# locally built Podman images (`python -m devkit hosts build` is a no-op while its inputs are unchanged).
-# Narrow it with MOLECULE_ROLES, e.g. `make molecule MOLECULE_ROLES="nvidia_driver jetson"`.
+# locally built Podman images (`python -m devkit hosts build` is a no-op while its inputs are unchanged),
+# MOLECULE_JOBS roles at a time, longest first (.ci/molecule; logs and a summary in out/molecule/).
+# Narrow it with MOLECULE_ROLES, e.g. `make molecule MOLECULE_ROLES="nvidia_driver jetson" MOLECULE_JOBS=1`.
 MOLECULE_ROLES ?= $(ALL_ROLES)
+MOLECULE_JOBS ?= 2
 molecule: venv apt
 	$(DEVKIT) hosts build --arch amd64
 	@if grep -qs systemd-arm64 $(foreach r,$(MOLECULE_ROLES),roles/$(r)/molecule/*/molecule.yml); then \
 	  $(DEVKIT) hosts build --arch arm64; fi
-	@set -e; for r in $(MOLECULE_ROLES); do for f in roles/$$r/molecule/*/molecule.yml; do \
-	  s=$$(basename $$(dirname $$f)); start=$$(date +%s); echo "== molecule test $$r/$$s"; \
-	  (cd roles/$$r && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s $$s); \
-	  echo "== $$r/$$s passed in $$(( $$(date +%s) - start ))s"; done; done
+	MOLECULE_JOBS=$(MOLECULE_JOBS) .ci/molecule $(MOLECULE_ROLES)
 
 # Host checks (tests/infra: gpu_facts + triton_server) against any inventory, the same checks molecule's
 # verify runs; e.g. the local fleet after `make demo`, or a real one with its vault secret exported:
@@ -93,7 +100,7 @@ molecule: venv apt
 INVENTORY ?= ansible/inventories/local
 HOSTS ?= edge
 host-checks: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -p no:cacheprovider -rs tests/infra/gpu_facts tests/infra/triton_server \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -p no:cacheprovider -rs -m host tests/infra/gpu_facts tests/infra/triton_server \
 	  --hosts=ansible://$(HOSTS) --ansible-inventory=$(INVENTORY)
 
 demo: venv apt
