@@ -4,16 +4,10 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: pin
 author:
-  - tritonops maintainers
+  - tritonops maintainers (@tritonops)
 version_added: 0.1.0
 short_description: A pinned version (image, wheel, package, chart) from tritonops.versions
 description:
@@ -47,6 +41,13 @@ _raw:
   type: list
   elements: raw
 """
+
+# ansible-test (validate-modules) wants the imports below DOCUMENTATION, EXAMPLES and RETURN.
+import importlib  # noqa: E402
+import sys  # noqa: E402
+
+from ansible.errors import AnsibleLookupError  # noqa: E402
+from ansible.plugins.lookup import LookupBase  # noqa: E402
 
 
 class LookupModule(LookupBase):
