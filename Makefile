@@ -22,7 +22,12 @@ $(VENV)/.stamp: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
+# The checkout is also the collection tritonops.triton (galaxy.yml): a link in the venv's site-packages
+# lets this venv's Ansible resolve tritonops.triton.* (modules, lookup, roles) to it from any folder,
+# as `ansible-galaxy collection install` would (molecule, the tests that run roles by path).
 venv: $(VENV)/.stamp
+	@d=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ansible_collections/tritonops; \
+	  mkdir -p $$d && ln -sfn $(CURDIR) $$d/triton
 
 # checkov, an independent Kubernetes scanner (tests/unit/k8s/test_k8s_checkov.py), in a venv of its
 # own: its pins conflict with ours. Rebuilt only when CHECKOV_VERSION changes.

@@ -2,10 +2,10 @@
 
 The node is a temporary folder on this machine (``--connection local``, model control mode ``poll`` and
 no golden gate, so no Triton is needed); the controller steps, the agent zipapp built on the controller
-and every ``ansible.builtin.script`` node step run for real:
+and every node step (``tritonops.triton.release``, the collection's module) run for real:
 
-- a hostile model name reaches the agent's ``activate --touch`` as one argument, and the shell that
-  ``ansible.builtin.script`` runs its cmd through executes nothing from it;
+- a hostile model name reaches the agent's ``activate --touch`` as one argument, and no shell executes
+  anything from it;
 - a release id already installed with other content is pushed, refused by the agent's install, and the
   play fails naming the release folder before the link moves (check mode predicts the same failure).
 """
@@ -152,7 +152,7 @@ def test_reused_release_id_is_refused_before_the_switch(node: dict[str, Any], ch
                     "model_repository_controller_cache": str(tmp / f"cache-other-{check}")}
     res, doc = _run(tmp, node["play"], extra, *(["--check"] if check else []))
     assert res.returncode != 0
-    status = json.loads(_results(doc, "Read the node's releases")[0]["stdout"])
+    status = _results(doc, "Read the node's releases")[0]["agent"]
     assert (status["release_conflict"], status["release_verified"]) == (True, False)
     plan = _results(doc, "Work out the plan")[0]["ansible_facts"]
     assert plan["_model_repository_need_push"] is True
@@ -162,7 +162,7 @@ def test_reused_release_id_is_refused_before_the_switch(node: dict[str, Any], ch
     assert "was not installed" in msg and str(releases / "r1") in msg and "other content" in msg, msg
     if not check:
         install = _results(doc, "Unpack, verify the checksums on the node and move the release into place")
-        assert json.loads(install[0]["stdout"])["error"] in msg
+        assert install[0]["error"] in msg
     # Nothing switched, nothing replaced, nothing left behind.
     assert _results(doc, "Point the model repository at the release (atomic symlink switch)") == []
     assert os.readlink(base["model_repository_link"]) == "releases/r1"
