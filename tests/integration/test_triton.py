@@ -10,6 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from tritonops import versions
 from tritonops.cli import app
 from tritonops.model_repo.validate import Target, validate
 from tritonops.triton import server
@@ -32,7 +33,7 @@ def test_golden_inference_over_http_and_grpc(triton, scheme: str) -> None:  # ty
     url = f"{scheme}://{triton.http_url if scheme == 'http' else triton.grpc_url}"
     report = smoke(url, repository=SAMPLE, metrics_url=triton.metrics_url)
     assert report.ok, report
-    assert report.server_version == "2.51.0"
+    assert report.server_version == versions.TRITON_SERVER_VERSION
     assert sorted(c.target for c in report.checks if c.check == "golden") == MODELS
 
 
