@@ -116,7 +116,8 @@ def call(module, path, body, timeout):
         headers[p["admin_header"]] = p["admin_secret"]
     url = p["url"].rstrip("/") + "/v2/repository" + path
     resp, info = fetch_url(module, url, data=json.dumps(body), headers=headers, method="POST", timeout=timeout)
-    raw = resp.read() if resp else info.get("body", b"")
+    # On an HTTP error fetch_url has already read the body (Triton's {"error": ...}) into info.
+    raw = resp.read() if info["status"] == 200 else info.get("body") or b""
     try:
         doc = json.loads(raw) if raw else None
     except ValueError:
