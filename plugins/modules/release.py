@@ -85,7 +85,9 @@ attributes:
     support: full
     details:
       - Runs the agent's read-only C(status) and reports what the command would change. For O(command=prune)
-        the prediction is C(changed) when more than O(keep) releases are present.
+        the prediction is C(changed) when more than O(keep) releases are present; O(command=activate) and
+        O(command=mark) predict from the release id alone, as if an earlier O(command=install) of the same
+        check run had happened.
   diff_mode:
     description: Returns details on what changed (or would change in check mode) in diff mode.
     support: full
