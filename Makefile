@@ -57,8 +57,9 @@ lint: venv
 # Test tiers: every test carries one marker that says what it needs (tests/conftest.py gives each its
 # folder's unless the file marks another): unit, integration (real servers on loopback), host (Podman
 # nodes: molecule, drift-live); slow (> ~30 s) on top. `unit` and `integration` together run every
-# test of TEST_PATHS.
-TEST_PATHS := tests/unit tests/integration tests/infra/test_unit_templates.py
+# test of TEST_PATHS but the host checks, which molecule's verify (-m host) and drift-live run. A role's
+# tests sit together in tests/infra/<role>/ (host checks and its unit-tier tests, marked unit).
+TEST_PATHS := tests/unit tests/integration tests/infra
 
 unit: venv checkov
 	$(BIN)/pytest -q -rs -m unit $(TEST_PATHS)

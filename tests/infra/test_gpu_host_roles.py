@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+# Offline, on this machine: the unit tier (molecule's verify runs only the host checks beside it).
+pytestmark = pytest.mark.unit
+
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 GPU_HOST_ROLES = ["nvidia_driver", "container_runtime", "jetson", "node_monitoring"]
 

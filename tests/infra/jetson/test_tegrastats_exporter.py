@@ -9,7 +9,10 @@ from types import ModuleType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/jetson/files/tegrastats_exporter.py"
+# Offline, on this machine: the unit tier (molecule's verify runs only the host checks beside it).
+pytestmark = pytest.mark.unit
+
+SCRIPT = Path(__file__).resolve().parents[3] / "roles/jetson/files/tegrastats_exporter.py"
 
 # JetPack 6.1 (AGX Orin): timestamp prefix, per-GPC GPU clocks, mW rails.
 ORIN_JP6 = ("11-30-2026 10:00:00 RAM 2448/62840MB (lfb 14221x4MB) SWAP 0/31420MB (cached 0MB) "
