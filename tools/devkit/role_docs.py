@@ -2,7 +2,7 @@
 
 ``python -m devkit role-docs`` rewrites the "Role Variables" table of every role README between
 the ``<!-- BEGIN ROLE VARIABLES -->`` / ``<!-- END ROLE VARIABLES -->`` markers from
-``meta/argument_specs.yml``, so the table is never written twice; ``tests/unit/test_role_specs.py``
+``meta/argument_specs.yml``, so the table is never written twice; ``tests/infra/test_role_specs.py``
 fails when a README is stale or when ``defaults/main.yml`` and the argument specs disagree.
 """
 
