@@ -35,7 +35,7 @@ FOLDER_TIERS = {"unit": "unit", "integration": "integration", "infra": "host"}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test its folder's tier unless it marks one; refuse a test with none or two."""
-    tests_dir = ROOT / "tests"
+    tests_dir = Path(__file__).resolve().parent
     for item in items:
         own = {m.name for m in item.iter_markers() if m.name in TIERS}
         if not own:
