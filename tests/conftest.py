@@ -14,6 +14,7 @@ marked by hand and is orthogonal. ``make check`` runs ``-m "unit and not slow"``
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_REPO = ROOT / "examples" / "model_repository"
+# The project folder (stacks/, ansible/, roles/) for code that resolves it (tritonops.project), wherever
+# pytest is started from; a test that needs another one passes --project-dir or sets the variable itself.
+os.environ.setdefault("TRITONOPS_PROJECT_DIR", str(ROOT))
 
 TIERS = ("unit", "integration", "host")
 # The tier of every test under a folder of tests/ (its first path part), unless the file marks its own.
