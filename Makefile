@@ -11,7 +11,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d
 
-.PHONY: all demo test print-test-stages check drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo test print-test-stages check collection drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -59,7 +59,7 @@ lint: venv
 # nodes: molecule, drift-live); slow (> ~30 s) on top. `unit` and `integration` together run every
 # test of TEST_PATHS but the host checks, which molecule's verify (-m host) and drift-live run. A role's
 # tests sit together in tests/infra/<role>/ (host checks and its unit-tier tests, marked unit).
-TEST_PATHS := tests/unit tests/integration tests/infra
+TEST_PATHS := tests/unit tests/integration tests/infra tests/collection
 
 unit: venv checkov
 	$(BIN)/pytest -q -rs -m unit $(TEST_PATHS)
@@ -77,13 +77,18 @@ check: venv lint
 # for Jetson), and the live drift test on a Podman node (tests/infra/drift_live: converge, tamper,
 # detect exactly that, converge, clean; about 10 min).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
-TEST_STAGES := lint unit integration molecule drift-live
+TEST_STAGES := lint unit integration molecule collection drift-live
 
 test: venv apt checkov
 	@set -e; for t in $(TEST_STAGES); do $(MAKE) --no-print-directory $$t; done
 
 print-test-stages:
 	@echo $(TEST_STAGES)
+
+# The built collection used as a user would, against a Podman node (tests/collection: its host-tier
+# test; the tarball and ansible-test sanity checks run in `integration`).
+collection: venv apt
+	$(BIN)/pytest -q -rs -m host tests/collection
 
 drift-live: venv apt
 	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live

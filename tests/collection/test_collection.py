@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,11 +78,28 @@ def test_the_tarball_holds_the_collection_and_nothing_else(installed: dict[str, 
     assert not [n for n in names if "/molecule/" in n or n.endswith((".env.yml", ".pyc"))]
 
 
+def _ansible_test_home() -> Path:
+    """A HOME for ansible-test under .cache/ (its tool venvs persist there between runs) whose pip
+    bootstrap script is the offline stand-in, get_pip_offline.py, for the pip version ansible-test pins."""
+    import ansible_test
+
+    source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
+    found = re.search(r"\bpip='([0-9.]+)'", source)
+    assert found, "ansible-test no longer pins pip in get_venv_packages: update _ansible_test_home"
+    home = REPO / ".cache" / "ansible-test-home"
+    cache = home / ".ansible" / "test" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("get_pip_offline.py"),
+                    cache / f"get_pip_{found.group(1).replace('.', '_')}.py")
+    return home
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_ansible_test_sanity_passes_on_the_installed_collection(installed: dict[str, Path]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["PATH"] = f"{BIN}:{env['PATH']}"
+    env["HOME"] = str(_ansible_test_home())
     res = _run([str(BIN / "ansible-test"), "sanity", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}"],
                timeout=1200, cwd=installed["root"], env=env)
     out = res.stdout + res.stderr
