@@ -4,7 +4,9 @@
         --service vision --env prod --traffic consumer --peak-rps 8000 --plot /tmp/capacity-day.png
 
 The autoscaler uses the service's autoscaling config (pendingPerReplica, min/max replicas, polling
-interval); fixed provisioning holds the replicas that carry the day's highest demand (spike included).
+interval); fixed provisioning holds the replicas that carry the day's highest demand (spike included);
+"autoscaled + rate" adds the served-rate trigger (requestsPerReplica, else --rate-utilisation x one
+replica's throughput).
 The model load time is a parameter (--model-load-s), not measured: a GPU pod's load depends on image
 pull, model download and the models themselves.
 """
@@ -32,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-load-s", type=float, default=60.0)
     ap.add_argument("--spike-factor", type=float, default=1.6)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rate-utilisation", type=float, default=0.8,
+                    help="served-rate trigger target as a share of one replica's throughput, when the service's "
+                         "autoscaling has no requestsPerReplica")
     ap.add_argument("--plot", type=Path, required=True)
     a = ap.parse_args(argv)
     try:
@@ -53,11 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     policy = planner.policy_of(svc.autoscaling)
     unbounded = dataclasses.replace(policy, max_replicas=10_000)
     fixed_n = planner.steady_replicas(max(demand), replica.throughput_rps, unbounded)[0]
-    runs = [sim.fixed(demand, fixed_n, params), sim.autoscaled(demand, policy, params)]
+    rate_target = svc.autoscaling.requests_per_replica or a.rate_utilisation * replica.throughput_rps
+    runs = [sim.fixed(demand, fixed_n, params), sim.autoscaled(demand, policy, params),
+            sim.autoscaled(demand, policy, params, rate_target=rate_target)]
     gpu_price = price.on_demand / price.gpus
     print(f"{a.service} ({p.instance_type}), {traffic.name} day, peak {traffic.peak_rps:g} req/s, spike x"
           f"{a.spike_factor:g} at 14:00 for 20 min; node provisioning {a.provisioning_s:g} s, model load "
-          f"{a.model_load_s:g} s (parameters); one replica {replica.throughput_rps:.0f} req/s")
+          f"{a.model_load_s:g} s (parameters); one replica {replica.throughput_rps:.0f} req/s; "
+          f"+ rate: the served-rate trigger at {rate_target:.0f} req/s per replica beside pending requests")
     print(f"{'strategy':<24}{'SLO min lost':>13}{'GPU-hours':>11}{'$/day':>9}{'max replicas':>14}")
     for r in runs:
         print(f"{r.name:<24}{r.slo_minutes_lost:>13}{r.gpu_hours:>11.1f}{r.gpu_hours * gpu_price:>9.2f}"
@@ -76,7 +84,7 @@ def plot(demand: list[float], runs: list[sim.Run], step_s: int, path: Path, titl
     hours = [k * step_s / 3600 for k in range(len(demand))]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True, height_ratios=[3, 1])
     top.plot(hours, demand, color="black", lw=0.8, label="demand")
-    for r, colour in zip(runs, ("tab:blue", "tab:orange"), strict=True):
+    for r, colour in zip(runs, ("tab:blue", "tab:orange", "tab:green"), strict=True):
         top.plot(hours, r.capacity_rps, color=colour, lw=1.2,
                  label=f"{r.name}: {r.slo_minutes_lost} SLO min lost, {r.gpu_hours:.0f} GPU-h")
         bottom.step(hours, r.nodes, color=colour, lw=1.0, where="post")

@@ -1,8 +1,9 @@
 """Live: the optional KEDA triggers and the scale-to-zero wake-up trigger, each query on a real Prometheus.
 
-- queue time per request: a real Triton serving the fault-injection model (``fault_repo/faulty``)
-  slowed down under closed-loop load; the trigger's query must give the average queue time Triton's
-  own counters give, through the HPA formula the replicas predicted, and nothing (not NaN) once idle;
+- queue time per request and served requests/s: a real Triton serving the fault-injection model
+  (``fault_repo/faulty``) slowed down under closed-loop load; the triggers' queries must give the
+  average queue time and the rate Triton's own counters give, through the HPA formula the replicas
+  predicted, and the queue time nothing (not NaN) once idle;
 - GPU utilisation: no GPU here, so a stand-in exporter serves samples in dcgm-exporter's format
   (``DCGM_FI_DEV_GPU_UTIL`` with its pod attribution), scraped like the GPU Operator's ServiceMonitor
   does (the exporter pod's own ``namespace``/``pod`` target labels turn the samples' into
@@ -190,9 +191,12 @@ def test_queue_time_trigger_follows_tritons_counters_and_the_formula(stack: Stac
     try:
         time.sleep(15)  # the window fills with steady-state requests
         q0, s0 = _triton_counters(stack)
+        t0 = time.monotonic()
         time.sleep(10)
         q1, s1 = _triton_counters(stack)
+        served_per_s = (s1 - s0) / (time.monotonic() - t0)
         value = stack.value(expr)
+        rate = stack.value(keda.request_rate_query(FAULTY, WINDOW))
     finally:
         stop.set()
         thread.join(timeout=60)
@@ -207,6 +211,11 @@ def test_queue_time_trigger_follows_tritons_counters_and_the_formula(stack: Stac
     trig = keda.trigger(expr, stack.prom_url, threshold=target)
     assert (trig["metricType"], trig["metadata"]["threshold"]) == ("AverageValue", "450")
     assert keda.desired_replicas(value, policy) == math.ceil(direct_ms / target) == 4
+    # The served-rate trigger under the same load: Triton's success counter per second (~1 / 200 ms).
+    print(f"served rate: trigger {rate:.2f}/s, Triton's counters {served_per_s:.2f}/s")
+    assert served_per_s == pytest.approx(1000 / SLOW_MS, rel=0.3)
+    assert rate == pytest.approx(served_per_s, rel=0.2)
+    assert keda.desired_replicas(rate, keda.ScalingPolicy(threshold=2.0, max_replicas=10)) == math.ceil(rate / 2.0)
 
 
 def test_idle_queue_time_is_no_data_not_nan(stack: Stack) -> None:

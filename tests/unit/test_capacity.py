@@ -32,6 +32,14 @@ def test_steady_replicas_the_scaler_asks_no_more() -> None:
     assert planner.steady_replicas(4500, 1000, policy) == (6, True)
 
 
+def test_steady_replicas_with_the_served_rate_trigger() -> None:
+    policy = ScalingPolicy(threshold=4, min_replicas=1, max_replicas=10)
+    # 4500 / 600 = 7.5 per replica target: at 7 the ratio is 1.07, within the HPA's 0.1 tolerance
+    assert planner.steady_replicas(4500, 1000, policy, rate_target=600) == (7, True)
+    assert planner.steady_replicas(4500, 1000, policy, rate_target=500) == (9, True)  # 4500 / 500 = 9
+    assert planner.steady_replicas(4500, 1000, policy, rate_target=5000) == (6, True)  # pending decides
+
+
 def test_steady_replicas_bounded_by_min_and_max() -> None:
     policy = ScalingPolicy(threshold=4, min_replicas=3, max_replicas=5)
     assert planner.steady_replicas(10, 1000, policy) == (3, True)

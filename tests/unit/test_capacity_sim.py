@@ -85,3 +85,24 @@ def test_scale_to_zero_holds_no_node_through_the_empty_night() -> None:
     kept = sim.autoscaled(office, POLICY, PARAMS)
     night = slice(21 * 3600 // PARAMS.step_s, None)  # demand ends at 20:30: cooldown, then no node
     assert set(zero.nodes[night]) == {0} and set(kept.nodes[night]) == {POLICY.min_replicas}
+
+
+def _scale_downs(run: sim.Run) -> int:
+    return sum(1 for a, b in zip(run.replicas, run.replicas[1:], strict=False) if b < a)
+
+
+def test_the_served_rate_trigger_stops_the_pending_trigger_flapping(day: list[float]) -> None:
+    """Pending requests vanish on over-provisioned replicas, so that trigger alone scales them away and
+    back all day; with the served-rate trigger beside it the replicas follow the demand."""
+    pending = sim.autoscaled(day, POLICY, PARAMS)
+    both = sim.autoscaled(day, POLICY, PARAMS, rate_target=0.8 * PARAMS.replica_rps)
+    assert both.name == "autoscaled + rate"
+    assert _scale_downs(pending) > 10 * max(1, _scale_downs(both))
+    assert both.slo_minutes_lost < pending.slo_minutes_lost / 10
+    assert both.gpu_hours < pending.gpu_hours
+
+
+def test_the_rate_trigger_holds_the_replicas_the_rate_needs() -> None:
+    s = sim.Scaler(POLICY, PARAMS, 5)
+    assert s.poll(0, 0.0, rate=4000.0, rate_target=800.0) == 5  # empty queues, but 4000/800 = 5 replicas
+    assert s.poll(15, 0.0, rate=6000.0, rate_target=800.0) == 8  # the rate grows: ceil(7.5)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -178,15 +179,19 @@ def pending_per_replica(rho: float) -> float:
     return r * r / (1.0 - r)
 
 
-def steady_replicas(rps: float, replica_rps: float, policy: ScalingPolicy) -> tuple[int, bool]:
+def steady_replicas(rps: float, replica_rps: float, policy: ScalingPolicy,
+                    rate_target: float | None = None) -> tuple[int, bool]:
     """(replicas the HPA settles on for ``rps``, whether they carry it): the smallest ``n`` in
-    [min, max] for which the scaler asks for no more than ``n``; ``(max, False)`` when even max is
+    [min, max] for which the scaler asks for no more than ``n`` (with ``rate_target``, the served-rate
+    trigger's requests/s per replica, neither trigger does); ``(max, False)`` when even max is
     overloaded."""
     if rps <= policy.activation_threshold and policy.min_replicas == 0:
         return 0, True
+    by_rate = replace(policy, threshold=rate_target) if rate_target else None
     for n in range(max(policy.min_replicas, 1), policy.max_replicas + 1):
         rho = rps / (n * replica_rps)
-        if rho < MAX_RHO and desired_replicas(n * pending_per_replica(rho), policy, current_replicas=n) <= n:
+        if (rho < MAX_RHO and desired_replicas(n * pending_per_replica(rho), policy, current_replicas=n) <= n
+                and (by_rate is None or desired_replicas(rps, by_rate, current_replicas=n) <= n)):
             return n, True
     return policy.max_replicas, False
 
@@ -266,9 +271,10 @@ def plan(cfg: TritonStackConfig, service: str, replica: Throughput, traffic: Tra
     policy = policy_of(svc.autoscaling)
     zero = policy_of(svc.autoscaling, scale_to_zero=True)
     rps = traffic.rps()
-    hourly = [steady_replicas(r, replica.throughput_rps, policy)[0] for r in rps]
-    hourly_zero = [steady_replicas(r, replica.throughput_rps, zero)[0] for r in rps]
-    peak, carried = steady_replicas(traffic.peak_rps, replica.throughput_rps, policy)
+    rate = svc.autoscaling.requests_per_replica
+    hourly = [steady_replicas(r, replica.throughput_rps, policy, rate)[0] for r in rps]
+    hourly_zero = [steady_replicas(r, replica.throughput_rps, zero, rate)[0] for r in rps]
+    peak, carried = steady_replicas(traffic.peak_rps, replica.throughput_rps, policy, rate)
     inferences = sum(rps) * 3600 * replica.batch
 
     def strategy(name: str, node_hours: float, hourly_price: float) -> Strategy:

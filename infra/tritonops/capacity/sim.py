@@ -7,6 +7,8 @@ Discrete time (``step_s``, default 15 s), pure and seeded. Each step:
 - KEDA's metric (polled every ``polling_interval`` s): pending requests summed over the replicas,
   :func:`tritonops.capacity.plan.pending_per_replica` per replica plus the backlog, averaged over 1 min
   (the trigger's ``avg_over_time`` window);
+- optionally a second trigger, the served requests/s summed over the replicas (``rate_target`` per
+  replica, the same 1 min average); the HPA follows whichever trigger asks for more;
 - the HPA: :func:`tritonops.observability.keda.desired_replicas` with its tolerance, scale-up limited as
   the HPA's default policy (the larger of +100 % and +4 pods per 15 s), scale-down only to the
   highest recommendation of the last ``stabilization_s`` (300 s by default, as Kubernetes documents);
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tritonops.capacity.plan import pending_per_replica
 from tritonops.observability.keda import ScalingPolicy, desired_replicas
@@ -119,11 +121,16 @@ class Scaler:
         self.recs: deque[tuple[float, int]] = deque()  # (time, recommendation) within the window
         self.last_active = 0.0
 
-    def poll(self, t: float, metric: float) -> int:
+    def poll(self, t: float, metric: float, rate: float | None = None, rate_target: float | None = None) -> int:
+        """Replicas after a poll of the pending trigger's ``metric`` and, with ``rate_target``, of the
+        served-rate trigger's ``rate`` (the HPA takes the larger recommendation)."""
         policy = self.policy
-        if metric > policy.activation_threshold:
+        if metric > policy.activation_threshold or (rate or 0.0) > policy.activation_threshold:
             self.last_active = t
         rec = desired_replicas(metric, policy, current_replicas=self.replicas or None)
+        if rate is not None and rate_target is not None:
+            by_rate = replace(policy, threshold=rate_target)
+            rec = max(rec, desired_replicas(rate, by_rate, current_replicas=self.replicas or None))
         if rec == 0 and t - self.last_active < self.params.cooldown_s:
             rec = min(self.replicas, 1)  # KEDA keeps the workload active until its cooldown ends
         self.recs.append((t, rec))
@@ -140,10 +147,11 @@ class Scaler:
         return spec
 
 
-def autoscaled(dem: list[float], policy: ScalingPolicy, params: SimParams) -> Run:
-    """KEDA + HPA + node provisioning over the day, starting settled at ``min_replicas``."""
+def autoscaled(dem: list[float], policy: ScalingPolicy, params: SimParams, rate_target: float | None = None) -> Run:
+    """KEDA + HPA + node provisioning over the day, starting settled at ``min_replicas``; with
+    ``rate_target`` (requests/s per replica) the served-rate trigger scales beside the pending one."""
     p = params
-    run = Run("autoscaled" if policy.min_replicas else "scale-to-zero")
+    run = Run(("autoscaled" if policy.min_replicas else "scale-to-zero") + (" + rate" if rate_target else ""))
     start = max(policy.min_replicas, 0)
     pods: list[float] = [0.0] * start  # ready time of each pod
     nodes: list[float] = [0.0] * math.ceil(start / p.pods_per_node)  # ready time of each node
@@ -152,14 +160,16 @@ def autoscaled(dem: list[float], policy: ScalingPolicy, params: SimParams) -> Ru
     spec = start  # the Deployment's replicas
     backlog = 0.0
     window: deque[float] = deque(maxlen=max(1, p.metric_window_s // p.step_s))
+    served: deque[float] = deque(maxlen=window.maxlen)
     for k, d in enumerate(dem):
         t = k * p.step_s
         ready = sum(1 for r in pods if r <= t)
         cap = ready * p.replica_rps
+        served.append(min(cap, d + backlog / p.step_s))
         backlog = max(0.0, backlog + (d - cap) * p.step_s)
         window.append(ready * pending_per_replica(d / cap) + backlog if cap else backlog + d * p.step_s)
         if t % p.polling_interval == 0:
-            spec = scaler.poll(t, sum(window) / len(window))
+            spec = scaler.poll(t, sum(window) / len(window), sum(served) / len(served), rate_target)
         # reconcile pods and nodes
         while len(pods) > spec:  # remove the least ready pod first
             pods.remove(max(pods))

@@ -302,6 +302,10 @@ class Autoscaling(_Cfg):
     # Optional triggers: target average queue time per request (ms) and GPU utilisation (%) per replica.
     queue_ms_per_replica: float | None = Field(default=None, gt=0)
     gpu_utilization_per_replica: float | None = Field(default=None, gt=0, le=100)
+    # Served requests/s per replica of each model (e.g. 80 % of what `tritonops bench` measured): a signal
+    # that grows with load, so over-provisioned replicas with empty queues are not scaled away and back
+    # (tests/benchmarks/sim_capacity.py shows the pending-only trigger flapping).
+    requests_per_replica: float | None = Field(default=None, gt=0)
     polling_interval: int = Field(default=15, ge=5)
     fallback_failure_threshold: int = Field(default=3, ge=1)
     # Scale to zero.

@@ -807,14 +807,19 @@ def _trigger_name(kind: str, model: str | None = None) -> str:
 
 
 def scaling_triggers(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """The ScaledObject's triggers: pending requests per model; optionally queue time per model and
-    GPU utilisation of the service's pods; with minReplicas 0, the ingress wake-up trigger."""
+    """The ScaledObject's triggers: pending requests per model; optionally served requests/s and queue
+    time per model and GPU utilisation of the service's pods; with minReplicas 0, the ingress wake-up
+    trigger."""
     a = svc.autoscaling
     policy = scaling_policy(svc)
     url = cfg.prometheus_url
     triggers = []
     for m in svc.models:
         triggers.append({**prometheus_trigger(m.name, url, policy=policy), "name": _trigger_name("pending", m.name)})
+    if a.requests_per_replica is not None:
+        for m in svc.models:
+            trig = keda.trigger(keda.request_rate_query(m.name, policy.window), url, threshold=a.requests_per_replica)
+            triggers.append({**trig, "name": _trigger_name("rate", m.name)})
     if a.queue_ms_per_replica is not None:
         for m in svc.models:
             trig = keda.trigger(keda.queue_time_query(m.name, policy.window), url, threshold=a.queue_ms_per_replica)

@@ -8,7 +8,8 @@ total to the HPA as an ``AverageValue`` external metric, and the HPA asks for
 (``model:tritonops_desired_replicas:unbounded``) so dashboards and the "scaler at max" alert see
 what the scaler sees.
 
-Optional triggers (:func:`queue_time_query`, :func:`gpu_utilization_query`) follow the same pattern:
+Optional triggers (:func:`request_rate_query`, :func:`queue_time_query`, :func:`gpu_utilization_query`)
+follow the same pattern:
 each query sums a per-replica signal over the replicas, so every trigger is an ``AverageValue`` metric
 (the only metric type KEDA 2.17 applies its fallback to) and the same :func:`desired_replicas` formula
 holds. For a per-request average (queue time) the sum is ``average x replicas reporting``, which makes
@@ -73,6 +74,16 @@ def query(model: str | None = None, window: str = "1m") -> str:
 
 def _model_selector(model: str | None) -> str:
     return f'{{model="{model}",track!="canary"}}' if model else '{track!="canary"}'
+
+
+def request_rate_query(model: str | None = None, window: str = "1m") -> str:
+    """PromQL: requests/s ``model`` served, summed over the replicas.
+
+    Pending requests fall to nearly zero on over-provisioned replicas, so that signal alone scales them
+    away and back; the served rate grows with load and holds the replicas the demand needs (beside it,
+    the pending trigger still reacts to an overload, where the served rate stops at capacity).
+    """
+    return f"sum(rate({REQUEST_SUCCESS}{_model_selector(model)}[{window}]))"
 
 
 def queue_time_query(model: str | None = None, window: str = "1m") -> str:

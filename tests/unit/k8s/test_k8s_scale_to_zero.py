@@ -195,7 +195,7 @@ def test_prod_allows_scale_to_zero_when_asked() -> None:
     assert cfg.model_services[0].autoscaling.min_replicas == 0
 
 
-@pytest.mark.parametrize("field", ["queueMsPerReplica", "gpuUtilizationPerReplica"])
+@pytest.mark.parametrize("field", ["requestsPerReplica", "queueMsPerReplica", "gpuUtilizationPerReplica"])
 def test_optional_trigger_targets_must_be_positive(field: str) -> None:
     raw = _raw("prod")
     raw["modelServices"][0]["autoscaling"][field] = 0
@@ -214,7 +214,11 @@ def test_prod_example_has_queue_and_gpu_triggers_with_the_fallback() -> None:
     spec = triton.scaled_object(cfg, svc)["spec"]
     names = [t["name"] for t in spec["triggers"]]
     assert names == [*(f"pending-{m}" for m in ("resnet50", "densenet-onnx")),
+                     *(f"rate-{m}" for m in ("resnet50", "densenet-onnx")),
                      *(f"queue-{m}" for m in ("resnet50", "densenet-onnx")), "gpu"]
+    (rate,) = [t for t in spec["triggers"] if t["name"] == "rate-resnet50"]
+    assert rate["metadata"]["query"] == keda.request_rate_query("resnet50", "1m")
+    assert rate["metadata"]["threshold"] == "1300"
     # KEDA 2.17 applies the fallback to AverageValue metrics only: every trigger is one.
     assert {t["metricType"] for t in spec["triggers"]} == {"AverageValue"}
     (gpu,) = [t for t in spec["triggers"] if t["name"] == "gpu"]
