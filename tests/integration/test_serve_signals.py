@@ -40,6 +40,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _default_signals() -> None:
+    """serve as started from a terminal: under `nohup` or a non-interactive shell's `&` the test runner
+    inherits SIGHUP or SIGINT ignored, and serve rightly leaves an ignored signal ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Serve:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp / "tmp"
@@ -47,7 +54,8 @@ class Serve:
         repo = tmp / "empty-repository"
         repo.mkdir()
         self.proc = subprocess.Popen([str(TRITONOPS), "serve", str(repo)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(self.tmp)})
+                                     stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(self.tmp)},
+                                     preexec_fn=_default_signals)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()  # printed once the server is ready
         assert "tritonserver ready" in line, line + self.proc.stdout.read().decode()
