@@ -7,8 +7,8 @@ times the drift check against the first node alone and against all N, ``--rounds
 (interleaved), and prints the figures with the ratio. Checks run in parallel (Ansible forks, and the
 sources in their own threads), so the N-node time should grow well below N times the 1-node time.
 Every run must be clean (0 findings, no errors): a figure for a failed check would mean nothing.
-The nodes are removed at the end unless --keep. Needs root, Podman and the image `tritonops hosts
-build` makes (built if missing).
+The nodes are removed at the end unless --keep. Needs root, Podman and the image `python -m devkit
+hosts build` makes (built if missing).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # testinfra's Ansible backend runs every command through an Ansible module (seconds each) unless it
 # knows the host's connection type; it knows ssh/docker/lxc but not podman. Map Podman-connected hosts
-# (molecule's nodes and `tritonops hosts` nodes) to testinfra's own podman backend (`podman exec`).
+# (molecule's nodes and `python -m devkit hosts` nodes) to testinfra's own podman backend (`podman exec`).
 _get_ansible_host = ansible_runner.get_ansible_host
 PODMAN_CONNECTIONS = ("podman", "containers.podman.podman")
 
