@@ -27,13 +27,14 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from test_observability_live import _get, wait_for
 from tritonops.observability import keda
 from tritonops.observability import metrics as m
 from tritonops.triton import bench, server
@@ -51,25 +52,6 @@ INGRESSES = [f"{DEPLOYMENT}-http", f"{DEPLOYMENT}-grpc"]
 
 if PROMETHEUS is None:
     pytestmark = [pytestmark, pytest.mark.skip(reason="prometheus missing: `make apt`")]
-
-
-def _get(url: str, timeout: float = 5) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, ValueError) as e:
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 class Exporter:
