@@ -1,9 +1,11 @@
 """Parity: for every rule case, `tritonops validate` and the real tritonserver give the same verdict.
 
 One tritonserver (the nvidia-pytriton wheel's, CPU only, Python backend) in explicit model-control
-mode serves a repository holding every case of tests/validate_cases.py. Every case is loaded through
-the repository API (four at a time, as Triton loads in parallel; each loaded one is unloaded again),
-then each test asserts Triton accepted its case exactly when validate passes it.
+mode serves a repository holding every case of tests/validate_cases.py. The ensembles' step models are
+loaded first, one by one (the first load opens the Python backend; parallel first loads have hung
+Triton on a CI machine), then every case is loaded through the repository API (four at a time, as
+Triton loads in parallel; each loaded one is unloaded again), and each test asserts Triton accepted
+its case exactly when validate passes it.
 """
 
 from __future__ import annotations
@@ -36,18 +38,23 @@ def parity_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.T
 @pytest.fixture(scope="module")
 def verdicts(parity_server: server.TritonServer) -> dict[str, tuple[bool, str]]:
     """Triton's verdict on every case: (loaded and ready, why)."""
+    for helper in HELPERS:
+        assert _triton_loads(parity_server, helper, unload=False) == (True, "loaded"), parity_server.log()[-3000:]
     with ThreadPoolExecutor(max_workers=4) as pool:
         return dict(zip(ASKED, pool.map(lambda n: _triton_loads(parity_server, n), ASKED), strict=True))
 
 
-def _triton_loads(srv: server.TritonServer, name: str) -> tuple[bool, str]:
+def _triton_loads(srv: server.TritonServer, name: str, unload: bool = True) -> tuple[bool, str]:
     client = httpclient.InferenceServerClient(srv.http_url, network_timeout=60)
     try:
         client.load_model(name)
     except InferenceServerException as e:
         return False, str(e)
+    except TimeoutError:
+        pytest.fail(f"Triton did not answer the load of {name} within 60 s; its log ends:\n{srv.log()[-3000:]}")
     ready = client.is_model_ready(name)
-    client.unload_model(name)  # the ensembles' steps (echo, echo0) stay: other cases share them
+    if unload:  # the ensembles' steps (echo, echo0) stay: other cases share them
+        client.unload_model(name)
     return ready, "loaded"
 
 
