@@ -21,6 +21,7 @@ from tritonops.triton import server
 from validate_cases import CASES, CYCLE, HELPERS
 
 pytestmark = pytest.mark.integration
+LOAD_TIMEOUT_S = 120  # a load on a cold, busy 2-core machine takes seconds; a hung one never returns
 ASKED = {n: c for n, c in {**CASES, **CYCLE}.items() if c.parity}
 
 
@@ -45,13 +46,13 @@ def verdicts(parity_server: server.TritonServer) -> dict[str, tuple[bool, str]]:
 
 
 def _triton_loads(srv: server.TritonServer, name: str, unload: bool = True) -> tuple[bool, str]:
-    client = httpclient.InferenceServerClient(srv.http_url, network_timeout=60)
+    client = httpclient.InferenceServerClient(srv.http_url, network_timeout=LOAD_TIMEOUT_S)
     try:
         client.load_model(name)
     except InferenceServerException as e:
         return False, str(e)
     except TimeoutError:
-        pytest.fail(f"Triton did not answer the load of {name} within 60 s; its log ends:\n{srv.log()[-3000:]}")
+        pytest.fail(f"Triton did not answer the load of {name} within {LOAD_TIMEOUT_S} s; its log ends:\n{srv.log()[-3000:]}")
     ready = client.is_model_ready(name)
     if unload:  # the ensembles' steps (echo, echo0) stay: other cases share them
         client.unload_model(name)
