@@ -124,12 +124,12 @@ def main() -> int:
                     log(f"{protocol} c={c} round {i + 1}: " + "  ".join(
                         f"{k} {v[-1]['throughput']:.0f}/s p95 {v[-1]['p95_ms']:.2f}ms" for k, v in runs.items() if v))
                 med = {k: {m: statistics.median(r[m] for r in v) for m in ("throughput", "p50_ms", "p95_ms")}
-                       for k, v in runs.items()}
+                       for k, v in runs.items() if v}
                 ratio = {k: {"throughput": statistics.median(r["throughput"] / ref["throughput"]
                                                              for r, ref in zip(v, runs["perf_analyzer"], strict=False)),
                              "p95": statistics.median(r["p95_ms"] / ref["p95_ms"]
                                                       for r, ref in zip(v, runs["perf_analyzer"], strict=False))}
-                         for k, v in runs.items() if k != "perf_analyzer"}
+                         for k, v in runs.items() if k != "perf_analyzer" and v}
                 cells.append({"protocol": protocol, "concurrency": c, "median": med, "ratio": ratio})
     ok = all(abs(cell["ratio"]["tritonops bench"][m] - 1) <= args.tolerance for cell in cells
              for m in ("throughput", "p95"))
@@ -143,7 +143,7 @@ def main() -> int:
         print(f"{'protocol':<8} {'conc':>4}  {'contender':<16} {'inf/s':>8} {'p50 ms':>8} {'p95 ms':>8}"
               f" {'tput ratio':>10} {'p95 ratio':>9}")
         for cell in cells:
-            for who in contenders:
+            for who in (w for w in contenders if w in cell["median"]):  # no python engine with --python-rounds 0
                 m = cell["median"][who]
                 r = cell["ratio"].get(who, {"throughput": 1.0, "p95": 1.0})
                 print(f"{cell['protocol']:<8} {cell['concurrency']:>4}  {who:<16} {m['throughput']:8.0f}"

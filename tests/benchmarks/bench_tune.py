@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--instances", default="1,2", help="instance counts to sweep")
     ap.add_argument("--delays", default="0,2000", help="max_queue_delay_microseconds values to sweep")
+    ap.add_argument("--search", choices=["climb", "grid"], default="climb", help="the tuner's search")
     ap.add_argument("--min-ratio", type=float, default=3.0)
     ap.add_argument("--model-analyzer", type=Path, help="model-analyzer executable (its own venv)")
     ap.add_argument("--plot", type=Path, default=Path("tune-benchmark.png"))
@@ -76,14 +77,14 @@ def main() -> int:
                                  engine="perf_analyzer")
         base = reference(pa, load, work)  # the repository's configuration is loaded: batching off
         log(f"baseline {baseline.label}: {base['throughput']:.0f} inf/s, p95 {base['p95_ms']:.1f} ms -> p95 budget")
-        grid = tune.default_grid(spec.max_batch_size or 0, _ints(args.instances), _ints(args.delays))
+        space = tune.Space(spec.max_batch_size or 0, tuple(_ints(args.instances)), tuple(_ints(args.delays)))
 
         def show(t: tune.Trial) -> None:
             log(f"  {t.setting.label:<45} {t.report.throughput_rps:8.0f} req/s  p95 {t.report.p95_ms:7.1f} ms"
                 f"  batch {t.report.server.batch_size:5.1f}  {'ok' if t.within_budget else 'over budget'} {t.failure}")
 
         started = time.monotonic()
-        result = tune.tune(s.http_url, spec, grid, load, base["p95_ms"], on_trial=show)
+        result = tune.tune(s.http_url, spec, space, load, base["p95_ms"], search=args.search, on_trial=show)
         tune_s = time.monotonic() - started
         tune.plot(result, args.plot)
         if result.best is None:

@@ -152,7 +152,7 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
     try:
         result = CliRunner().invoke(app, [
             "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
-            "--instances", "1", "--delays", "2000", "--concurrency", "16", "--duration", "3",
+            "--search", "grid", "--instances", "1", "--delays", "2000", "--concurrency", "16", "--duration", "3",
             "--stability", "100", "--budget-ms", "10000", "--plot", str(png), "--json",
         ])
         assert result.exit_code == 0, result.output

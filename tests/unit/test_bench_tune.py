@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,11 +98,63 @@ def _spec() -> ModelSpec:
 
 
 def test_grid_has_batching_off_and_on_per_instance_count() -> None:
-    grid = tune.default_grid(8, instance_counts=(1, 2), queue_delays_us=(0, 1000))
+    grid = tune.Space(8, instance_counts=(1, 2), queue_delays_us=(0, 1000)).grid()
     assert tune.Setting(False, 1) in grid and tune.Setting(False, 2) in grid
     assert tune.Setting(True, 2, (8,), 1000) in grid
     assert len(grid) == 2 + 2 * 2 * 2
-    assert tune.default_grid(0) == [tune.Setting(False, 1), tune.Setting(False, 2)]
+    assert tune.Space(0).grid() == [tune.Setting(False, 1), tune.Setting(False, 2)]
+
+
+@pytest.mark.parametrize("counts, delays", [((), (0,)), ((0, 1), (0,)), ((1,), ()), ((1,), (-1,))])
+def test_space_refuses_empty_or_impossible_values(counts: tuple[int, ...], delays: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError):
+        tune.Space(8, counts, delays)
+
+
+def _climb(space: tune.Space, figures: Callable[[tune.Setting], tuple[float, float]],
+           budget: float = 50) -> list[tune.Setting]:
+    """The settings climb measures, in order, when ``figures(setting)`` gives (throughput, p95)."""
+    seen: list[tune.Setting] = []
+
+    def trial(s: tune.Setting) -> tune.Trial:
+        seen.append(s)
+        return _trial(s, *figures(s), budget=budget)
+
+    tune.climb(space, trial)
+    return seen
+
+
+def _batching_pays(s: tune.Setting) -> tuple[float, float]:
+    """A model where batching multiplies throughput, a second instance adds 60%, delays and preferred
+    sizes change nothing beyond noise."""
+    tput = (400.0 if s.dynamic_batching else 100.0) * (1.6 if s.instances == 2 else 1.0)
+    return tput * (1.02 if s.max_queue_delay_us else 1.0), 20.0
+
+
+def test_climb_keeps_what_gains_and_stops_a_dimension_at_the_first_step_that_does_not() -> None:
+    space = tune.Space(8, instance_counts=(1, 2, 4), queue_delays_us=(0, 500, 2000))
+    seen = _climb(space, lambda s: _batching_pays(s) if s.instances < 4 else (640.0, 20.0))
+    assert seen == [
+        tune.Setting(False, 1), tune.Setting(True, 1, (), 0),  # batching off, on
+        tune.Setting(True, 2, (), 0), tune.Setting(True, 4, (), 0),  # 2 gains 60%, 4 gains nothing: stop
+        tune.Setting(True, 2, (), 500),  # 2% is noise: no longer delay is tried
+        tune.Setting(True, 2, (8,), 0),  # the max batch size as preferred size, at the best so far
+    ]
+    assert len(seen) < len(space.grid())
+
+
+def test_climb_without_batching_gains_only_climbs_instances() -> None:
+    seen = _climb(tune.Space(8, (1, 2), (0, 2000)),
+                  lambda s: (100.0 * s.instances, 20.0))  # batching changes nothing, instances scale
+    assert seen == [tune.Setting(False, 1), tune.Setting(True, 1, (), 0), tune.Setting(False, 2)]
+    assert _climb(tune.Space(0, (1, 2)), lambda s: (100.0 * s.instances, 20.0)) == [
+        tune.Setting(False, 1), tune.Setting(False, 2)]  # no batch dimension: batching is never tried
+
+
+def test_climb_moves_towards_the_budget_while_nothing_meets_it() -> None:
+    # Every setting is over budget; more instances lower p95, so climb keeps adding them.
+    seen = _climb(tune.Space(0, (1, 2, 3)), lambda s: (100.0, 300.0 / s.instances), budget=50)
+    assert seen == [tune.Setting(False, 1), tune.Setting(False, 2), tune.Setting(False, 3)]
 
 
 def test_apply_changes_only_batching_and_instances() -> None:

@@ -168,15 +168,20 @@ def tune_cmd(
     delays: Annotated[
         str, typer.Option(help="max_queue_delay_microseconds values to try", callback=_ints(0))
     ] = "0,500,2000",
+    search: Annotated[
+        str, typer.Option(help="climb (one dimension at a time, kept when it gains) or grid (every setting)")
+    ] = "climb",
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
     write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
 ) -> None:
-    """Sweep dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
+    """Search dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
 
-    Each setting is measured with perf_analyzer (--engine). The recommendation is written into
-    MODEL/config.pbtxt changing only dynamic_batching and instance_group: comments, license header
-    and field order stay, and the file is replaced atomically.
+    --search climb (the default) tries batching off and on, then more instances, then longer queue
+    delays and the max batch size as preferred size, keeping each only when it gains over 5%; --search
+    grid measures every combination. Each setting is measured with perf_analyzer (--engine). The
+    recommendation is written into MODEL/config.pbtxt changing only dynamic_batching and
+    instance_group: comments, license header and field order stay, and the file is replaced atomically.
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
     errors, 2 bad arguments, an unusable config.pbtxt or a model the server does not serve, 3 no
@@ -189,6 +194,9 @@ def tune_cmd(
             raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
         load = bench.BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
                                  max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
+        if search not in ("climb", "grid"):
+            raise ValueError(f"search: must be climb or grid, got {search!r}")
+        space = tuner.Space(spec.max_batch_size or 0, tuple(_int_list(instances)), tuple(_int_list(delays)))
         bench.check_target(url)
         bench.preflight(load)
         if load.engine == "perf_analyzer":
@@ -199,11 +207,8 @@ def tune_cmd(
     except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
-    grid = tuner.default_grid(
-        spec.max_batch_size or 0, _int_list(instances), _int_list(delays)
-    )
     with _progress(not as_json) as progress:
-        task = progress.add_task(f"tune {model}", total=len(grid))
+        task = progress.add_task(f"tune {model} ({search})", total=len(space.grid()) if search == "grid" else None)
 
         def on_trial(t: tuner.Trial) -> None:
             progress.advance(task)
@@ -212,7 +217,7 @@ def tune_cmd(
                 + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"), highlight=False,
                 markup=False)
 
-        result = tuner.tune(url, spec, grid, load, budget_ms, on_trial=on_trial)
+        result = tuner.tune(url, spec, space, load, budget_ms, search=search, on_trial=on_trial)  # type: ignore[arg-type]
     png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
     out = result.to_dict()
     out["plot"] = str(png)

@@ -1,7 +1,9 @@
-"""Tuner: sweep dynamic batching and instance counts on a running Triton, measure, recommend.
+"""Tuner: search dynamic batching and instance counts on a running Triton, measure, recommend.
 
-Each setting is applied to a model *without touching the repository*: Triton (in explicit model
-control mode) reloads the model from a config override sent through the repository API
+The search is a coordinate ascent (:func:`climb`: batching, then instances, then queue delay and
+preferred size, each kept only when it gains) or the full grid (:meth:`Space.grid`). Each setting
+is applied to a model *without touching the repository*: Triton (in explicit model control mode)
+reloads the model from a config override sent through the repository API
 (``load_model(name, config=json)``). Each setting is measured with :mod:`tritonops.triton.bench`; the
 recommendation is the highest throughput whose p95 stays within the latency budget and that had no
 errors. The recommendation is written back into the model's ``config.pbtxt`` changing only the
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tritonclient.http as httpclient
 from google.protobuf import json_format
@@ -26,6 +28,8 @@ from google.protobuf import json_format
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
+
+Search = Literal["climb", "grid"]
 
 
 @dataclass(frozen=True)
@@ -45,21 +49,78 @@ class Setting:
         return f"batching pref={pref} delay={self.max_queue_delay_us}us, {self.instances} inst"
 
 
-def default_grid(
-    max_batch_size: int,
-    instance_counts: Sequence[int] = (1, 2),
-    queue_delays_us: Sequence[int] = (0, 500, 2000),
-) -> list[Setting]:
-    """Batching off, and on with no preferred size / the max batch size, per delay and instance count."""
-    grid = [Setting(False, n) for n in instance_counts]
-    if max_batch_size <= 0:
-        return grid  # a model without a batch dimension cannot batch dynamically
-    preferred: list[tuple[int, ...]] = [(), (max_batch_size,)]
-    for n in instance_counts:
-        for pref in preferred:
-            for delay in queue_delays_us:
-                grid.append(Setting(True, n, pref, delay))
-    return grid
+@dataclass(frozen=True)
+class Space:
+    """What the tuner may change: dynamic batching (a model with a batch dimension), instances, delays."""
+
+    max_batch_size: int
+    instance_counts: tuple[int, ...] = (1, 2)
+    queue_delays_us: tuple[int, ...] = (0, 500, 2000)
+
+    def __post_init__(self) -> None:
+        if not self.instance_counts or min(self.instance_counts) < 1:
+            raise ValueError(f"instance counts: need at least one, each >= 1, got {list(self.instance_counts)}")
+        if not self.queue_delays_us or min(self.queue_delays_us) < 0:
+            raise ValueError(f"queue delays: need at least one, each >= 0, got {list(self.queue_delays_us)}")
+
+    @property
+    def counts(self) -> list[int]:
+        return sorted(set(self.instance_counts))
+
+    @property
+    def delays(self) -> list[int]:
+        return sorted(set(self.queue_delays_us))
+
+    def grid(self) -> list[Setting]:
+        """Every setting: batching off, and on with no preferred size / the max batch size, per delay and count."""
+        grid = [Setting(False, n) for n in self.counts]
+        if self.max_batch_size <= 0:
+            return grid  # a model without a batch dimension cannot batch dynamically
+        for n in self.counts:
+            for pref in ((), (self.max_batch_size,)):
+                grid += [Setting(True, n, pref, delay) for delay in self.delays]
+        return grid
+
+
+def _better(new: Trial, old: Trial, min_gain: float) -> bool:
+    """``new`` beats ``old`` by more than noise: within budget and error-free first, then throughput
+    higher by ``min_gain`` (or, while neither meets the budget, p95 lower by ``min_gain``)."""
+    if new.usable != old.usable:
+        return new.usable
+    if new.usable:
+        return new.report.inferences_per_s > old.report.inferences_per_s * (1 + min_gain)
+    return not math.isnan(new.report.p95_ms) and (
+        math.isnan(old.report.p95_ms) or new.report.p95_ms < old.report.p95_ms * (1 - min_gain))
+
+
+def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = 0.05) -> None:
+    """Coordinate ascent through ``space``, one dimension at a time, in the order that matters most.
+
+    1. batching off and on (no preferred size, the smallest delay) at the smallest instance count;
+    2. the better of the two with more instances, while each step gains more than ``min_gain``;
+    3. at that count, longer queue delays while each gains, then the max batch size as preferred size.
+
+    On a model where batching pays, this measures 5 settings where :meth:`Space.grid` measures 10
+    (instances 1,2; delays 0,2000). ``trial`` measures one setting.
+    """
+    counts, delays = space.counts, space.delays
+    best = trial(Setting(False, counts[0]))
+    if space.max_batch_size > 0:
+        on = trial(Setting(True, counts[0], (), delays[0]))
+        best = on if _better(on, best, min_gain) else best
+    for n in counts[1:]:
+        t = trial(dataclasses.replace(best.setting, instances=n))
+        if not _better(t, best, min_gain):
+            break
+        best = t
+    if not best.setting.dynamic_batching:
+        return
+    for delay in delays[1:]:
+        t = trial(dataclasses.replace(best.setting, max_queue_delay_us=delay))
+        if not _better(t, best, min_gain):
+            break
+        best = t
+    trial(dataclasses.replace(best.setting, preferred_batch_sizes=(space.max_batch_size,)))
 
 
 def apply(spec: ModelSpec, setting: Setting) -> ModelSpec:
@@ -110,6 +171,11 @@ class Trial:
     def error_free(self) -> bool:
         return not self.report.errors
 
+    @property
+    def usable(self) -> bool:
+        """A candidate for the recommendation: within the p95 budget and without errors."""
+        return self.within_budget and self.error_free
+
     def to_dict(self) -> dict[str, Any]:
         report = self.report.to_dict()
         return {
@@ -140,7 +206,7 @@ class TuneResult:
 
 def recommend(trials: Sequence[Trial]) -> Trial | None:
     """Highest throughput among error-free trials within the p95 budget."""
-    ok = [t for t in trials if t.within_budget and t.error_free]
+    ok = [t for t in trials if t.usable]
     return max(ok, key=lambda t: t.report.inferences_per_s, default=None)
 
 
@@ -181,31 +247,47 @@ def measure(
 def tune(
     http_url: str,
     spec: ModelSpec,
-    settings: Sequence[Setting],
+    space: Space,
     load: bench.BenchConfig,
     budget_ms: float,
     *,
+    search: Search = "climb",
     warmup_requests: int = 50,
     on_trial: Callable[[Trial], None] | None = None,
     restore: bool = True,
 ) -> TuneResult:
-    """Measure every setting and recommend one; ``spec`` (the repository's config) is reloaded at the end."""
+    """Search ``space`` (``climb``: :func:`climb`; ``grid``: every setting) and recommend a setting.
+
+    ``spec`` (the repository's config) is reloaded at the end.
+    """
     if not (math.isfinite(budget_ms) and budget_ms > 0):
         raise ValueError(f"budget_ms: must be a finite number > 0, got {budget_ms}")
     if load.model != spec.name:
         raise ValueError(f"load.model: {load.model!r} is not the tuned model {spec.name!r}")
-    trials: list[Trial] = []
+    if search not in ("climb", "grid"):
+        raise ValueError(f"search: must be climb or grid, got {search!r}")
+    trials: dict[Setting, Trial] = {}
+
+    def trial(setting: Setting) -> Trial:
+        if setting in trials:
+            return trials[setting]
+        try:
+            report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
+            t = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
+        except perf_analyzer.PerfAnalyzerError as e:  # e.g. no stable measurement: this setting only
+            t = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
+                      failure=str(e))
+        trials[setting] = t
+        if on_trial:
+            on_trial(t)
+        return t
+
     try:
-        for setting in settings:
-            try:
-                report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
-                trial = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
-            except perf_analyzer.PerfAnalyzerError as e:  # e.g. no stable measurement: this setting only
-                trial = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
-                              failure=str(e))
-            trials.append(trial)
-            if on_trial:
-                on_trial(trial)
+        if search == "grid":
+            for setting in space.grid():
+                trial(setting)
+        else:
+            climb(space, trial)
     finally:
         if restore:
             client = httpclient.InferenceServerClient(http_url)
@@ -216,7 +298,7 @@ def tune(
                 _wait_ready(client, spec.name)
             finally:
                 client.close()
-    return TuneResult(spec.name, budget_ms, trials, recommend(trials))
+    return TuneResult(spec.name, budget_ms, list(trials.values()), recommend(list(trials.values())))
 
 
 # The top-level fields a setting decides; write_recommendation changes these and nothing else.
