@@ -16,7 +16,7 @@ cell. Each cell starts with an uncounted warm-up run; a run that finds no stable
 background load) is retried. Everything runs
 on 127.0.0.1 and every run is bounded in time.
 
-    .venv/bin/python tests/benchmarks/bench_engine.py [--rounds 3] [--seconds 4] [--json]
+    .venv/bin/python tests/benchmarks/bench_engine.py [--rounds 7] [--seconds 10] [--json]
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def cli(cfg: bench.BenchConfig, engine: str) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--python-rounds", type=int, default=1)
-    ap.add_argument("--seconds", type=float, default=6.0, help="measurement budget per run")
+    ap.add_argument("--seconds", type=float, default=10.0, help="measurement budget per run")
     ap.add_argument("--stability", type=float, default=50.0, help="perf_analyzer stability %% (both sides)")
     ap.add_argument("--concurrency", default="16,64")
     ap.add_argument("--tolerance", type=float, default=0.05)

@@ -51,7 +51,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--protocol", choices=["http", "grpc"], default="grpc")
-    ap.add_argument("--seconds", type=float, default=12.0, help="perf_analyzer budget per measurement")
+    ap.add_argument("--seconds", type=float, default=12.0, help="perf_analyzer budget per judging measurement")
+    ap.add_argument("--tune-seconds", type=float, default=6.0,
+                    help="the tuner's budget per setting (tritonops tune --duration)")
     ap.add_argument("--stability", type=float, default=60.0, help="perf_analyzer stability %%")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--instances", default="1,2", help="instance counts to sweep")
@@ -84,7 +86,8 @@ def main() -> int:
                 f"  batch {t.report.server.batch_size:5.1f}  {'ok' if t.within_budget else 'over budget'} {t.failure}")
 
         started = time.monotonic()
-        result = tune.tune(s.http_url, spec, space, load, base["p95_ms"], search=args.search, on_trial=show)
+        result = tune.tune(s.http_url, spec, space, replace(load, max_seconds=args.tune_seconds), base["p95_ms"],
+                           search=args.search, on_trial=show)
         tune_s = time.monotonic() - started
         tune.plot(result, args.plot)
         if result.best is None:

@@ -167,7 +167,9 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         assert all(t["server"]["batch_size"] > 1.0 for t in on)
         best = out["recommended"]
         assert all(t["engine"] == "perf_analyzer" for t in out["trials"])  # ranked on perf_analyzer's figures
-        assert best["inferences_per_s"] == max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
+        # The fastest, or the first measured of those within noise (5%) of it.
+        fastest = max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
+        assert best == next(t for t in out["trials"] if not t["errors"] and t["inferences_per_s"] * 1.05 >= fastest)
         assert config.read_text().startswith(header)  # the operator's header stays
         written = pbtxt.parse(config.read_text())
         assert written.instance_group[0].count == best["setting"]["instances"]

@@ -202,6 +202,18 @@ def test_recommend_takes_the_fastest_within_budget_without_errors() -> None:
     assert tune.recommend(trials[2:]) is None
 
 
+def test_recommend_takes_the_first_measured_of_settings_within_noise_of_the_fastest() -> None:
+    trials = [
+        _trial(tune.Setting(True, 2, (), 0), 2390, 40),
+        _trial(tune.Setting(True, 2, (), 2000), 2446, 39),  # 2.3% faster: noise, and a longer queue delay
+        _trial(tune.Setting(True, 2, (8,), 0), 2329, 39),
+    ]
+    best = tune.recommend(trials)
+    assert best is not None and best.setting == tune.Setting(True, 2, (), 0)
+    faster = tune.recommend([*trials[:1], _trial(tune.Setting(True, 2, (), 2000), 2600, 39)])  # 8.8%: real
+    assert faster is not None and faster.setting.max_queue_delay_us == 2000
+
+
 def test_write_recommendation_and_plot(tmp_path: Path) -> None:
     config = tmp_path / "config.pbtxt"
     config.write_text(pbtxt.render(_spec()))

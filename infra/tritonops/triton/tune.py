@@ -30,6 +30,9 @@ from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
 
 Search = Literal["climb", "grid"]
+# A setting must beat another by more than this fraction of throughput to count as better: below it,
+# two perf_analyzer runs of one setting differ on a busy machine.
+MIN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def _better(new: Trial, old: Trial, min_gain: float) -> bool:
         math.isnan(old.report.p95_ms) or new.report.p95_ms < old.report.p95_ms * (1 - min_gain))
 
 
-def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = 0.05) -> None:
+def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN_GAIN) -> None:
     """Coordinate ascent through ``space``, one dimension at a time, in the order that matters most.
 
     1. batching off and on (no preferred size, the smallest delay) at the smallest instance count;
@@ -204,10 +207,18 @@ class TuneResult:
         }
 
 
-def recommend(trials: Sequence[Trial]) -> Trial | None:
-    """Highest throughput among error-free trials within the p95 budget."""
+def recommend(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial | None:
+    """Highest throughput among error-free trials within the p95 budget.
+
+    Trials within ``min_gain`` of the highest count as equal (run-to-run noise), and the one measured
+    first wins: both searches measure the simpler settings first (batching off before on, fewer
+    instances, no queue delay, no preferred size).
+    """
     ok = [t for t in trials if t.usable]
-    return max(ok, key=lambda t: t.report.inferences_per_s, default=None)
+    if not ok:
+        return None
+    top = max(t.report.inferences_per_s for t in ok)
+    return next(t for t in ok if t.report.inferences_per_s * (1 + min_gain) >= top)
 
 
 def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: float = 120) -> None:
