@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -77,6 +78,12 @@ def test_wheel_pins_name_the_versions() -> None:
         assert f"onnxruntime=={versions.ONNXRUNTIME_VERSION}" in pins, arch
         assert f"numpy=={versions.NUMPY_VERSION}" in pins, arch
         assert all(re.fullmatch(r"[0-9a-f]{64}", sha) for sha in pins.values()), arch
+
+
+def test_the_packages_triton_extra_installs_the_pinned_pytriton() -> None:
+    # pyproject.toml is static TOML and cannot read versions.py: this keeps its one copy equal to the pin.
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["triton"]
+    assert [d for d in extra if d.startswith("nvidia-pytriton")] == [f"nvidia-pytriton=={versions.PYTRITON_VERSION}"]
 
 
 @pytest.mark.parametrize("image", [versions.TRITON_IMAGE, versions.TRITON_IMAGE_IGPU, versions.DCGM_EXPORTER_IMAGE])
