@@ -6,9 +6,10 @@ is applied to a model *without touching the repository*: Triton (in explicit mod
 reloads the model from a config override sent through the repository API
 (``load_model(name, config=json)``). Each setting is measured with :mod:`tritonops.triton.bench`; the
 recommendation is the highest throughput whose p95 stays within the latency budget and that had no
-errors (settings within 5% of it count as equal; the simplest, measured first, wins). The recommendation is written back into the model's ``config.pbtxt`` changing only the
-batching and instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throughput against
-p95 for every setting.
+errors (settings within 5% of it count as equal; the simplest, measured first, wins). The
+recommendation is written back into the model's ``config.pbtxt`` changing only the batching and
+instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throughput against p95 for
+every setting.
 """
 
 from __future__ import annotations
