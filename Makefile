@@ -62,10 +62,10 @@ lint: venv
 TEST_PATHS := tests/unit tests/integration tests/infra tests/collection
 
 unit: venv checkov
-	$(BIN)/pytest -q -rs -m unit $(TEST_PATHS)
+	$(BIN)/pytest -q -rs --durations=10 -m unit $(TEST_PATHS)
 
 integration: venv apt
-	$(BIN)/pytest -q -rs -m integration $(TEST_PATHS)
+	$(BIN)/pytest -q -rs --durations=10 -m integration $(TEST_PATHS)
 
 # `make check`: the fast tier to run before every commit (lint and the unit tests that are not slow:
 # no servers beyond loopback helpers, no Podman nodes; a few minutes).
