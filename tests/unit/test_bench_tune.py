@@ -467,3 +467,23 @@ def test_a_symlinked_config_is_not_replaced(tmp_path: Path) -> None:
     with pytest.raises(pbtxt.ConfigError, match="symlink"):
         tune.write_recommendation(link, tune.Setting(False, 1))
     assert link.is_symlink() and real.read_text() == OPERATOR_CONFIG
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_url_with_a_scheme_is_the_same_endpoint(command: str, tmp_path: Path) -> None:
+    # `--url http://127.0.0.1:PORT`, as `smoke` takes it, reaches the same check as host:port (it was a traceback).
+    _repo(tmp_path, pbtxt.render(_spec()))
+    port = server.free_port()
+    extra = ["--repository", str(tmp_path)] if command == "tune" else ["--duration", "1"]
+    result = CliRunner().invoke(app, [command, "m", "--url", f"http://127.0.0.1:{port}", *extra])
+    assert result.exit_code == 3, result.output
+    assert f"127.0.0.1:{port}" in result.output and "no Triton answers" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("url", "message"), [("https://127.0.0.1:8000", "plain HTTP or gRPC"),
+                                              ("ftp://127.0.0.1:8000", "expected http://HOST:PORT")])
+def test_bench_refuses_a_scheme_it_cannot_measure(url: str, message: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "m", "--url", url])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and "Traceback" not in result.output

@@ -25,7 +25,7 @@ from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton import tune as tuner
 from tritonops.triton.server import start as start_server
-from tritonops.triton.smoke import report_table
+from tritonops.triton.smoke import Endpoint, report_table
 from tritonops.triton.smoke import smoke as run_smoke
 
 console = Console(stderr=True)  # bench/tune progress and tables
@@ -68,9 +68,18 @@ def _model_name(name: str) -> str:
 
 
 def _endpoint(url: str) -> str:
+    """host:port, or a URL with a scheme as ``smoke`` takes it (http://HOST:8000, grpc://HOST:8001) -> host:port."""
     if not url.strip():
         raise typer.BadParameter("an empty endpoint: give host:port")
-    return url
+    if "://" not in url:
+        return url
+    try:
+        endpoint = Endpoint.parse(url)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if endpoint.tls:
+        raise typer.BadParameter(f"{url!r}: load is measured over plain HTTP or gRPC; give http:// or grpc://")
+    return endpoint.address
 
 
 _DURATION = cli_params.finite(0, low_ok=False)
@@ -79,7 +88,7 @@ _DURATION = cli_params.finite(0, low_ok=False)
 def bench_cmd(
     model: Annotated[str, typer.Argument(help="Model name", callback=_model_name)],
     url: Annotated[
-        str, typer.Option(help="Triton HTTP or gRPC endpoint, host:port", callback=_endpoint)
+        str, typer.Option(help="Triton HTTP or gRPC endpoint: host:port or http://HOST:PORT", callback=_endpoint)
     ] = "127.0.0.1:8000",
     protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
     mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
@@ -153,7 +162,9 @@ def _int_list(text: str) -> list[int]:
 def tune_cmd(
     model: Annotated[str, typer.Argument(help="Model name (loaded, explicit mode)", callback=_model_name)],
     repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
-    url: Annotated[str, typer.Option(help="Triton HTTP endpoint, host:port", callback=_endpoint)] = "127.0.0.1:8000",
+    url: Annotated[
+        str, typer.Option(help="Triton HTTP endpoint: host:port or http://HOST:PORT", callback=_endpoint)
+    ] = "127.0.0.1:8000",
     budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
     concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
     requests: Annotated[
