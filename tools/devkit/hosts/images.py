@@ -177,6 +177,14 @@ def ensure_binfmt(arch: str) -> None:
         raise HostsError(f"could not register {qemu} in {binfmt}; is qemu-user-static installed?")
 
 
+def unmount_below(root: Path) -> None:
+    """Lazily unmount every mount at or below ``root``, deepest first (what a chroot left mounted)."""
+    prefix = str(root.resolve())
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m == prefix or m.startswith(prefix + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 def build_rootfs(spec: ImageSpec, step: Step) -> Path:
     """debootstrap into a scratch dir and tar it into the cache (skipped when the tarball exists)."""
     tarball = spec.rootfs_tarball
@@ -198,8 +206,13 @@ def build_rootfs(spec: ImageSpec, step: Step) -> Path:
             run_logged(["debootstrap", "--foreign", *common, SUITE, str(scratch), spec.mirror],
                        logs / f"debootstrap-{spec.arch}.log")
             step(f"debootstrap {SUITE}/{spec.arch} second stage under qemu")
-            run_logged(["chroot", str(scratch), "/debootstrap/debootstrap", "--second-stage"],
-                       logs / f"debootstrap2-{spec.arch}.log")
+            try:
+                run_logged(["chroot", str(scratch), "/debootstrap/debootstrap", "--second-stage"],
+                           logs / f"debootstrap2-{spec.arch}.log")
+            finally:
+                # The second stage mounts /proc inside the chroot and can leave it mounted: tar would then
+                # pack the machine's live /proc (seen: 9 min and a failing tar) and rmtree would walk it.
+                unmount_below(scratch)
         else:
             step(f"debootstrap {SUITE}/{spec.arch}")
             run_logged(["debootstrap", *common, SUITE, str(scratch), spec.mirror],
@@ -207,7 +220,8 @@ def build_rootfs(spec: ImageSpec, step: Step) -> Path:
         step(f"packing rootfs into {tarball.name}")
         partial = tarball.with_suffix(".tar.partial")
         run_logged(["tar", "--numeric-owner", "-C", str(scratch), "-cf", str(partial),
-                    "--exclude=./var/cache/apt/archives/*.deb", "--exclude=./var/lib/apt/lists/*", "."],
+                    "--exclude=./var/cache/apt/archives/*.deb", "--exclude=./var/lib/apt/lists/*",
+                    "--exclude=./proc/*", "--exclude=./sys/*", "."],
                    logs / f"tar-{spec.arch}.log")
         partial.rename(tarball)
     finally:
