@@ -17,10 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,21 +85,9 @@ def moto_s3() -> Iterator[str]:
     exe = Path(sys.executable).with_name("moto_server")
     if not exe.exists():
         pytest.skip("moto_server is not installed (pip install 'moto[server]', in the dev extra)")
+    from local_servers import serving  # here, not at the top: test_tiers runs this conftest alone in a scratch tree
+
     port = _free_port()
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.2)
+    with serving([str(exe), "-H", "127.0.0.1", "-p", str(port)], url, "moto_server"):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)

@@ -158,6 +158,15 @@ SCENARIOS = [
         "26m",
         {"channel": "stable", "instance": "edge-1:9105", "step": "golden"},
     ),
+    Scenario(
+        "TritonopsReleaseCredentialsFailing",  # STS refuses every poll from minute 25; one failed poll: quiet
+        {'tritonops_release_credentials_errors_total{source="web_identity",instance="pod-1:9105",'
+         'job="release-agent"}': f"0x100 1+1x{STEPS - 100}"},
+        {'tritonops_release_credentials_errors_total{source="web_identity",instance="pod-1:9105",'
+         'job="release-agent"}': f"0x100 1x{STEPS - 100}"},
+        "60m",
+        {"source": "web_identity", "instance": "pod-1:9105"},
+    ),
 ]
 
 

@@ -7,8 +7,10 @@ refused (the message names the file and the step) or drift found, 2 usage error 
 file or folder named that cannot be used; nothing was changed), 3 the store or Triton did not answer or
 answered with something unusable (a check or pull that could not run).
 Secrets come from the environment only:
-TRITONOPS_ADMIN_SECRET (Triton's admin header), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
-AWS_SESSION_TOKEN (an S3 store).
+TRITONOPS_ADMIN_SECRET (Triton's admin header) and, for an S3 store, the first of (aws_credentials.py):
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (static: MinIO, Ceph);
+AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN (+ AWS_ROLE_SESSION_NAME, AWS_ENDPOINT_URL_STS) (IRSA);
+AWS_CONTAINER_CREDENTIALS_FULL_URI + AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE or _TOKEN (EKS Pod Identity).
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ HELP = {
     "tritonops_release_apply_seconds": ("gauge", "Seconds the last release took from pointer to mark."),
     "tritonops_release_downloaded_bytes_total": ("counter", "Bytes downloaded from the store."),
     "tritonops_release_store_requests_total": ("counter", "Requests sent to the store."),
+    "tritonops_release_credentials_errors_total": ("counter", "Failed attempts to get S3 credentials (STS "
+                                                              "AssumeRoleWithWebIdentity, the container credentials "
+                                                              "endpoint, a token file), by source."),
+    "tritonops_release_credentials_expiry_timestamp_seconds": ("gauge", "When the temporary S3 credentials in use "
+                                                                        "expire, by source."),
 }
 
 

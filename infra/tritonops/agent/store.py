@@ -1,4 +1,11 @@
-"""Reading a release store: S3 (SigV4 from environment credentials, or anonymous), HTTP(S), or a folder.
+"""Reading a release store: S3 (SigV4, or anonymous), HTTP(S), or a folder.
+
+S3 requests are signed with the credentials ``aws_credentials.from_env`` finds, in botocore's order:
+static ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (+ ``AWS_SESSION_TOKEN``; MinIO, Ceph), then
+IRSA (``AWS_WEB_IDENTITY_TOKEN_FILE`` + ``AWS_ROLE_ARN``, STS AssumeRoleWithWebIdentity), then EKS Pod
+Identity (``AWS_CONTAINER_CREDENTIALS_FULL_URI`` + ``AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE``); none of
+them: anonymous. Temporary credentials are refreshed before they expire; a failure to get them is a
+``CredentialsError`` (a StoreError: exit 3, retry later).
 
 A store holds, under one prefix::
 
@@ -20,6 +27,7 @@ import email.utils
 import hashlib
 import hmac
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from . import aws_credentials
+from .aws_credentials import Credentials
 from .manifest import MANIFEST_MAX, StoreError, UsageError, read_bounded
 
 POINTER_MAX = 256 << 10
@@ -58,6 +68,9 @@ class Store:
         self.timeout = timeout
         self._validators: dict[str, dict[str, str]] = {}
         self.requests = 0
+        self.credentials: aws_credentials.Provider | None = None  # found on the first S3 request
+        self._credentials_lock = threading.Lock()
+        self._credentials_found = False
         parts = urllib.parse.urlsplit(url)
         self.kind = parts.scheme or "file"
         if self.kind == "s3":
@@ -86,10 +99,18 @@ class Store:
             return f"{self.base}/{urllib.parse.quote('/'.join(p for p in (self.prefix, key) if p))}"
         return f"{self.base}/{urllib.parse.quote(key)}"
 
+    def _credentials(self) -> Credentials | None:
+        """The S3 signing credentials, from the chain in aws_credentials (found once, refreshed as needed)."""
+        with self._credentials_lock:
+            if not self._credentials_found:
+                self.credentials = aws_credentials.from_env()
+                self._credentials_found = True
+        return self.credentials.get() if self.credentials else None
+
     def _open(self, key: str, headers: dict[str, str]) -> Any:
         url = self._http_url(key)
         if self.kind == "s3":
-            headers = {**headers, **sigv4_headers(url, self.region)}
+            headers = {**headers, **sigv4_headers(url, self.region, credentials=self._credentials(), env={})}
         self.requests += 1
         req = urllib.request.Request(url, headers=headers)
         return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - the operator's store
@@ -175,21 +196,26 @@ def _settled(last_modified: str) -> bool:
 
 
 def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
-                  env: dict[str, str] | None = None) -> dict[str, str]:
-    """AWS Signature Version 4 headers for an S3 GET of ``url``, from environment credentials.
+                  env: dict[str, str] | None = None, credentials: Credentials | None = None) -> dict[str, str]:
+    """AWS Signature Version 4 headers for an S3 GET of ``url``.
 
-    No credentials in the environment: no headers (an anonymous read of a public bucket or mirror).
+    With ``credentials`` (from a provider: IRSA, Pod Identity, static), those; else static keys from
+    ``env`` (the process environment when None). None at all: no headers (an anonymous read of a public
+    bucket or mirror). A session token is sent, and signed, as ``x-amz-security-token``.
     """
-    env = dict(os.environ) if env is None else env
-    key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
-    if not key_id or not secret:
-        return {}
+    if credentials is None:
+        env = dict(os.environ) if env is None else env
+        if not env.get("AWS_ACCESS_KEY_ID") or not env.get("AWS_SECRET_ACCESS_KEY"):
+            return {}
+        credentials = Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
+                                  env.get("AWS_SESSION_TOKEN") or None)
+    key_id, secret = credentials.access_key, credentials.secret_key
     now = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 on nodes
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     parts = urllib.parse.urlsplit(url)
     headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}
-    if env.get("AWS_SESSION_TOKEN"):
-        headers["x-amz-security-token"] = env["AWS_SESSION_TOKEN"]
+    if credentials.token:
+        headers["x-amz-security-token"] = credentials.token
     names = sorted(headers)
     query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
                      for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True)))

@@ -81,6 +81,7 @@ ALERTS = (
     "TritonopsDriftCheckStale",
     "TritonopsReleaseBehindChannel",
     "TritonopsReleaseFailed",
+    "TritonopsReleaseCredentialsFailing",
 )
 
 
@@ -421,6 +422,22 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 2. fetch/install: a file in the store does not match its sha256, or the node lacks disk space.
 3. load/golden: the model does not load or answers differently from its golden.json: fix the model and publish
    a new release, or `tritonops release rollback CHANNEL --to STORE`.
+""",
+        ),
+        # A credentials outage leaves tritonops_release_up_to_date at 1 (the agent compares with the last
+        # pointer it could read), so TritonopsReleaseBehindChannel cannot see it: this alert does.
+        _alert(
+            "TritonopsReleaseCredentialsFailing",
+            "sum by (instance, source) (increase(tritonops_release_credentials_errors_total[15m])) > 0",
+            s.for_("15m"), "warning",
+            "The release agent on {{ $labels.instance }} cannot get S3 credentials ({{ $labels.source }})",
+            "The release agent on {{ $labels.instance }} has failed to get S3 credentials from {{ $labels.source }} "
+            "for 15 minutes: it keeps serving its release but sees no new ones until credentials work again.",
+            """
+1. web_identity (IRSA): the ServiceAccount's `eks.amazonaws.com/role-arn`, the role's trust policy (the
+   cluster's OIDC provider, this namespace and ServiceAccount) and egress to the regional STS endpoint (443).
+2. container (EKS Pod Identity): the pod identity association, and egress to 169.254.170.23:80.
+3. The agent's log (the `release-agent` container) names the error code STS or the endpoint answered.
 """,
         ),
     ]
