@@ -132,6 +132,12 @@ class Agent:
         if ok:
             self.metrics.set("tritonops_release_last_success_timestamp_seconds", time.time(), channel=self.channel)
         self.metrics.set("tritonops_release_store_requests_total", self.store.requests)
+        creds = getattr(self.store, "credentials", None)  # None: a folder, HTTP, or an anonymous S3 read
+        if creds is not None:
+            self.metrics.set("tritonops_release_credentials_errors_total", creds.errors, source=creds.source)
+            if creds.expiry is not None:
+                self.metrics.set("tritonops_release_credentials_expiry_timestamp_seconds", creds.expiry,
+                                 source=creds.source)
 
     # --- fetch and install ------------------------------------------------------------------------
 
@@ -392,18 +398,25 @@ class Agent:
 
     def run(self, interval: float, jitter: float = 0.2, stop: threading.Event | None = None,
             textfile: Path | None = None) -> None:
-        """Poll every ``interval`` seconds (+- ``jitter`` of it, after a random first delay) until ``stop``."""
+        """Poll once at start (readiness waits for it), then every ``interval`` seconds (+- ``jitter`` of
+        it, after a random delay that spreads a fleet started together over one interval) until ``stop``."""
         stop = stop or threading.Event()
         self.interval = interval
         self.gate_active()
         self._write_textfile(textfile)
-        stop.wait(random.uniform(0, interval))  # a fleet started together spreads over one interval
+        # Not behind the random delay: a pod was not ready for up to one interval after its gate passed,
+        # which every scale-from-zero cold start paid too.
+        self._poll_and_log(textfile)
+        stop.wait(random.uniform(0, interval))
         while not stop.is_set():
-            out = self.poll()
-            if out["result"] not in ("not_modified", "unchanged"):
-                self.log(json.dumps(out, sort_keys=True))
-            self._write_textfile(textfile)
+            self._poll_and_log(textfile)
             stop.wait(interval * random.uniform(1 - jitter, 1 + jitter))
+
+    def _poll_and_log(self, textfile: Path | None) -> None:
+        out = self.poll()
+        if out["result"] not in ("not_modified", "unchanged"):
+            self.log(json.dumps(out, sort_keys=True))
+        self._write_textfile(textfile)
 
     def _write_textfile(self, textfile: Path | None) -> None:
         if textfile:

@@ -345,3 +345,26 @@ def test_ready_stays_up_while_the_next_release_is_switched_in(tmp_path: Path, ke
     assert agent.ready() is True
     agent.switching = False  # a switch nobody finishes (the deadman's case)
     assert agent.ready() is False
+
+
+def test_the_sidecar_is_ready_after_its_first_poll_not_after_a_random_delay(
+    tmp_path: Path, keys: dict[str, Path]
+) -> None:
+    # run() polls once before the delay that spreads a fleet: with a 1-hour interval the pod is ready at once
+    # (it waited up to one interval after its gate passed: 18-28 s of a played dev pod's 21-31 s start).
+    store = str(tmp_path / "store")
+    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store, keys)
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(3600.0,), kwargs={"stop": stop}, daemon=True)
+    runner.start()
+    try:
+        for _ in range(100):
+            if agent.ready():
+                break
+            stop.wait(0.05)
+        assert agent.ready() is True and os.readlink(agent.link) == "releases/r1"
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
