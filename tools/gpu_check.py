@@ -181,7 +181,8 @@ def local_budget(family: GpuFamily) -> tuple[ModelService, b.ServiceBudget]:
     """The budget of a one-GPU model service serving the sample MLP on this GPU family."""
     svc = ModelService(name="gpu-check", node_pool="local", models=[ModelConfig(name="mlp", size_mib=MLP_MIB)])
     pool = NodePoolRef(instance_type=f"{family.family}.xlarge")
-    cfg = TritonStackConfig(environment="dev", node_pools={"local": pool}, model_services=[svc])
+    cfg = TritonStackConfig(environment="gpu-check", tier="non-production", node_pools={"local": pool},
+                            model_services=[svc])
     return svc, b.service_budget(svc, cfg)
 
 

@@ -36,6 +36,9 @@ from pulumi_policy import (
 
 Report = Callable[..., None]
 
+# The stack's tier on every object the tritonops builders make (tritonops.k8s.config.TIER_LABEL).
+TIER_LABEL = "tritonops.io/tier"
+
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -125,9 +128,15 @@ def _selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> b
     return True
 
 
-def _is_prod(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+def is_production(props: Mapping[str, Any]) -> bool:
+    """The object's stack is of tier production (label ``tritonops.io/tier``, from the stack's ``tier`` key):
+    what selects the strict rules, never the environment's or the stack's name."""
     labels = (props.get("metadata") or {}).get("labels") or {}
-    return bool(config.get("requireHighAvailability")) or labels.get("tritonops.io/environment") == "prod"
+    return labels.get(TIER_LABEL) == "production"
+
+
+def _is_prod(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    return bool(config.get("requireHighAvailability")) or is_production(props)
 
 
 # --- resource validators -------------------------------------------------------------------------
@@ -256,20 +265,19 @@ def image_pinned(image: str) -> bool:
 
 
 def validate_pinned_images(args: Any, report_violation: Report) -> None:
-    """Every container image of a Triton workload has an explicit tag (not latest) or a digest; in prod
-    (or with requireDigest) a digest: a tag can be moved to other content, a digest cannot."""
+    """Every container image of a Triton workload has an explicit tag (not latest) or a digest; in tier
+    production (or with requireDigest) a digest: a tag can be moved to other content, a digest cannot."""
     if not is_triton_workload(args.resource_type, args.props):
         return
     config = args.get_config()
-    labels = (args.props.get("metadata") or {}).get("labels") or {}
-    need_digest = bool(config.get("requireDigest")) or labels.get("tritonops.io/environment") == "prod"
+    need_digest = bool(config.get("requireDigest")) or is_production(args.props)
     for c in _all_containers(args.props):
         image = str(c.get("image", ""))
         where = f"{_name(args.props, args.name)}: container {c.get('name')!r} image {image!r}"
         if not image_pinned(image):
             report_violation(f"{where} is not pinned (use an explicit tag other than latest, or a digest)")
         elif need_digest and "@sha256:" not in image:
-            report_violation(f"{where} has no digest: in prod pin REPOSITORY:TAG@sha256:DIGEST")
+            report_violation(f"{where} has no digest: in tier production pin REPOSITORY:TAG@sha256:DIGEST")
 
 
 def validate_high_availability(args: Any, report_violation: Report) -> None:

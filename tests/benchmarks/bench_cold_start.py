@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from tritonops.k8s.config import ENVIRONMENTS, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import TritonStackConfig, load_stack_config, stack_envs
 from tritonops.model_repo.release import golden
 from tritonops.triton import server
 
@@ -55,7 +55,7 @@ def cold_start(repository: Path, models: list[str], timeout: float = 300) -> flo
 
 def scale_to_zero_services() -> list[tuple[str, str, int, float | None]]:
     out = []
-    for env in ENVIRONMENTS:
+    for env in stack_envs("triton"):  # every committed stack file
         cfg = load_stack_config("triton", env)
         assert isinstance(cfg, TritonStackConfig)
         for svc in cfg.model_services:

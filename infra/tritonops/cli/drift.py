@@ -16,7 +16,22 @@ from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
 from tritonops.drift.run import DEFAULT_PLAYBOOK, run
-from tritonops.k8s.config import ENVIRONMENTS, STACKS
+from tritonops.k8s.config import STACKS, ConfigError, check_env_name, stack_envs
+
+
+def _env_problems(envs: list[str], stacks: list[str], stacks_dir: Path) -> list[str]:
+    """An --env must be a stack name that has a Pulumi.<env>.yaml in one of the stacks checked."""
+    out = []
+    for e in envs:
+        try:
+            check_env_name(e)
+        except ConfigError as exc:
+            out.append(str(exc))
+            continue
+        if not any(e in stack_envs(s, stacks_dir) for s in stacks if s in STACKS):
+            files = ", ".join(str(stacks_dir / s / f"Pulumi.{e}.yaml") for s in stacks if s in STACKS)
+            out.append(f"--env {e}: no stack file ({files or 'no known --stack'})")
+    return out
 
 
 def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], stacks: list[str], envs: list[str],
@@ -29,7 +44,7 @@ def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], s
             if not (p.is_file() or p.is_dir())]
     out += [f"--playbook {p}: not found, or not a file" for p in playbooks if not p.is_file()]
     out += [f"--stack {s}: unknown (choose from {', '.join(STACKS)})" for s in stacks if s not in STACKS]
-    out += [f"--env {e}: unknown (choose from {', '.join(ENVIRONMENTS)})" for e in envs if e not in ENVIRONMENTS]
+    out += _env_problems(envs, stacks or list(STACKS), project.stacks_dir(root))
     if summary is not None and (summary.is_dir() or (summary.exists() and not summary.is_file())):
         out.append(f"--summary {summary}: not a regular file")
     # Files the sources take from the project folder (tritonops.project), when the command line names none.
@@ -53,7 +68,8 @@ def drift_cmd(
     ] = None,
     limit: Annotated[str | None, typer.Option(help="Ansible --limit pattern")] = None,
     stack: Annotated[list[str] | None, typer.Option(help="Pulumi stack (repeatable). Default: all")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="Environment (repeatable). Default: all")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="Stack with a Pulumi.<env>.yaml (repeatable). Default: all")]
+    = None,
     forks: Annotated[int, typer.Option(help="Hosts checked at once", min=1)] = 10,
     textfile_dir: Annotated[
         Path | None, typer.Option(help=f"Write Prometheus metrics to DIR/{TEXTFILE_NAME} (atomic)", parser=path,

@@ -1,44 +1,118 @@
 """``tritonops render``: a stack's objects as YAML, without the Pulumi engine.
 
-Exit codes: 0 written; 2 invalid configuration (the message names the config key).
+Exit codes: 0 written (or, with ``--check-config``, the stack file is valid); 2 invalid configuration
+(the message names the file, line where known, and config key).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.params import ProjectDir, folder_to_write, path
-from tritonops.k8s.config import ENVIRONMENTS, STACKS, ConfigError
+from tritonops.k8s.config import STACKS, ConfigError
+
+
+def _fail(problems: list[tuple[str, str]], as_json: bool) -> NoReturn:
+    """(message, key) of each problem on stderr (or JSON on stdout); exit 2."""
+    if as_json:
+        print(json.dumps({"error": problems[0][0], "key": problems[0][1],
+                          "errors": [{"error": m, "key": k} for m, k in problems]}))
+    else:
+        err = Console(stderr=True)
+        for message, _ in problems:
+            err.print(f"[red]invalid configuration[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    raise typer.Exit(ExitCode.USAGE)
+
+
+def _config_error(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> tuple[str, str]:
+    """The error with file:line in front where the key is in the stack file."""
+    from tritonops.k8s.config import stack_file
+    from tritonops.k8s.contract import locate
+
+    if exc.source:
+        line = locate(stack_file(stack, env, stacks_dir), exc.key) if ":" in exc.key else None
+        if line:
+            return f"{exc.source}:{line}: {str(exc)[len(exc.source) + 2:]}", exc.key
+    return str(exc), exc.key
+
+
+def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
+    """Pulumi's own rules (Pulumi.yaml against the stack file) and the stack's parser; exit 0 or 2."""
+    from tritonops.k8s.config import load_stack_config, read_stack_file, stack_file
+    from tritonops.k8s.contract import check_project, check_stack_file, user_secrets
+
+    try:
+        read_stack_file(stack, env, stacks_dir)  # names a bad --stack/--env or a missing file
+        found = check_project(stack, stacks_dir) + check_stack_file(stack, env, stacks_dir)
+        problems = [(str(p), p.key) for p in found]
+        if not problems:
+            load_stack_config(stack, env, stacks_dir)
+    except ConfigError as exc:
+        problems = [_config_error(exc, stack, env, stacks_dir)]
+    if problems:
+        _fail(problems, as_json)
+    secrets = user_secrets(stack, stacks_dir)
+    path_ = stack_file(stack, env, stacks_dir)
+    if as_json:
+        print(json.dumps({"ok": str(path_), "secretsToSet": secrets}, indent=2))
+        return
+    out = Console()
+    out.print(f"{escape(str(path_))}: valid", soft_wrap=True, highlight=False)
+    for cmd in secrets.values():
+        out.print(f"  before `pulumi up`: {escape(cmd)}", soft_wrap=True, highlight=False)
+
+
+def _check_channels(stack: str, env: str, stacks_dir: Path) -> None:
+    """Each pull-mode channel of the triton stack file exists in its store (tritonops.k8s.bootstrap)."""
+    from tritonops.k8s.bootstrap import check_channels
+    from tritonops.k8s.config import TritonStackConfig, load_stack_config, stack_file
+
+    if stack != "triton":
+        raise ConfigError("--check-channels", f"only the triton stack has release channels (not {stack!r})")
+    cfg = load_stack_config(stack, env, stacks_dir)
+    assert isinstance(cfg, TritonStackConfig)
+    check_channels(cfg, source=str(stack_file(stack, env, stacks_dir)))
 
 
 def render(
     stack: Annotated[str, typer.Option("--stack", help=f"Stack under the project's stacks/: {', '.join(STACKS)}.")],
-    env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}.")],
-    out: Annotated[Path, typer.Option("--out", help="Directory to write the YAML into.", parser=path,
-                                      callback=folder_to_write)],
+    env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a stacks/<stack>/Pulumi.<env>.yaml.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Directory to write the YAML into.", parser=path,
+                                             callback=folder_to_write)] = None,
+    check: Annotated[bool, typer.Option("--check-config", help="Only validate the stack file (Pulumi's rules and "
+                                        "the stack's parser): exit 0, or 2 naming file, line and key.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
+    check_channels: Annotated[bool, typer.Option(
+        "--check-channels", help="triton: first read each pull-mode channel from its store, as `pulumi up` does, "
+        "and refuse an unpublished one (render alone never reads a store).")] = False,
     project_dir: ProjectDir = None,
 ) -> None:
     """Write the Kubernetes objects (and Helm values, AWS specs) a stack creates, as plain YAML."""
     from tritonops.k8s.render import render as do_render
 
+    stacks_dir = project.stacks_dir(project_dir)
+    if check:
+        check_config(stack, env, stacks_dir, as_json)
+        return
+    if out is None:
+        Console(stderr=True).print("[red]error:[/red] --out DIR is needed (or --check-config to only validate)")
+        raise typer.Exit(ExitCode.USAGE)
     console = Console()
     try:
-        written = do_render(stack, env, out, project.stacks_dir(project_dir))
+        if check_channels:
+            _check_channels(stack, env, stacks_dir)
+        written = do_render(stack, env, out, stacks_dir)
     except ConfigError as exc:
-        if as_json:
-            print(json.dumps({"error": str(exc), "key": exc.key}))
-        else:
-            Console(stderr=True).print(f"[red]invalid configuration[/red] {exc}")
-        raise typer.Exit(ExitCode.USAGE) from exc
+        _fail([_config_error(exc, stack, env, stacks_dir)], as_json)
     if as_json:
         print(json.dumps([{"path": str(w.path), "kind": w.kind, "name": w.name} for w in written], indent=2))
         return

@@ -18,7 +18,7 @@ from rich.table import Table
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.capacity import plan as planner
 from tritonops.cli.params import finite, path
-from tritonops.k8s.config import ENVIRONMENTS, ConfigError, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import ConfigError, TritonStackConfig, load_stack_config
 
 
 def plan_cmd(
@@ -27,7 +27,7 @@ def plan_cmd(
                                         help="One replica's figures: `tritonops bench --json` or `tune --json`")],
     traffic: Annotated[str, typer.Option("--traffic", help=f"Traffic profile: a YAML/JSON file (peak_rps, 24 "
                                          f"hourly values) or a built-in name ({', '.join(planner.PROFILES)})")],
-    env: Annotated[str, typer.Option("--env", help=f"Environment (Pulumi.<env>.yaml): {', '.join(ENVIRONMENTS)}")]
+    env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a triton/Pulumi.<env>.yaml")]
     = "prod",
     stacks_dir: Annotated[Path | None, typer.Option("--stacks-dir", parser=path,
                                                     help="Folder holding triton/Pulumi.<env>.yaml "

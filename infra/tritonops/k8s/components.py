@@ -317,8 +317,14 @@ class TritonNamespace(pulumi.ComponentResource):
 class TritonServiceArgs:
     config: TritonStackConfig
     service: ModelService
+    # IRSA role of service.model_reader (the cluster-aws stack's modelReaders output, through a StackReference)
+    role_arn: pulumi.Input[str] | None = None
 
     def __post_init__(self) -> None:
+        if (self.role_arn is None) != (self.service.model_reader is None):
+            raise ValueError(
+                f"role_arn: model service {self.service.name!r} needs the ARN of its modelReader, and only then"
+            )
         if self.service not in self.config.model_services:
             raise ValueError(f"service: {self.service.name!r} is not one of config.model_services")
         if not self.service.models:
@@ -339,7 +345,7 @@ class TritonService(pulumi.ComponentResource):
         svc = args.service
         self.objects = apply_objects(
             self,
-            triton.service_objects(args.config, svc),
+            triton.service_objects(args.config, svc, args.role_arn),
             depends_on,
             ignore_replicas=svc.autoscaling.enabled,
         )

@@ -27,7 +27,13 @@ from tritonops.agent.store import channel_key
 from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
 
 STACKS = ("cluster-aws", "platform", "triton")
-ENVIRONMENTS = ("dev", "prod")
+# A stack's behaviour comes from its config (``tier``), never its name: any stack with a
+# Pulumi.<env>.yaml is one (:func:`stack_envs`). ``production`` selects the strict policies.
+Tier = Literal["production", "non-production"]
+PRODUCTION: Tier = "production"
+TIER_LABEL = "tritonops.io/tier"  # on the objects the builders make: what the policy pack reads
+# A Pulumi stack name as it names its file Pulumi.<env>.yaml: letters, digits, '-', '_', '.'.
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -115,7 +121,8 @@ class ModelReader(_Cfg):
 
 
 class ClusterAwsConfig(_Cfg):
-    environment: Literal["dev", "prod"]
+    environment: str = ""  # labels and tags; "": the stack's name (parse_config's env)
+    tier: Tier
     cluster_name: str
     kubernetes_version: str = versions.KUBERNETES_VERSION
     subnet_ids: list[str] = Field(min_length=2)
@@ -191,7 +198,8 @@ class KedaConfig(_Cfg):
 
 
 class PlatformConfig(_Cfg):
-    environment: Literal["dev", "prod"]
+    environment: str = ""
+    tier: Tier
     cluster: ClusterSource = ClusterSource()
     gpu_operator: GpuOperatorConfig = GpuOperatorConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
@@ -227,12 +235,16 @@ class TrustedKeys(_Cfg):
     """Public keys (PEM) a release's signature must verify with: keys of one ConfigMap or one Secret.
 
     Every listed key becomes one ``--trusted-key`` file of the release agent (list two while rotating).
-    The object lives in the stack's namespace and is created outside the stack (public keys only).
+    The object lives in the stack's namespace. With ``publicKeys`` (key -> PEM text, as
+    ``tritonops release keygen`` writes it; public keys are not secret) the stack creates the
+    ConfigMap ``configMap`` itself; otherwise the ConfigMap or Secret already exists (created by the
+    user: ``tritonops render`` lists it in secrets-required.yaml with the command).
     """
 
     config_map: str | None = None
     secret: str | None = None
     keys: list[str] = Field(default=["release.pub"], min_length=1)
+    public_keys: dict[str, str] | None = None  # key -> "-----BEGIN PUBLIC KEY-----..." (Ed25519)
 
 
 class CanaryConfig(_Cfg):
@@ -291,7 +303,7 @@ class Autoscaling(_Cfg):
     ingress-nginx's request counter for the service's Ingresses (``ingress.mode: ingress``). KEDA
     removes the last pod ``cooldownPeriod`` seconds after the triggers were last active, which must
     exceed ``modelLoadSeconds`` (the cold start measured by tests/benchmarks/bench_cold_start.py),
-    so a service never sleeps for less than it takes to wake. In prod it also needs
+    so a service never sleeps for less than it takes to wake. In tier production it also needs
     ``allowScaleToZero: true``.
     """
 
@@ -309,7 +321,7 @@ class Autoscaling(_Cfg):
     polling_interval: int = Field(default=15, ge=5)
     fallback_failure_threshold: int = Field(default=3, ge=1)
     # Scale to zero.
-    allow_scale_to_zero: bool = False  # required in prod for minReplicas 0
+    allow_scale_to_zero: bool = False  # required in tier production for minReplicas 0
     cooldown_period: int = Field(default=300, ge=0)  # s after the last activity before 1 -> 0 replicas
     model_load_seconds: float | None = Field(default=None, gt=0)  # measured cold start: start to golden check
     activation_requests: float = Field(default=0, ge=0)  # requests per window above which a sleeping service wakes
@@ -333,6 +345,9 @@ class ModelService(_Cfg):
     image: str = versions.TRITON_IMAGE
     model_repository: ModelRepository | None = None  # Triton reads it itself (s3 or a PVC) ...
     release: ReleaseSource | None = None  # ... or the release agent puts signed releases in place
+    # roleName of a cluster-aws modelReaders entry: the triton stack reads its ARN from that stack's
+    # modelReaders output (cluster.clusterStack) and annotates the ServiceAccount (IRSA) with it.
+    model_reader: str | None = None
     model_control_mode: Literal["explicit", "poll", "none"] = "explicit"
     repository_poll_secs: int = Field(default=30, ge=5)
     memory: MemoryConfig = MemoryConfig()
@@ -383,7 +398,8 @@ class AdminApiConfig(_Cfg):
 
 
 class TritonStackConfig(_Cfg):
-    environment: Literal["dev", "prod"]
+    environment: str = ""
+    tier: Tier
     cluster: ClusterSource = ClusterSource()
     namespace: str = "triton"
     node_pools: dict[str, NodePoolRef] = Field(min_length=1)
@@ -423,17 +439,35 @@ def _key(stack: str, loc: tuple[int | str, ...]) -> str:
     return f"{project_name(stack)}:{_path(loc)}"
 
 
-def parse_config(stack: str, raw: Mapping[str, Any], source: str | None = None) -> StackConfig:
-    """Validate a stack's config map (keys without the project namespace); ConfigError names the key."""
+def parse_config(
+    stack: str, raw: Mapping[str, Any], source: str | None = None, env: str | None = None
+) -> StackConfig:
+    """Validate a stack's config map (keys without the project namespace); ConfigError names the key.
+
+    ``env``: the stack's name, the ``environment`` when the map leaves it unset or empty.
+    """
     if stack not in MODELS:
         raise ConfigError("--stack", f"unknown stack {stack!r} (known: {', '.join(STACKS)})", source)
     model = MODELS[stack]
+    data = dict(raw)
+    named = bool(data.get("environment"))
+    if not named and env is not None:
+        data["environment"] = env
     try:
-        cfg = model.model_validate(dict(raw))
+        cfg = model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         raise ConfigError(_key(stack, loc), err["msg"], source) from exc
+    environment = getattr(cfg, "environment", "")
+    if not _DNS_LABEL.match(environment):
+        given = "" if named else f" (the stack's name {env!r}: set environment to a DNS label)" if env else ""
+        raise ConfigError(
+            _key(stack, ("environment",)),
+            f"{environment!r}{given} must be a DNS label (lowercase, digits, '-'; at most 63): "
+            "it is a label value and a tag",
+            source,
+        )
     _CHECKS[stack](cfg, source)
     return cfg  # type: ignore[return-value]
 
@@ -523,17 +557,42 @@ def _check_platform(cfg: Any, source: str | None) -> None:
             )
 
 
-def _check_repository(repo: ModelRepository, loc: tuple[int | str, ...], source: str | None) -> None:
+def _check_repository(
+    repo: ModelRepository, loc: tuple[int | str, ...], source: str | None, model_reader: str | None = None
+) -> None:
     if repo.type == "s3" and not (repo.uri or "").startswith("s3://"):
         raise ConfigError(_key("triton", (*loc, "uri")), "an s3 repository needs uri s3://...", source)
-    if repo.type == "s3" and not repo.role_arn:
+    if repo.type == "s3" and not repo.role_arn and model_reader is None:
         raise ConfigError(
             _key("triton", (*loc, "roleArn")),
-            "an s3 repository needs the IRSA role ARN its ServiceAccount assumes",
+            "an s3 repository needs the IRSA role its ServiceAccount assumes: the service's modelReader "
+            "(a cluster-aws modelReaders roleName) or an explicit roleArn",
             source,
+        )
+    if repo.role_arn and model_reader is not None:
+        raise ConfigError(
+            _key("triton", (*loc, "roleArn")), "set the service's modelReader or roleArn, not both", source
         )
     if repo.type == "pvc" and not repo.claim_name:
         raise ConfigError(_key("triton", (*loc, "claimName")), "a pvc repository needs claimName", source)
+
+
+def _check_model_reader(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
+    if not cfg.cluster.cluster_stack:
+        raise ConfigError(
+            _key("triton", (*loc, "modelReader")),
+            "the role ARN is read from the cluster-aws stack's modelReaders output: set cluster.clusterStack "
+            "(or give modelRepository.roleArn instead)",
+            source,
+        )
+    if svc.release is not None and svc.release.credentials_secret is not None:
+        # The agent follows botocore's chain: static keys from the Secret would win over the IRSA role.
+        raise ConfigError(
+            _key("triton", (*loc, "release", "credentialsSecret")),
+            "give either modelReader (IRSA: the pod's role reads the store) or credentialsSecret (static keys, "
+            "for non-AWS S3), not both: static keys would win over the role",
+            source,
+        )
 
 
 def _check_object_name(
@@ -579,6 +638,8 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             )
         if key in tk.keys[:j]:
             raise ConfigError(_key("triton", (*loc, "trustedKeys", "keys", j)), f"duplicate key {key!r}", source)
+    if tk.public_keys is not None:
+        _check_public_keys(tk, (*loc, "trustedKeys"), source)
     if parts.scheme != "s3":
         for field, value in (
             ("s3Endpoint", rel.s3_endpoint),
@@ -622,6 +683,45 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
         )
 
 
+_ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")  # DER SubjectPublicKeyInfo of an Ed25519 key
+
+
+def _check_public_keys(tk: TrustedKeys, loc: tuple[int | str, ...], source: str | None) -> None:
+    """``publicKeys``: the stack creates ConfigMap ``configMap`` from them; each is an Ed25519 public key PEM."""
+    import base64
+    import binascii
+
+    assert tk.public_keys is not None
+    if tk.secret is not None or tk.config_map is None:
+        raise ConfigError(
+            _key("triton", (*loc, "publicKeys")),
+            "the stack creates the ConfigMap named by configMap from publicKeys: set configMap, not secret",
+            source,
+        )
+    if set(tk.public_keys) != set(tk.keys):
+        raise ConfigError(
+            _key("triton", (*loc, "publicKeys")),
+            f"keys {sorted(tk.keys)} and publicKeys {sorted(tk.public_keys)} must name the same keys",
+            source,
+        )
+    for name, pem in tk.public_keys.items():
+        lines = [line.strip() for line in pem.strip().splitlines()]
+        ok = len(lines) >= 3 and lines[0] == "-----BEGIN PUBLIC KEY-----" and lines[-1] == "-----END PUBLIC KEY-----"
+        der = b""
+        if ok:
+            try:
+                der = base64.b64decode("".join(lines[1:-1]), validate=True)
+            except (binascii.Error, ValueError):
+                ok = False
+        if not ok or len(der) != 44 or not der.startswith(_ED25519_SPKI_PREFIX):
+            raise ConfigError(
+                _key("triton", (*loc, "publicKeys", name)),
+                "not an Ed25519 public key PEM (-----BEGIN PUBLIC KEY----- ..., the .pub file "
+                "`tritonops release keygen` writes; never the private key)",
+                source,
+            )
+
+
 def _check_canary(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
     canary = rel.canary
     assert canary is not None
@@ -655,10 +755,10 @@ def _check_scale_to_zero(cfg: Any, svc: Any, loc: tuple[int | str, ...], source:
             f"counter for the service's Ingresses; set ingress.mode to ingress (it is {cfg.ingress.mode!r})",
             source,
         )
-    if cfg.environment == "prod" and not a.allow_scale_to_zero:
+    if cfg.tier == PRODUCTION and not a.allow_scale_to_zero:
         raise ConfigError(
             _key("triton", (*loc, "minReplicas")),
-            "0 in prod: the first requests after idle wait for a node and a model load; "
+            "0 in tier production: the first requests after idle wait for a node and a model load; "
             "set autoscaling.allowScaleToZero: true to accept that",
             source,
         )
@@ -678,6 +778,24 @@ def _check_scale_to_zero(cfg: Any, svc: Any, loc: tuple[int | str, ...], source:
         )
 
 
+def _check_shared_public_keys(cfg: Any, source: str | None) -> None:
+    """Services that give one trusted-keys ConfigMap publicKeys give it the same ones (a service naming
+    it without publicKeys mounts the one the stack creates)."""
+    seen: dict[str, tuple[int, dict[str, str]]] = {}
+    for i, svc in enumerate(cfg.model_services):
+        tk = svc.release.trusted_keys if svc.release is not None else None
+        if tk is None or tk.config_map is None or tk.public_keys is None:
+            continue
+        first = seen.setdefault(tk.config_map, (i, tk.public_keys))
+        if first[1] != tk.public_keys:
+            raise ConfigError(
+                _key("triton", ("modelServices", i, "release", "trustedKeys", "publicKeys")),
+                f"ConfigMap {tk.config_map!r} gets other publicKeys from modelServices[{first[0]}]: give both "
+                "the same publicKeys, or another configMap",
+                source,
+            )
+
+
 def _check_triton(cfg: Any, source: str | None) -> None:
     from tritonops.k8s.budget import check_budget  # local: budget imports this module's types
 
@@ -686,6 +804,7 @@ def _check_triton(cfg: Any, source: str | None) -> None:
             gpu_family(pool.instance_type)
         except ValueError as exc:
             raise ConfigError(_key("triton", ("nodePools", name, "instanceType")), str(exc), source) from exc
+    _check_shared_public_keys(cfg, source)
     seen: set[str] = set()
     for i, svc in enumerate(cfg.model_services):
         k = ("modelServices", i)
@@ -739,7 +858,9 @@ def _check_triton(cfg: Any, source: str | None) -> None:
         if svc.release is not None:
             _check_release(cfg, svc, (*k, "release"), source)
         if svc.model_repository is not None:
-            _check_repository(svc.model_repository, (*k, "modelRepository"), source)
+            _check_repository(svc.model_repository, (*k, "modelRepository"), source, svc.model_reader)
+        if svc.model_reader is not None:
+            _check_model_reader(cfg, svc, k, source)
         if svc.autoscaling.enabled and svc.autoscaling.min_replicas == 0:
             _check_scale_to_zero(cfg, svc, (*k, "autoscaling"), source)
         image = _IMAGE.match(svc.image)
@@ -808,13 +929,14 @@ def stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> Path:
 
 def read_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(own config without namespace, other namespaces' keys as written) from Pulumi.<env>.yaml."""
-    if env not in ENVIRONMENTS:
-        raise ConfigError("--env", f"unknown environment {env!r} (known: {', '.join(ENVIRONMENTS)})")
+    check_env_name(env)
     if stack not in MODELS:
         raise ConfigError("--stack", f"unknown stack {stack!r} (known: {', '.join(STACKS)})")
     path = stack_file(stack, env, stacks_dir)
     if not path.is_file():
-        raise ConfigError("--env", f"no stack config file {path}; {project.HINT}")
+        known = ", ".join(stack_envs(stack, stacks_dir))
+        also = f" (stacks with one: {known})" if known else ""
+        raise ConfigError("--env", f"no stack config file {path}; {project.HINT}{also}")
     config = _read_config_map(path)
     prefix = project_name(stack) + ":"
     own: dict[str, Any] = {}
@@ -850,7 +972,26 @@ def _read_config_map(path: Path) -> dict[str, Any]:
 
 def load_stack_config(stack: str, env: str, stacks_dir: Path | None = None) -> StackConfig:
     own, _ = read_stack_file(stack, env, stacks_dir)
-    return parse_config(stack, own, source=str(stack_file(stack, env, stacks_dir)))
+    return parse_config(stack, own, source=str(stack_file(stack, env, stacks_dir)), env=env)
+
+
+def check_env_name(env: str) -> None:
+    """A stack name that is a safe file-name component (it names Pulumi.<env>.yaml), else ConfigError."""
+    if not _STACK_NAME.match(env):
+        raise ConfigError(
+            "--env",
+            f"{env!r} is not a stack name: letters, digits, '-', '_', '.' (not first), at most 100; "
+            "it names the file Pulumi.<env>.yaml",
+        )
+
+
+def stack_envs(stack: str, stacks_dir: Path | None = None) -> list[str]:
+    """The stacks of a project that have a file: every ``Pulumi.<env>.yaml`` of stacks/<stack>/, sorted."""
+    folder = (stacks_dir or project.stacks_dir()) / stack
+    if not folder.is_dir():
+        return []
+    envs = (p.name[len("Pulumi.") : -len(".yaml")] for p in folder.glob("Pulumi.*.yaml") if p.is_file())
+    return sorted(e for e in envs if _STACK_NAME.match(e))
 
 
 def config_keys(stack: str) -> dict[str, bool]:

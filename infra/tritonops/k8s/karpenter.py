@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonops import versions
 from tritonops.k8s.catalog import KARPENTER_AMI_FAMILIES, gpu_family, instance_family
-from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
+from tritonops.k8s.config import PRODUCTION, ClusterAwsConfig, GpuNodePoolConfig
 from tritonops.k8s.eks import node_labels, tags
 from tritonops.k8s.platform import HelmRelease
 from tritonops.k8s.triton import GPU_RESOURCE, NODE_POOL_LABEL
@@ -150,7 +150,7 @@ def objects(cfg: ClusterAwsConfig) -> list[Obj]:
 def release(cfg: ClusterAwsConfig, controller_role_arn: Any) -> HelmRelease:
     """The pinned chart; ``controller_role_arn`` is the IRSA role (a Pulumi Output in the stack)."""
     values: Obj = {
-        "replicas": 2 if cfg.environment == "prod" else 1,
+        "replicas": 2 if cfg.tier == PRODUCTION else 1,
         "serviceAccount": {
             "name": SERVICE_ACCOUNT,
             "annotations": {"eks.amazonaws.com/role-arn": controller_role_arn},

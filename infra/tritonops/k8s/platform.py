@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from tritonops import versions
-from tritonops.k8s.config import PlatformConfig
+from tritonops.k8s.config import PRODUCTION, TIER_LABEL, PlatformConfig
 
 Obj = dict[str, Any]
 
@@ -39,6 +39,7 @@ def labels(cfg: PlatformConfig) -> dict[str, str]:
         "app.kubernetes.io/part-of": "tritonops",
         "app.kubernetes.io/managed-by": "tritonops",
         "tritonops.io/environment": cfg.environment,
+        TIER_LABEL: cfg.tier,
     }
 
 
@@ -248,7 +249,7 @@ def monitoring_objects(cfg: PlatformConfig) -> list[Obj]:
 
 
 def keda_release(cfg: PlatformConfig) -> HelmRelease:
-    replicas = 2 if cfg.environment == "prod" else 1
+    replicas = 2 if cfg.tier == PRODUCTION else 1
     values: Obj = {
         "operator": {"replicaCount": replicas},
         "metricsServer": {"replicaCount": replicas},

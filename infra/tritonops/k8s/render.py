@@ -4,16 +4,22 @@ Layout of ``--out DIR``::
 
     NN-<kind>-<namespace>-<name>.yaml   one Kubernetes object per file, in apply order
     kustomization.yaml                  lists them
-    helm/releases.yaml                  pinned charts (name, chart, version, repo, namespace, values file)
-    helm/<release>.values.yaml          the values Pulumi passes to each release
+    helm/NN-<kind>-<name>.yaml          Flux HelmRepository + HelmRelease per chart the stack installs
+                                        (pinned version, the values Pulumi passes, inline; see gitops.py)
+    helm/kustomization.yaml             lists them (apply where Flux runs: they live in flux-system)
+    stack-outputs.yaml                  what the stack exports that its config decides (triton: services'
+                                        endpoints, ingress hosts, channels), as `pulumi stack output` shows
     aws/<NN>-<type>.yaml                AWS resources (cluster-aws): EKS cluster and node groups
-    secrets-required.yaml               Secrets whose values live in Pulumi secret config: create them
+    secrets-required.yaml               Secrets whose values live in Pulumi secret config, Secrets and
+                                        ConfigMaps the user creates (each with its `command`), and the
+                                        cluster's prerequisites (each with a `check`): create them
     .tritonops-render                   what this render wrote: the next render removes files it no longer writes
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from typing import Any
 import yaml
 
 from tritonops.k8s.config import load_stack_config
+from tritonops.k8s.gitops import flux_objects
 from tritonops.k8s.stacks import RenderSet, render_set
 
 
@@ -39,12 +46,15 @@ class Written:
     name: str
 
 
-def build(stack: str, env: str, stacks_dir: Path | None = None) -> RenderSet:
+def build(
+    stack: str, env: str, stacks_dir: Path | None = None, reader_arns: Mapping[str, str] | None = None
+) -> RenderSet:
     """Parse Pulumi.<env>.yaml (same parser as the stack) and build the objects.
 
-    ``stacks_dir``: default the project folder's stacks/ (tritonops.project).
+    ``stacks_dir``: default the project folder's stacks/ (tritonops.project). ``reader_arns``: the
+    cluster-aws stack's model-reader role ARNs by roleName (default: a placeholder with ``<account-id>``).
     """
-    return render_set(stack, env, load_stack_config(stack, env, stacks_dir))
+    return render_set(stack, env, load_stack_config(stack, env, stacks_dir), reader_arns)
 
 
 def write(rs: RenderSet, out: Path) -> list[Written]:
@@ -65,22 +75,22 @@ def write(rs: RenderSet, out: Path) -> list[Written]:
     if rs.releases:
         helm = out / "helm"
         helm.mkdir(exist_ok=True)
-        index = []
-        for rel in rs.releases:
-            vf = f"{rel.name}.values.yaml"
-            (helm / vf).write_text(_dump(rel.values))
-            index.append(
-                {
-                    "name": rel.name,
-                    "chart": rel.chart,
-                    "version": rel.version,
-                    "repo": rel.repo,
-                    "namespace": rel.namespace,
-                    "valuesFile": vf,
-                }
-            )
-            written.append(Written(helm / vf, "HelmRelease", f"{rel.namespace}/{rel.name}@{rel.version}"))
-        (helm / "releases.yaml").write_text(_dump({"releases": index}))
+        helm_files = []
+        for i, obj in enumerate(flux_objects(rs.releases, rs.release_deps)):
+            meta = obj["metadata"]
+            fname = f"{i:02d}-{_slug(obj['kind'])}-{_slug(meta['name'])}.yaml"
+            (helm / fname).write_text(_dump(obj))
+            helm_files.append(fname)
+            what = f"{meta['namespace']}/{meta['name']}"
+            if obj["kind"] == "HelmRelease":
+                what += f"@{obj['spec']['chart']['spec']['version']}"
+            written.append(Written(helm / fname, obj["kind"], what))
+        kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": helm_files}
+        (helm / "kustomization.yaml").write_text(_dump(kust))
+        written.append(Written(helm / "kustomization.yaml", "Kustomization", "helm/kustomization"))
+    if rs.outputs:
+        (out / "stack-outputs.yaml").write_text(_dump(rs.outputs))
+        written.append(Written(out / "stack-outputs.yaml", "Stack outputs", rs.stack))
     if rs.aws:
         aws = out / "aws"
         aws.mkdir(exist_ok=True)
@@ -89,12 +99,23 @@ def write(rs: RenderSet, out: Path) -> list[Written]:
             path = aws / f"{i:02d}-{_slug(res['type'].rsplit(':', 1)[1])}-{_slug(name)}.yaml"
             path.write_text(_dump(res))
             written.append(Written(path, res["type"], name))
-    if rs.secrets:
-        (out / "secrets-required.yaml").write_text(_dump({"secrets": rs.secrets}))
+    if rs.secrets or rs.prerequisites:
+        doc: dict[str, Any] = {"secrets": rs.secrets}
+        if rs.prerequisites:
+            doc["prerequisites"] = rs.prerequisites
+        (out / "secrets-required.yaml").write_text(_dump(doc))
         for s in rs.secrets:
             written.append(
-                Written(out / "secrets-required.yaml", "Secret (not rendered)", f"{s['namespace']}/{s['name']}")
+                Written(
+                    out / "secrets-required.yaml",
+                    f"{s.get('kind', 'Secret')} (not rendered)",
+                    f"{s['namespace']}/{s['name']}",
+                )
             )
+        for p in rs.prerequisites:
+            ns = p.get("namespace")
+            where = f"{ns + '/' if ns else ''}{p['name']}"
+            written.append(Written(out / "secrets-required.yaml", f"{p['kind']} (prerequisite)", where))
     _prune(out, {w.path for w in written})
     return written
 

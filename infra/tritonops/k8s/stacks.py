@@ -7,12 +7,12 @@ program would create, from the same parsed configuration and the same builders, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import eks, karpenter, platform, triton
+from tritonops.k8s import eks, karpenter, outputs, platform, required, triton
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.config import (
     ClusterAwsConfig,
@@ -43,16 +43,26 @@ class RenderSet:
     objects: list[Obj] = field(default_factory=list)
     releases: list[HelmRelease] = field(default_factory=list)
     aws: list[Obj] = field(default_factory=list)
-    secrets: list[Obj] = field(default_factory=list)  # Secrets whose values only the Pulumi engine holds
+    secrets: list[Obj] = field(default_factory=list)  # Secrets whose values only the Pulumi engine holds ...
+    # ... and (with `command`) the Secrets/ConfigMaps the user creates (tritonops.k8s.required)
+    prerequisites: list[Obj] = field(default_factory=list)  # what the cluster must already run
+    outputs: Obj = field(default_factory=dict)  # what the stack exports that its config alone decides
+    # release name -> releases it waits for (the program's depends_on between charts)
+    release_deps: dict[str, list[str]] = field(default_factory=dict)
 
 
-def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
+def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str, str] | None = None) -> RenderSet:
+    """``reader_arns``: modelReader roleName -> ARN (cluster-aws's output); None: a placeholder ARN."""
     out = RenderSet(stack, env)
     if isinstance(cfg, TritonStackConfig):
         out.objects += triton.namespace_objects(cfg)
         for svc in cfg.model_services:
-            out.objects += triton.service_objects(cfg, svc)
+            arn = (reader_arns or {}).get(svc.model_reader) if svc.model_reader else None
+            out.objects += triton.service_objects(cfg, svc, arn)
+        out.outputs = triton_outputs(cfg)
         out.secrets.append(_secret_ref(triton.admin_secret(cfg, None), project_name(stack) + ":" + ADMIN_TOKEN_KEY))
+        out.secrets += required.user_secrets(cfg)
+        out.prerequisites += required.prerequisites(cfg)
     elif isinstance(cfg, PlatformConfig):
         if cfg.monitoring.enabled:
             out.objects += platform.monitoring_objects(cfg)
@@ -71,6 +81,9 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
         if cfg.keda.enabled:
             out.objects += platform.keda_objects(cfg)
             out.releases.append(platform.keda_release(cfg))
+        if cfg.monitoring.enabled:  # as platform_program: the others' ServiceMonitors need its CRDs
+            first = out.releases[0].name
+            out.release_deps = {r.name: [first] for r in out.releases[1:]}
     elif isinstance(cfg, ClusterAwsConfig):
         out.aws.append({"type": "aws:eks/cluster:Cluster", "spec": eks.cluster_spec(cfg)})
         out.aws += [
@@ -95,6 +108,25 @@ def render_set(stack: str, env: str, cfg: StackConfig) -> RenderSet:
             out.releases.append(karpenter.release(cfg, role))
             out.objects += karpenter.objects(cfg)
     return out
+
+
+def triton_outputs(cfg: TritonStackConfig) -> Obj:
+    """The triton stack's exports (``pulumi stack output``), the same as ``render``'s stack-outputs.yaml."""
+    plan = check_budget(cfg)
+    return {
+        "namespace": cfg.namespace,
+        "services": outputs.triton_services(cfg),
+        "gpuBudget": {
+            b.service: {
+                "pool": b.node_pool,
+                "needMiB": b.need_mib,
+                "capacityMiB": b.capacity_mib,
+                "modelLoadGpuLimit": b.load_limit_fraction,
+            }
+            for bs in plan.values()
+            for b in bs
+        },
+    }
 
 
 def _secret_ref(obj: Obj, config_key: str) -> Obj:
@@ -158,19 +190,27 @@ def pulumi_config(stack: str) -> StackConfig:
         value = cfg.get(key)
         if value is not None:
             raw[key] = _decode(value, is_str)
-    return parse_config(stack, raw, source=f"Pulumi.{pulumi.get_stack()}.yaml")
+    return parse_config(stack, raw, source=f"Pulumi.{pulumi.get_stack()}.yaml", env=pulumi.get_stack())
 
 
-def kube_provider(name: str, source: ClusterSource) -> Any:
-    """An explicit Kubernetes provider: cluster-aws's kubeconfig output, a kubeconfig file, or ambient."""
+def cluster_reference(name: str, source: ClusterSource) -> Any:
+    """The cluster-aws stack named by ``cluster.clusterStack`` (a StackReference), or None."""
     import pulumi
+
+    if not source.cluster_stack:
+        return None
+    return pulumi.StackReference(f"{name}-cluster", stack_name=source.cluster_stack)
+
+
+def kube_provider(name: str, source: ClusterSource, ref: Any = None) -> Any:
+    """An explicit Kubernetes provider: cluster-aws's kubeconfig output, a kubeconfig file, or ambient.
+    ``ref``: the stack's :func:`cluster_reference`, when it already made one."""
     import pulumi_kubernetes as k8s
 
     kubeconfig: Any = None
     if source.cluster_stack:
-        kubeconfig = pulumi.StackReference(f"{name}-cluster", stack_name=source.cluster_stack).require_output(
-            "kubeconfig"
-        )
+        ref = ref if ref is not None else cluster_reference(name, source)
+        kubeconfig = ref.require_output("kubeconfig")
     elif source.kubeconfig:
         path = Path(source.kubeconfig).expanduser()
         if not path.is_file():
@@ -247,6 +287,8 @@ def cluster_aws_program() -> dict[str, Any]:
     pulumi.export("oidcIssuer", issuer)
     pulumi.export("nodePools", eks.node_pools_summary(cfg))
     pulumi.export("modelReaderRoleArns", {name: role_.arn for name, role_ in readers.items()})
+    # What the triton stack reads (outputs.reader_arn): each role with the ServiceAccount it trusts.
+    pulumi.export(outputs.MODEL_READERS, outputs.model_readers(cfg, {n: r.arn for n, r in readers.items()}))
     return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **out}
 
 
@@ -316,36 +358,54 @@ def triton_program() -> dict[str, Any]:
             f"{project_name('triton')}:{ADMIN_TOKEN_KEY}",
             f"set the admin API header value: pulumi config set --secret {ADMIN_TOKEN_KEY} VALUE",
         )
-    provider = kube_provider("triton", cfg.cluster)
+    from tritonops.k8s import bootstrap
+
+    if bootstrap.enabled():  # at preview and up, before anything is created: each pull-mode channel exists
+        bootstrap.check_channels(cfg, source=f"Pulumi.{pulumi.get_stack()}.yaml")
+    ref = cluster_reference("triton", cfg.cluster)
+    provider = kube_provider("triton", cfg.cluster, ref)
     opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     ns = TritonNamespace("triton", TritonNamespaceArgs(cfg, token), opts)
     services = [
-        TritonService(svc.name, TritonServiceArgs(cfg, svc), opts, depends_on=[ns]) for svc in cfg.model_services
+        TritonService(
+            svc.name, TritonServiceArgs(cfg, svc, _reader_arn(cfg, i, ref)), opts, depends_on=[ns]
+        )
+        for i, svc in enumerate(cfg.model_services)
     ]
-    plan = check_budget(cfg)
-    pulumi.export("namespace", cfg.namespace)
-    pulumi.export(
-        "gpuBudget",
-        {
-            b.service: {
-                "pool": b.node_pool,
-                "needMiB": b.need_mib,
-                "capacityMiB": b.capacity_mib,
-                "modelLoadGpuLimit": b.load_limit_fraction,
-            }
-            for bs in plan.values()
-            for b in bs
-        },
-    )
+    for key, value in triton_outputs(cfg).items():
+        pulumi.export(key, value)
     return {"namespace": ns, "services": services}
+
+
+def _reader_arn(cfg: TritonStackConfig, index: int, ref: Any) -> Any:
+    """Model service ``index``'s modelReader role ARN from cluster-aws's ``modelReaders`` output
+    (an Output), or None when the service names no modelReader. The config parser already refused
+    a modelReader without ``cluster.clusterStack``."""
+    if cfg.model_services[index].model_reader is None:
+        return None
+    assert ref is not None and cfg.cluster.cluster_stack is not None
+    stack = cfg.cluster.cluster_stack
+    return ref.require_output(outputs.MODEL_READERS).apply(
+        lambda readers: outputs.reader_arn(cfg, index, readers, stack)
+    )
 
 
 PROGRAMS = {"cluster-aws": cluster_aws_program, "platform": platform_program, "triton": triton_program}
 
 
 def run(stack_dir: Path | str) -> dict[str, Any]:
-    """Entry point of ``stacks/<stack>/__main__.py``, which passes its own folder: the stack is its name."""
+    """Entry point of ``stacks/<stack>/__main__.py``, which passes its own folder. The stack is the
+    folder's name in this checkout, else the Pulumi project's (``tritonops-<stack>``): a stack folder
+    copied anywhere under any name runs the same program."""
     stack = Path(stack_dir).name
     if stack not in PROGRAMS:
-        raise ValueError(f"{stack_dir}: not a stack folder (known: {', '.join(PROGRAMS)})")
+        import pulumi
+
+        require_engine(stack)
+        project = pulumi.get_project()
+        found = [s for s in PROGRAMS if project_name(s) == project]
+        if not found:
+            known = ", ".join(project_name(s) for s in PROGRAMS)
+            raise ValueError(f"{stack_dir}: Pulumi project {project!r} is not a tritonops stack (known: {known})")
+        stack = found[0]
     return PROGRAMS[stack]()

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 from tritonops.agent.bundle import build_bytes
 from tritonops.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
 from tritonops.k8s.budget import ServiceBudget, service_budget, triton_memory_args
-from tritonops.k8s.config import CanaryConfig, ModelService, TritonStackConfig
+from tritonops.k8s.config import TIER_LABEL, CanaryConfig, ModelService, TritonStackConfig
 from tritonops.observability import keda
 from tritonops.observability.dashboards import dashboards
 from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
@@ -132,6 +132,7 @@ def labels(cfg: TritonStackConfig, svc: ModelService | None = None, track: str |
         "app.kubernetes.io/part-of": "tritonops",
         "app.kubernetes.io/managed-by": "tritonops",
         "tritonops.io/environment": cfg.environment,
+        TIER_LABEL: cfg.tier,
     }
     if svc is not None:
         out |= selector(svc) | {"app.kubernetes.io/version": image_tag(svc.image)}
@@ -497,14 +498,52 @@ def release_volumes(svc: ModelService) -> list[Obj]:
     return volumes
 
 
+def trusted_keys_config_maps(cfg: TritonStackConfig) -> list[Obj]:
+    """The ConfigMaps of trusted public keys the stack creates: those of ``release.trustedKeys.publicKeys``.
+
+    Several services (and a canary) may name one ConfigMap; they must then give it the same keys.
+    """
+    maps: dict[str, dict[str, str]] = {}
+    for i, svc in enumerate(cfg.model_services):
+        tk = svc.release.trusted_keys if svc.release is not None else None
+        if tk is None or tk.public_keys is None or tk.config_map is None:
+            continue
+        data = {k: v.strip() + "\n" for k, v in sorted(tk.public_keys.items())}
+        if maps.setdefault(tk.config_map, data) != data:
+            raise ValueError(
+                f"modelServices[{i}].release.trustedKeys.publicKeys: ConfigMap {tk.config_map!r} gets other "
+                "keys from another model service; give both the same publicKeys or another configMap"
+            )
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, cfg), "data": data}
+        for name, data in sorted(maps.items())
+    ]
+
+
 # --- per model service ---------------------------------------------------------------------------
 
 
-def service_account(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+
+
+def reader_arn_placeholder(role_name: str) -> str:
+    """What ``render`` writes for a modelReader's ARN: only the cluster-aws stack's state knows the account."""
+    return f"arn:aws:iam::<account-id>:role/{role_name}"
+
+
+def service_account(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = None) -> Obj:
+    """The service's ServiceAccount, annotated for IRSA with ``svc.model_reader``'s role (``role_arn``:
+    the cluster-aws stack's output, a Pulumi Output in the stack; None: the placeholder ``render``
+    writes) or with an s3 ``modelRepository.roleArn``."""
     meta = _meta(name_of(svc), cfg, svc)
     repo = svc.model_repository
-    if repo is not None and repo.type == "s3":
-        meta["annotations"] = {"eks.amazonaws.com/role-arn": repo.role_arn}
+    arn: Any = None
+    if svc.model_reader is not None:
+        arn = role_arn if role_arn is not None else reader_arn_placeholder(svc.model_reader)
+    elif repo is not None and repo.type == "s3":
+        arn = repo.role_arn
+    if arn is not None:
+        meta["annotations"] = {IRSA_ROLE_ANNOTATION: arn}
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -1024,12 +1063,12 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
     ]
 
 
-def service_objects(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
-    """Everything one model service needs, in apply order."""
+def service_objects(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = None) -> list[Obj]:
+    """Everything one model service needs, in apply order (``role_arn``: see :func:`service_account`)."""
     budget = service_budget(svc, cfg)
     canary = [CANARY] if canary_of(svc) is not None else []
     objs = [
-        service_account(cfg, svc),
+        service_account(cfg, svc, role_arn),
         deployment(cfg, svc, budget),
         *[deployment(cfg, svc, budget, track) for track in canary],
         service(cfg, svc),
@@ -1196,4 +1235,5 @@ def namespace_objects(cfg: TritonStackConfig) -> list[Obj]:
         prometheus_rule(cfg),
         dashboards_config_map(cfg),
         agent_config_map(cfg),
+        *trusted_keys_config_maps(cfg),
     ]

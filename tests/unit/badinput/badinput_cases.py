@@ -297,8 +297,11 @@ def _cases() -> list[Case]:
              names=("nosuch",), setup=kit))
     add(Case("render-stack-empty", ("render", "--stack", "", "--env", "dev", "--out", f"{T}/out"),
              names=("--stack", "stack"), setup=kit))
-    add(Case("render-env-unknown", ("render", "--stack", "triton", "--env", "staging", "--out", f"{T}/out"),
-             names=("staging",), setup=kit))
+    # Any stack with a Pulumi.<env>.yaml renders; one without a file, or a name that is no file name, is refused.
+    add(Case("render-env-unknown", ("render", "--stack", "triton", "--env", "qa", "--out", f"{T}/out"),
+             names=("Pulumi.qa.yaml",), setup=kit))
+    add(Case("render-env-path", ("render", "--stack", "triton", "--env", "../dev", "--out", f"{T}/out"),
+             names=("../dev",), setup=kit))
     add(Case("render-out-empty", ("render", "--stack", "triton", "--env", "dev", "--out", ""), names=("--out",),
              setup=kit))
     add(Case("render-out-file", ("render", "--stack", "triton", "--env", "dev", "--out", f"{T}/precious.txt"),
@@ -324,7 +327,7 @@ def _cases() -> list[Case]:
     add(Case("drift-inventory-fifo", ("drift", "-i", f"{T}/fifo.json"), names=("fifo.json",), setup=kit))
     add(Case("drift-playbook-missing", ("drift", *inv, "--playbook", f"{T}/nope.yml"), names=("nope.yml",),
              setup=has_inv))
-    add(Case("drift-pulumi-env-unknown", ("drift", "--source", "pulumi", "--env", "staging"), names=("staging",),
+    add(Case("drift-pulumi-env-unknown", ("drift", "--source", "pulumi", "--env", "qa"), names=("qa",),
              setup=kit))
     add(Case("drift-pulumi-stack-unknown", ("drift", "--source", "pulumi", "--stack", "nosuch"),
              names=("nosuch",), setup=kit))

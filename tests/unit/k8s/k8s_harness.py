@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pulumi
 import yaml
+from tritonops.k8s.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 from tritonops.k8s.config import project_name
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +34,41 @@ SECRETS = {
         }
     ),
 }
+# Every committed stack file, (stack, env): stacks are found, never listed (any stack name is one).
+STACK_FILES = [
+    (p.parent.name, p.name[len("Pulumi.") : -len(".yaml")])
+    for p in sorted(STACKS_DIR.glob("*/Pulumi.*.yaml"))
+    if (p.parent / "Pulumi.yaml").is_file()
+]
+
+
+def envs(stack: str = "triton") -> list[str]:
+    """The committed stack files of a stack (sorted env names)."""
+    return [e for s, e in STACK_FILES if s == stack]
+
+
 FAKE_KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})
+
+
+def cluster_outputs(stack_name: str) -> dict[str, Any]:
+    """What a cluster-aws stack ``org/tritonops-cluster-aws/<env>`` exports, as far as its committed
+    stack file decides it (modelReaders' ARNs take the mocks' account 111122223333)."""
+    env = stack_name.rsplit("/", 1)[-1]
+    path = STACKS_DIR / "cluster-aws" / f"Pulumi.{env}.yaml"
+    readers = yaml.safe_load(path.read_text())["config"].get("tritonops-cluster-aws:modelReaders", []) if path.is_file() else []
+    return {
+        "kubeconfig": FAKE_KUBECONFIG,
+        "modelReaders": {
+            r["roleName"]: {
+                "arn": f"arn:aws:iam::111122223333:role/{r['roleName']}",
+                "namespace": r.get("namespace", "triton"),
+                "serviceAccount": r["serviceAccount"],
+                "bucket": r["bucket"],
+                "prefix": r.get("prefix", ""),
+            }
+            for r in readers
+        },
+    }
 
 
 @dataclass
@@ -52,7 +88,7 @@ class Mocks(pulumi.runtime.Mocks):
         self.resources.append(Captured(args.typ, args.name, inputs))
         state = dict(inputs)
         if args.typ == "pulumi:pulumi:StackReference":
-            state = {"name": inputs.get("name"), "outputs": {"kubeconfig": FAKE_KUBECONFIG}}
+            state = {"name": inputs.get("name"), "outputs": cluster_outputs(str(inputs.get("name")))}
         elif args.typ == "aws:eks/cluster:Cluster":
             state |= {
                 "arn": f"arn:aws:eks:us-west-2:111122223333:cluster/{inputs.get('name')}",
@@ -91,6 +127,11 @@ def stack_config(
             raw.pop(full, None)
         else:
             raw[full] = value
+    # As the engine does (pkg/workspace/config.go mergeConfig): Pulumi.yaml's defaults for the keys left unset.
+    for key, spec in (yaml.safe_load((STACKS_DIR / stack / "Pulumi.yaml").read_text()).get("config") or {}).items():
+        full = key if ":" in key else prefix + key
+        if isinstance(spec, dict) and spec.get("default") is not None and full not in raw:
+            raw[full] = spec["default"]
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
     secret_keys = []
     if secrets:
@@ -118,9 +159,12 @@ def run_program(
     secrets: bool = True,
     mocks: Mocks | None = None,
     omit: tuple[str, ...] = (),
+    check_channels: bool = False,
 ) -> Mocks:
     """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns.
-    ``secrets``: set the SECRETS of the stack, less the keys in ``omit``."""
+    ``secrets``: set the SECRETS of the stack, less the keys in ``omit``. ``check_channels``: let the
+    triton program read its release stores (tritonops.k8s.bootstrap; off here: the stores of the
+    committed files are not reachable from tests)."""
     mocks = mocks if mocks is not None else Mocks()
     pulumi.runtime.set_mocks(mocks, project=project_name(stack), stack=env, preview=False)
     config, secret_keys = stack_config(stack, env, overrides, secrets, omit)
@@ -144,7 +188,18 @@ def run_program(
             stacks.run = original
         return pulumi.Output.all(*_urns(created))
 
-    program()
+    saved = os.environ.get(CHANNEL_CHECK_ENV)
+    if not check_channels:
+        os.environ[CHANNEL_CHECK_ENV] = "off"
+    else:
+        os.environ.pop(CHANNEL_CHECK_ENV, None)
+    try:
+        program()
+    finally:
+        if saved is None:
+            os.environ.pop(CHANNEL_CHECK_ENV, None)
+        else:
+            os.environ[CHANNEL_CHECK_ENV] = saved
     return mocks
 
 
@@ -197,3 +252,34 @@ def run_fn(fn: Any, project: str = "tritonops-test", stack: str = "dev") -> Mock
 
     program()
     return mocks
+
+
+def direct_prod_services() -> list[dict[str, Any]]:
+    """The prod example's model services in the modes where Triton reads its models itself (no release
+    agent): vision from s3:// with its IRSA modelReader, embeddings from a PVC in poll mode. The
+    committed prod example uses the release flow; tests of the direct modes start from these."""
+    from tritonops.k8s.config import read_stack_file
+
+    services = [dict(s) for s in read_stack_file("triton", "prod")[0]["modelServices"]]
+    vision, embeddings = services[0], services[1]
+    vision.pop("release", None)
+    vision["modelRepository"] = {"type": "s3", "uri": "s3://tritonops-models-prod/vision", "region": "us-west-2"}
+    vision["modelControlMode"] = "explicit"
+    for key in ("release", "modelReader"):
+        embeddings.pop(key, None)
+    embeddings["modelRepository"] = {"type": "pvc", "claimName": "embeddings-models"}
+    embeddings["modelControlMode"] = "poll"
+    embeddings["repositoryPollSecs"] = 60
+    return services
+
+
+def strict_schema(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` on every object that lists its properties."""
+    if isinstance(schema, dict):
+        out = {k: strict_schema(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict_schema(v) for v in schema]
+    return schema

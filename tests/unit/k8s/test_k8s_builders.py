@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import ROOT
+from k8s_harness import ROOT, direct_prod_services
 from tritonops import versions
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.bundle import build_bytes
@@ -37,6 +37,14 @@ from tritonops.observability.rules import rule_groups
 
 def _triton(env: str = "prod") -> TritonStackConfig:
     cfg = load_stack_config("triton", env)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def _direct() -> TritonStackConfig:
+    """prod with Triton reading its models itself (s3:// and a PVC), as before the release flow."""
+    raw = {**read_stack_file("triton", "prod")[0], "modelServices": direct_prod_services()}
+    cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     return cfg
 
@@ -108,7 +116,7 @@ def test_spread_is_hard_only_when_configured() -> None:
 
 
 def test_triton_args_explicit_mode_loads_each_model() -> None:
-    cfg = _triton()
+    cfg = _direct()
     args = _args(triton.deployment(cfg, cfg.model_services[0]))
     assert args["--model-repository"] == ["s3://tritonops-models-prod/vision"]
     assert args["--model-control-mode"] == ["explicit"]
@@ -119,7 +127,7 @@ def test_triton_args_explicit_mode_loads_each_model() -> None:
 
 
 def test_triton_args_poll_mode_from_pvc() -> None:
-    cfg = _triton()
+    cfg = _direct()
     dep = triton.deployment(cfg, cfg.model_services[1])
     args = _args(dep)
     assert args["--model-control-mode"] == ["poll"] and args["--repository-poll-secs"] == ["60"]
@@ -199,7 +207,7 @@ def test_every_triton_flag_exists_in_tritonserver() -> None:
 
 
 def test_service_ports_and_scrape_job_label() -> None:
-    cfg = _triton()
+    cfg = _direct()
     svc = triton.service(cfg, cfg.model_services[0])
     assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000), ("grpc", 8001), ("metrics", 8002)]
     assert svc["metadata"]["labels"][triton.JOB_LABEL] == triton.SCRAPE_JOB
@@ -215,7 +223,7 @@ def test_pdb_min_available_in_prod_max_unavailable_in_dev() -> None:
 
 
 def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheus() -> None:
-    cfg = _triton()
+    cfg = _direct()
     np_ = triton.network_policy(cfg, cfg.model_services[0])
     inference, metrics = np_["spec"]["ingress"]
     assert {p["port"] for p in inference["ports"]} == {8000, 8001}
@@ -228,7 +236,7 @@ def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheu
 
 
 def test_service_account_irsa_annotation_for_s3() -> None:
-    cfg = _triton()
+    cfg = _direct()
     sa = triton.service_account(cfg, cfg.model_services[0])
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(":role/tritonops-prod-model-reader")
     assert "annotations" not in triton.service_account(cfg, cfg.model_services[1])["metadata"]
@@ -720,7 +728,7 @@ def test_release_metrics_reach_prometheus() -> None:
     inference, metrics = triton.network_policy(cfg, svc)["spec"]["ingress"]
     assert {p["port"] for p in metrics["ports"]} == {triton.METRICS_PORT, triton.AGENT_PORT}
     assert triton.AGENT_PORT not in {p["port"] for p in inference["ports"]}  # apps cannot read it
-    prod = _triton("prod")  # no release: nothing of the agent
+    prod = _direct()  # no release: nothing of the agent
     assert "agent-metrics" not in {p["name"] for p in triton.service(prod, prod.model_services[0])["spec"]["ports"]}
     assert len(triton.service_monitor(prod, prod.model_services[0])["spec"]["endpoints"]) == 1
     dep = triton.deployment(prod, prod.model_services[0])
@@ -881,7 +889,7 @@ def _prod_canary_cfg() -> TritonStackConfig:
     """prod (gateway routes, spread, PDB minAvailable) with vision pulling `stable` and a canary."""
     raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
     svc = raw["modelServices"][0]
-    del svc["modelRepository"]
+    svc.pop("modelRepository", None)  # the committed prod is in release mode already
     svc["release"] = copy.deepcopy(PROD_RELEASE)
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)

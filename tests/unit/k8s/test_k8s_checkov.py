@@ -8,6 +8,7 @@ the list cannot outlive its reasons.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -16,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT
-from tritonops.k8s.config import ENVIRONMENTS
+from k8s_harness import ROOT, envs
+from tritonops.k8s.config import load_stack_config
 
 CHECKOV = ROOT / ".cache" / "checkov-venv" / "bin" / "checkov"
 STACKS = ("triton", "platform")
 
-# (check id, environment or None for every environment) -> why the check does not apply.
+# (check id, tier or None for every stack) -> why the check does not apply. By tier (the stack's config),
+# never by stack name: a staging or qa stack of tier non-production is skipped like dev.
 SKIPS: dict[tuple[str, str | None], str] = {
     ("CKV_K8S_11", None): (
         "no CPU limits on purpose: CFS quota throttles Triton's and the agent's threads mid-request and "
@@ -37,10 +39,12 @@ SKIPS: dict[tuple[str, str | None], str] = {
         "uid 1000 is the NGC image's own triton-server user; the pods run non-root, no privilege "
         "escalation, all capabilities dropped, read-only root, seccomp RuntimeDefault"
     ),
-    ("CKV_K8S_43", "dev"): "dev follows image tags; prod pins digests (policy triton-pinned-images, requireDigest)",
-    ("CKV_K8S_15", "dev"): (
-        "IfNotPresent with a tag in dev, so nodes keep starting pods without the registry; prod pins "
-        "digests, which this check accepts with IfNotPresent"
+    ("CKV_K8S_43", "non-production"): (
+        "non-production follows image tags; production pins digests (policy triton-pinned-images)"
+    ),
+    ("CKV_K8S_15", "non-production"): (
+        "IfNotPresent with a tag in non-production, so nodes keep starting pods without the registry; "
+        "production pins digests, which this check accepts with IfNotPresent"
     ),
 }
 
@@ -50,8 +54,13 @@ def _env_of(file_path: str) -> str:
     return file_path.strip("/").split("/", 1)[0].rsplit("-", 1)[1]
 
 
+@functools.cache
+def _tier(env: str) -> str:
+    return load_stack_config("triton", env).tier
+
+
 def _skip_for(check_id: str, env: str) -> tuple[str, str | None] | None:
-    for key in ((check_id, env), (check_id, None)):
+    for key in ((check_id, _tier(env)), (check_id, None)):
         if key in SKIPS:
             return key
     return None
@@ -64,7 +73,7 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("render")
     tritonops = Path(sys.executable).parent / "tritonops"
     for stack in STACKS:
-        for env in ENVIRONMENTS:
+        for env in envs(stack):
             cmd = [str(tritonops), "render", "--stack", stack, "--env", env, "--out", str(out / f"{stack}-{env}")]
             subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     proc = subprocess.run(
@@ -90,7 +99,7 @@ def test_checkov_finds_nothing_outside_the_skip_list(scan: dict[str, Any]) -> No
     ]
     passed = Counter(_env_of(c["file_path"]) for c in results["passed_checks"])
     skipped = Counter(_env_of(c["file_path"]) for c in failed)
-    for env in ENVIRONMENTS:
+    for env in envs("triton"):
         print(f"checkov {env}: {passed[env]} passed, {skipped[env]} failed but skipped (reasons in SKIPS)")
     print(f"checkov total: {scan['summary']}")
     assert passed["dev"] and passed["prod"], "checkov judged nothing: did the render or the scan change?"

@@ -117,14 +117,15 @@ def test_triton_namespace_children_and_admin_secret() -> None:
 def test_triton_service_children_match_builders() -> None:
     cfg: TritonStackConfig = _cfg("triton", "prod")
     svc = cfg.model_services[0]
-    mocks = run_fn(lambda: [TritonService(svc.name, TritonServiceArgs(cfg, svc))])
+    arn = "arn:aws:iam::111122223333:role/tritonops-prod-model-reader"  # prod's modelReader (cluster-aws's output)
+    mocks = run_fn(lambda: [TritonService(svc.name, TritonServiceArgs(cfg, svc, arn))])
     assert [r.name for r in mocks.of_type("tritonops:triton:TritonService")] == ["vision"]
     captured = {
         (r.inputs["kind"], r.inputs["metadata"]["name"]): as_ints(r.inputs)
         for r in mocks.resources
         if r.typ.startswith("kubernetes:")
     }
-    for obj in triton.service_objects(cfg, svc):
+    for obj in triton.service_objects(cfg, svc, arn):
         assert captured[(obj["kind"], obj["metadata"]["name"])] == obj
     assert mocks.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")
     assert mocks.of_type("kubernetes:gateway.networking.k8s.io/v1:GRPCRoute")

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import STACKS_DIR
+from k8s_harness import STACK_FILES, STACKS_DIR, envs
 from tritonops.k8s.config import (
-    ENVIRONMENTS,
     STACKS,
     ConfigError,
     config_keys,
@@ -24,11 +23,11 @@ def _own(stack: str, env: str) -> dict[str, Any]:
     return copy.deepcopy(read_stack_file(stack, env)[0])
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(("stack", "env"), STACK_FILES)
 def test_committed_config_parses(stack: str, env: str) -> None:
     cfg = load_stack_config(stack, env)
-    assert cfg.environment == env
+    assert cfg.environment == env  # set to the stack's name, or left unset: the stack's name
+    assert cfg.tier in ("production", "non-production")
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -42,17 +41,16 @@ def test_pulumi_yaml_declares_exactly_the_model_keys(stack: str) -> None:
     str_keys = config_keys(stack)
     for key, spec in project["config"].items():
         assert spec.get("description"), f"{key} has no description"
-        # Pulumi's project schema knows string, integer, boolean and array (whose items are one of
-        # those); object-valued keys (and arrays of objects) are declared without a type.
-        assert spec.get("type") in ("string", "integer", "boolean", "array", None), key
+        # Pulumi's project schema (sdk/go/common/workspace/project.json, SimpleConfigType): string,
+        # integer, boolean, array (with items) and object (CLI 3.187+); test_stack_contract.py checks more.
+        assert spec.get("type") in ("string", "integer", "boolean", "array", "object"), key
         if spec.get("type") == "array":
-            assert spec["items"]["type"] in ("string", "integer", "boolean"), key
+            assert spec["items"]["type"] in ("string", "integer", "boolean", "object"), key
         if str_keys.get(key):
             assert spec.get("type") == "string", f"{key} is a string in the model"
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(("stack", "env"), STACK_FILES)
 def test_stack_files_use_only_declared_keys(stack: str, env: str) -> None:
     own, other = read_stack_file(stack, env)
     assert set(own) <= set(config_keys(stack))
@@ -66,7 +64,7 @@ def test_prod_is_more_available_than_dev() -> None:
     assert all(s.replicas >= 2 for s in prod.model_services)
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
+@pytest.mark.parametrize("env", envs("triton"))
 def test_triton_node_pools_agree_with_cluster_aws(env: str) -> None:
     """The triton stack's nodePools name cluster-aws's GPU pools with the same GPU."""
     cluster = node_pools_summary(load_stack_config("cluster-aws", env))
@@ -128,7 +126,7 @@ def test_model_service_without_models_names_the_key() -> None:
 
 def test_missing_field_names_the_key() -> None:
     raw = _own("triton", "prod")
-    del raw["modelServices"][0]["modelRepository"]
+    del raw["modelServices"][0]["release"]
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", raw)
     assert exc.value.key == "tritonops-triton:modelServices[0].modelRepository"
@@ -176,11 +174,14 @@ def test_source_file_is_named() -> None:
 def test_unknown_stack_and_env() -> None:
     with pytest.raises(ConfigError, match="--stack"):
         read_stack_file("gke", "dev")
-    with pytest.raises(ConfigError, match="--env"):
-        read_stack_file("triton", "staging")
+    with pytest.raises(ConfigError, match=r"--env: no stack config file .*triton/Pulumi\.qa\.yaml; .*\(stacks with one: dev, prod, staging\)"):
+        read_stack_file("triton", "qa")
+    for bad in ("../prod", "a/b", ".hidden", "", "x" * 101):
+        with pytest.raises(ConfigError, match="--env: .* is not a stack name"):
+            read_stack_file("triton", bad)
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
+@pytest.mark.parametrize("env", envs("triton"))
 def test_s3_model_services_use_a_cluster_irsa_role(env: str) -> None:
     """Each S3 repository's roleArn is a cluster-aws modelReaders role for that very ServiceAccount and bucket."""
     cluster = load_stack_config("cluster-aws", env)
@@ -189,7 +190,7 @@ def test_s3_model_services_use_a_cluster_irsa_role(env: str) -> None:
     s3 = [
         (s, s.model_repository) for s in triton.model_services if s.model_repository and s.model_repository.type == "s3"
     ]
-    assert s3 or env == "dev"  # dev's service pulls signed releases instead (release:)
+    assert s3 or all(s.release for s in triton.model_services)  # dev's, staging's pull signed releases instead
     for svc, repo in s3:
         assert repo.role_arn is not None
         reader = readers[repo.role_arn.rsplit("/", 1)[1]]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import Mocks, run_program
+from k8s_harness import Mocks, direct_prod_services, run_program
 from tritonops.k8s import platform, triton
 from tritonops.k8s.config import (
     GATEWAY_MAX_MODELS,
@@ -145,7 +145,6 @@ def test_canary_weights_survive_the_exact_matches() -> None:
     """Prod with a canary in gateway mode: every rule of both routes splits by the canary's weight."""
     raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
     svc = raw["modelServices"][0]
-    del svc["modelRepository"]
     svc["release"] = {"store": "s3://b/vision", "channel": "stable", "trustedKeys": {"configMap": "k"},
                       "canary": {"channel": "canary", "weight": 5}}
     cfg = parse_config("triton", raw)
@@ -282,7 +281,7 @@ def test_default_deny_and_dns_are_namespace_wide() -> None:
 
 
 def test_a_pvc_service_opens_no_egress_of_its_own() -> None:
-    cfg = _triton("prod")
+    cfg = _triton("prod", modelServices=direct_prod_services())
     embeddings = next(s for s in cfg.model_services if s.name == "embeddings")
     assert triton.model_store_ports(embeddings) == []
     assert triton.network_policy(cfg, embeddings)["spec"]["egress"] == []
@@ -375,7 +374,8 @@ def test_render_lists_the_grafana_secret_to_create(tmp_path: Path) -> None:
     required = yaml.safe_load((tmp_path / "secrets-required.yaml").read_text())["secrets"]
     assert {"name": "grafana-admin", "namespace": "monitoring", "keys": ["admin-password", "admin-user"],
             "pulumiConfig": "tritonops-platform:grafanaAdminPassword"} in required
-    values = yaml.safe_load((tmp_path / "helm" / "kube-prometheus-stack.values.yaml").read_text())
+    (release,) = (tmp_path / "helm").glob("*-helmrelease-kube-prometheus-stack.yaml")  # Flux HelmRelease
+    values = yaml.safe_load(release.read_text())["spec"]["values"]
     assert values["grafana"]["admin"]["existingSecret"] == "grafana-admin"
     text = "".join(p.read_text() for p in tmp_path.rglob("*.yaml"))
     assert "prom-operator" not in text and "adminPassword" not in text

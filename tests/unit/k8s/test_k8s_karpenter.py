@@ -13,11 +13,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from k8s_harness import ROOT, as_ints, committed, k8s_objects
+from k8s_harness import ROOT, as_ints, committed, envs, k8s_objects
 from tritonops import versions
 from tritonops.k8s import karpenter, triton
 from tritonops.k8s.config import (
-    ENVIRONMENTS,
     ClusterAwsConfig,
     ConfigError,
     load_stack_config,
@@ -30,7 +29,7 @@ from tritonops.k8s.stacks import render_set
 
 DATA = Path(__file__).parent / "data" / "karpenter"
 CRDS = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8s.aws_ec2nodeclasses.yaml"}
-ENVS = pytest.mark.parametrize("env", ENVIRONMENTS)
+ENVS = pytest.mark.parametrize("env", envs("cluster-aws"))
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
 import tritonops_policy as tp  # noqa: E402

@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT, as_ints, committed, run_program
+from k8s_harness import ROOT, as_ints, committed, direct_prod_services, envs, run_program
 from pulumi_policy import PolicyResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
-from tritonops.k8s.config import ENVIRONMENTS, read_stack_file
+from tritonops.k8s.config import STACKS, TIER_LABEL, load_stack_config, read_stack_file
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
@@ -28,6 +28,15 @@ OPTS = PolicyResourceOptions(
     additional_secret_outputs=[],
     custom_timeouts=None,
 )  # type: ignore[arg-type]
+
+
+# The pack's config a stack runs with, by the stack's tier (README: --policy-pack-config).
+PACK_CONFIG = {"production": "prod", "non-production": "dev"}
+
+
+def pack_config_for(env: str) -> str:
+    """config.<name>.json of a committed stack: chosen by its tier, whatever its name."""
+    return PACK_CONFIG[load_stack_config("triton", env).tier]
 
 
 def _config(env: str) -> dict[str, Any]:
@@ -45,7 +54,7 @@ def _resource(typ: str, props: dict[str, Any], name: str = "r") -> PolicyResourc
 
 def _resources(env: str) -> list[PolicyResource]:
     out = []
-    for stack in ("cluster-aws", "platform", "triton"):
+    for stack in (s for s in STACKS if env in envs(s)):
         for r in committed(stack, env).resources:
             out.append(_resource(r.typ, as_ints(r.inputs), r.name))
     return out
@@ -65,17 +74,21 @@ def run_policies(resources: list[PolicyResource], env: str = "dev") -> dict[str,
     return found
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
+@pytest.mark.parametrize("env", envs("triton"))
 def test_committed_stacks_have_zero_violations(env: str) -> None:
+    """Every committed stack (found, not listed) passes the pack with the config of its tier."""
     resources = _resources(env)
     assert any(tp.is_triton_workload(r.resource_type, r.props) for r in resources)
-    assert run_policies(resources, env) == {}
+    tier = load_stack_config("triton", env).tier
+    assert all(r.props["metadata"]["labels"][TIER_LABEL] == tier
+               for r in resources if tp.is_triton_workload(r.resource_type, r.props))
+    assert run_policies(resources, pack_config_for(env)) == {}
 
 
 def test_policy_configs_name_real_policies_and_levels() -> None:
     names = {p.name for p in tp.POLICIES}
     assert names == set(tp.RESOURCE_VALIDATORS) | set(tp.STACK_VALIDATORS)
-    for env in ENVIRONMENTS:
+    for env in sorted(p.name.split(".")[1] for p in PACK.glob("config.*.json")):
         for key, value in _config(env).items():
             assert key == "all" or key in names, key
             level = value if isinstance(value, str) else value["enforcementLevel"]
@@ -211,8 +224,12 @@ def test_default_deny_isolates_a_service_without_its_own_policy() -> None:
     exposed); without the default deny too, its ingress is unlimited and both rules fire."""
     env = "prod"
     other = {"app.kubernetes.io/instance": "someone-else"}
+    # Triton reading its own models: the service's policy is the only one selecting its pods (in pull
+    # mode the drift check's policy to the agents selects them too).
+    direct = run_program("triton", env, overrides={"modelServices": direct_prod_services()})
+    resources = [_resource(r.typ, as_ints(r.inputs), r.name) for r in direct.resources]
     broken = _mutate(
-        _resources(env), tp.NETWORK_POLICY, lambda p: p["spec"]["podSelector"]["matchLabels"].update(other),
+        resources, tp.NETWORK_POLICY, lambda p: p["spec"]["podSelector"]["matchLabels"].update(other),
         name="triton-vision",
     )
     assert run_policies(broken, env) == {}
@@ -232,10 +249,13 @@ def test_missing_pdb_and_network_policy_fire() -> None:
 
 
 def test_high_availability_only_required_in_prod() -> None:
-    """The dev stack (1 replica, soft spread) passes; the same objects labelled prod do not."""
+    """The dev stack (1 replica, soft spread) passes; the same objects of tier production do not, and
+    the environment's name changes nothing."""
     dev = _resources("dev")
     assert "triton-high-availability" not in run_policies(dev, "dev")
-    relabelled = _mutate(dev, DEP, lambda p: p["metadata"]["labels"].update({"tritonops.io/environment": "prod"}))
+    renamed = _mutate(dev, DEP, lambda p: p["metadata"]["labels"].update({"tritonops.io/environment": "prod"}))
+    assert "triton-high-availability" not in run_policies(renamed, "dev")
+    relabelled = _mutate(dev, DEP, lambda p: p["metadata"]["labels"].update({TIER_LABEL: "production"}))
     assert "triton-high-availability" in run_policies(relabelled, "dev")
     assert "triton-high-availability" in run_policies(dev, "prod")  # config requireHighAvailability: true
 
@@ -288,7 +308,8 @@ def test_agent_containers_are_not_triton_servers() -> None:
     from tritonops.k8s import triton
 
     assert tp.AGENT_FILE == triton.AGENT_KEY
-    deps = [r for r in _resources("dev") if r.resource_type == DEP]  # stable and canary
+    # stable and canary (sorted: the engine registers resources concurrently, in no fixed order)
+    deps = sorted((r for r in _resources("dev") if r.resource_type == DEP), key=lambda r: r.props["metadata"]["name"])
     assert [d.props["metadata"]["name"] for d in deps] == ["triton-vision", "triton-vision-canary"]
     assert [[c["name"] for c in tp._triton_containers(d.props)] for d in deps] == [["triton"]] * 2
     assert [[c["name"] for c in tp._all_containers(d.props)] for d in deps] == [
@@ -344,7 +365,7 @@ def test_canary_without_its_stable_deployment_fires() -> None:
 def _prod_with_canary(replicas: int) -> list[PolicyResource]:
     raw = read_stack_file("triton", "prod")[0]
     services = copy.deepcopy(raw["modelServices"])
-    del services[0]["modelRepository"]
+    services[0].pop("modelRepository", None)  # the committed prod is in release mode already
     services[0]["release"] = {
         "store": "s3://tritonops-releases-prod/vision",
         "channel": "stable",
@@ -457,3 +478,12 @@ def test_pod_security_restricted_is_enforced(level: str | None) -> None:
     assert run_policies(no_ns, "prod")["namespace-pod-security-restricted"] == [
         "namespace triton: Triton runs in a namespace the stack does not create"
     ]
+
+
+def test_digest_requirement_follows_the_tier_not_the_name() -> None:
+    """dev's tag-only images pass with dev's pack config, until the objects carry tier production."""
+    dev = _resources("dev")
+    assert "triton-pinned-images" not in run_policies(dev, "dev")
+    relabelled = _mutate(dev, DEP, lambda p: p["metadata"]["labels"].update({TIER_LABEL: "production"}))
+    found = run_policies(relabelled, "dev")
+    assert any("has no digest" in m for m in found["triton-pinned-images"])

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from k8s_harness import STACKS_DIR
+from k8s_harness import STACK_FILES, STACKS_DIR
 from tritonops.agent.bundle import build_bytes
 from tritonops.cli.k8s import render as render_cmd
-from tritonops.k8s.config import ENVIRONMENTS, STACKS
 from tritonops.k8s.render import build, render
 from typer.testing import CliRunner
 
@@ -32,8 +31,7 @@ def test_tritonops_registers_render() -> None:
     assert [c.callback for c in tritonops_app.registered_commands if c.name == "render"] == [render_cmd]
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(("stack", "env"), STACK_FILES)
 def test_render_cli_writes_yaml(stack: str, env: str, tmp_path: Path) -> None:
     out = tmp_path / f"{stack}-{env}"
     result = runner.invoke(app, ["render", "--stack", stack, "--env", env, "--out", str(out), "--json"])
@@ -65,13 +63,22 @@ def test_render_triton_layout(tmp_path: Path) -> None:
     assert not any(d["kind"] == "Secret" for d in docs)  # secret values never land in files
 
 
-def test_render_platform_helm_index(tmp_path: Path) -> None:
+def test_render_platform_flux_helm_releases(tmp_path: Path) -> None:
+    """helm/ holds Flux HelmReleases (schema and stack equality: test_k8s_gitops.py), values inline."""
     render("platform", "dev", tmp_path)
-    index = yaml.safe_load((tmp_path / "helm" / "releases.yaml").read_text())["releases"]
-    assert {r["chart"] for r in index} == {"gpu-operator", "kube-prometheus-stack", "keda"}
-    for r in index:
-        values = yaml.safe_load((tmp_path / "helm" / r["valuesFile"]).read_text())
-        assert values == next(x.values for x in build("platform", "dev").releases if x.name == r["name"])
+    kust = yaml.safe_load((tmp_path / "helm" / "kustomization.yaml").read_text())
+    docs = [yaml.safe_load((tmp_path / "helm" / f).read_text()) for f in kust["resources"]]
+    releases = {d["spec"]["releaseName"]: d["spec"] for d in docs if d["kind"] == "HelmRelease"}
+    assert {r["chart"]["spec"]["chart"] for r in releases.values()} == {"gpu-operator", "kube-prometheus-stack", "keda"}
+    for rel in build("platform", "dev").releases:
+        assert releases[rel.name]["values"] == rel.values
+        assert releases[rel.name]["chart"]["spec"]["version"] == rel.version
+    assert not (tmp_path / "helm" / "releases.yaml").exists()
+
+
+def test_render_triton_writes_the_stack_outputs(tmp_path: Path) -> None:
+    render("triton", "dev", tmp_path)
+    assert yaml.safe_load((tmp_path / "stack-outputs.yaml").read_text()) == build("triton", "dev").outputs
 
 
 def test_render_is_deterministic(tmp_path: Path) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from k8s_harness import ROOT
+from k8s_harness import ROOT, envs, strict_schema
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from tritonops import versions
 from tritonops.k8s import triton
 from tritonops.k8s.config import (
-    ENVIRONMENTS,
+    PRODUCTION,
     ConfigError,
     TritonStackConfig,
     load_stack_config,
@@ -43,24 +43,12 @@ OPTS = PolicyResourceOptions(
 )  # type: ignore[arg-type]
 
 
-def _strict(schema: Any) -> Any:
-    """The schema with ``additionalProperties: false`` on every object that lists its properties."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
     crd = yaml.safe_load((DATA / "keda.sh_scaledobjects.yaml").read_text())
     assert crd["spec"]["names"]["kind"] == "ScaledObject"
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
+    schema = strict_schema(version["schema"]["openAPIV3Schema"])
     schema["properties"]["metadata"] = {"type": "object"}  # ObjectMeta: the API server's own schema
     return jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
 
@@ -84,7 +72,7 @@ def _zero(env: str, **autoscaling: Any) -> dict[str, Any]:
     raw = _raw(env)
     a = raw["modelServices"][0].setdefault("autoscaling", {})
     a.update({"minReplicas": 0, "cooldownPeriod": 600, "modelLoadSeconds": 90})
-    if env == "prod":
+    if raw["tier"] == PRODUCTION:
         a["allowScaleToZero"] = True
         raw["modelServices"][0].pop("pdbMinAvailable", None)
         # prod routes through a Gateway; the wake-up signal is ingress-nginx's
@@ -105,7 +93,7 @@ def test_crd_test_data_matches_the_pinned_chart() -> None:
     assert f"chart {versions.KEDA_CHART_VERSION}" in readme and f"v{versions.KEDA_CHART_VERSION}" in readme
 
 
-@pytest.mark.parametrize("env", ENVIRONMENTS)
+@pytest.mark.parametrize("env", envs("triton"))
 def test_rendered_scaled_objects_match_the_crd_schema(env: str) -> None:
     objs = _scaled_objects(env)
     assert objs

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from k8s_harness import SECRETS, Mocks, as_ints, committed, is_secret, k8s_objects, run_program, unwrap
-from tritonops.k8s.config import ENVIRONMENTS, ConfigError, load_stack_config
+from k8s_harness import (
+    SECRETS,
+    Mocks,
+    as_ints,
+    cluster_outputs,
+    committed,
+    envs,
+    is_secret,
+    k8s_objects,
+    run_program,
+    unwrap,
+)
+from tritonops.k8s.config import ConfigError, load_stack_config
 from tritonops.k8s.render import build
 
-ENVS = pytest.mark.parametrize("env", ENVIRONMENTS)
+ENVS = pytest.mark.parametrize("env", envs("triton"))  # every committed stack (all three stacks have the same)
 
 
 def _key(obj: dict) -> tuple:
@@ -80,7 +91,7 @@ def test_triton(env: str) -> None:
     expected = [f"triton-{svc.name}-canary" for svc in cfg.model_services  # type: ignore[union-attr]
                 if svc.release and svc.release.canary]
     assert [d.inputs["metadata"]["name"] for d in canaries] == expected
-    assert (env == "dev") == bool(canaries)  # the committed dev stack shows a canary; prod runs none
+    assert (env != "prod") == bool(canaries)  # the committed dev and staging stacks show a canary; prod runs none
     assert len(mocks.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")) == 1
     (secret,) = mocks.of_type("kubernetes:core/v1:Secret")
     assert is_secret(secret.inputs["stringData"])
@@ -103,7 +114,10 @@ def test_prod_triton_more_replicas_pdb_and_spread() -> None:
 @ENVS
 def test_render_writes_the_same_objects_pulumi_creates(stack: str, env: str) -> None:
     captured = sorted((o for o in k8s_objects(committed(stack, env)) if o["kind"] != "Secret"), key=_key)
-    rendered = sorted(build(stack, env).objects, key=_key)
+    # The mocks' cluster-aws outputs give the modelReader ARNs the stack reads; render takes them too.
+    cluster = load_stack_config(stack, env).cluster.cluster_stack  # type: ignore[union-attr]
+    arns = {k: v["arn"] for k, v in cluster_outputs(cluster)["modelReaders"].items()} if cluster else None
+    rendered = sorted(build(stack, env, reader_arns=arns).objects, key=_key)
     assert [_key(o) for o in captured] == [_key(o) for o in rendered]
     assert captured == rendered
 
@@ -252,5 +266,5 @@ def test_cluster_aws_irsa_model_reader_roles(env: str) -> None:
     trust = json.loads(reader.inputs["assumeRolePolicy"])
     cond = trust["Statement"][0]["Condition"]["StringEquals"]
     assert cond["oidc.eks.us-west-2.amazonaws.com/id/ABCDEF:sub"] == "system:serviceaccount:triton:triton-vision"
-    (policy,) = [p for p in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("reader-")]
+    (policy,) = [p for p in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if p.name == f"reader-tritonops-{env}-model-reader-s3"]
     assert f"tritonops-models-{env}/vision/*" in policy.inputs["policy"]
