@@ -7,11 +7,11 @@ BIN := $(VENV)/bin
 DEVKIT := PYTHONPATH=$(CURDIR)/tools $(BIN)/python -m devkit
 EXTRAS := triton,k8s,ansible,obs,dev
 # Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
-# libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it).
+# libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it; catatonit, `podman kube play`'s pause process).
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
-	slirp4netns qemu-user-static binfmt-support curl libb64-0d
+	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit
 
-.PHONY: all demo test print-test-stages check collection drift-live unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -74,10 +74,11 @@ check: venv lint
 
 # `make test` (what CI runs, timed per stage by .ci/run): lint, unit and integration tests (a real
 # Triton, Prometheus and Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64
-# for Jetson), and the live drift test on a Podman node (tests/infra/drift_live: converge, tamper,
-# detect exactly that, converge, clean; about 10 min).
+# for Jetson), the rendered dev Triton pod under `podman kube play` (kube-play, about 2 min), and the
+# live drift test on a Podman node (tests/infra/drift_live: converge, tamper, detect exactly that,
+# converge, clean; about 10 min).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
-TEST_STAGES := lint unit integration molecule collection drift-live
+TEST_STAGES := lint unit integration molecule kube-play collection drift-live
 
 test: venv apt checkov
 	@set -e; for t in $(TEST_STAGES); do $(MAKE) --no-print-directory $$t; done
@@ -89,6 +90,11 @@ print-test-stages:
 # test; the tarball and ansible-test sanity checks run in `integration`).
 collection: venv apt
 	$(BIN)/pytest -q -rs -m host tests/collection
+
+# The rendered dev Triton pod under `podman kube play` (tests/infra/kube_play: init container, securityContext,
+# golden gate, a publish reaching the pod, a tampered release refused; about 2 minutes with the image cached).
+kube-play: venv apt
+	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/kube_play
 
 drift-live: venv apt
 	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live
@@ -116,6 +122,11 @@ host-checks: venv
 
 demo: venv apt
 	$(DEVKIT) demo
+
+# The Kubernetes side: the sample repository published, the rendered dev pod played with `podman kube play`
+# (a local CPU Triton image built from the wheel), smoke-checked (tools/devkit/kube_play.py).
+demo-k8s: venv apt
+	$(DEVKIT) demo-k8s
 
 # Benchmarks print figures (they are not timed tests): tests/benchmarks/bench_*.py
 bench: venv apt

@@ -37,6 +37,26 @@ def demo(
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
 
+@app.command("demo-k8s")
+def demo_k8s(
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the pod and the store running")] = False,
+) -> None:
+    """Publish the sample repository, run the rendered dev Triton pod with `podman kube play`, smoke-check it.
+
+    Exit 0 when the smoke check passes, 1 when a check fails, 3 when a step fails.
+    """
+    from devkit.hosts.podman import HostsError
+    from devkit.kube_play import demo as run_demo
+
+    console = Console()
+    try:
+        report = run_demo(console, keep=keep)
+    except HostsError as e:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
+
+
 @app.command("role-docs")
 def role_docs() -> None:
     """Rewrite the "Role Variables" table of every role README from its meta/argument_specs.yml."""
