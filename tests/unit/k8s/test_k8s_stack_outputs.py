@@ -89,6 +89,17 @@ def test_stack_runtime_makes_its_own_venv(stack: str) -> None:
     assert doc["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
 
 
+def test_the_policy_pack_makes_its_own_venv_and_needs_only_pulumi_policy() -> None:
+    pack = STACKS_DIR.parent / "policies" / "tritonops"
+    doc = yaml.safe_load((pack / "PulumiPolicy.yaml").read_text())
+    assert doc["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
+    lines = (pack / "requirements.txt").read_text().splitlines()
+    assert [Requirement(x).name for x in lines if x.strip() and not x.startswith("#")] == ["pulumi-policy"]
+    imports = {line.split()[1].split(".")[0] for f in pack.glob("*.py") for line in f.read_text().splitlines()
+               if line.startswith(("import ", "from "))}
+    assert "tritonops" not in imports
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_requires_the_published_package_at_the_projects_version(stack: str) -> None:
     lines = (STACKS_DIR / stack / "requirements.txt").read_text().splitlines()
