@@ -41,7 +41,10 @@ class Writer:
         if self.reader.kind == "s3":
             import boto3
 
-            self.client = boto3.client("s3", endpoint_url=s3_endpoint or None)
+            # A session of its own, not boto3's process-wide default: that one resolves credentials once
+            # and keeps them, so a second publish in the same process (a long-lived controller, a test
+            # run) would sign with whatever the environment held at the first.
+            self.client = boto3.session.Session().client("s3", endpoint_url=s3_endpoint or None)
             self.bucket, self.prefix = self.reader.bucket, self.reader.prefix
         elif self.reader.kind == "file":
             self.root = self.reader.root

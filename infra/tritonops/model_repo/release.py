@@ -197,7 +197,8 @@ def fetch_s3(bucket: str, prefix: str, dest: Path, endpoint_url: str | None = No
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    client = boto3.client("s3", endpoint_url=endpoint_url or None, region_name=region or None, **credentials)
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, region_name=region or None,
+                                            **credentials)
     count = 0
     try:
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/" if prefix else "")
