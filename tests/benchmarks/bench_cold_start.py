@@ -5,7 +5,7 @@
 What a scaled-to-zero service waits for once its pod is scheduled and the image is on the node:
 from spawning ``tritonserver`` (explicit model control, every model loaded at start, as in the pods)
 to the release gate passing (server ready, every model READY, every golden inference within its
-tolerance: ``tritonops.model_repo.release.golden``, the check the release agent runs). Node
+tolerance: ``tritonops.release.push.golden``, the check the release agent runs). Node
 provisioning and image pull come on top in a cluster (the capacity simulation adds them).
 
 Prints each round, the median and the maximum, then every stack service with ``minReplicas: 0``
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from tritonops.k8s.config import TritonStackConfig, load_stack_config, stack_envs
-from tritonops.model_repo.release import golden
+from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config, stack_envs
+from tritonops.release.push import golden
 from tritonops.triton import server
 
 SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"

@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "infra"))
 
-from tritonops.triton import bench, perf_analyzer, server  # noqa: E402
+from tritonops.triton import perf_analyzer, server  # noqa: E402
+from tritonops.triton.load_config import BenchConfig  # noqa: E402
 
 MODEL = "mlp_batched"
 TRITONOPS = Path(sys.executable).parent / "tritonops"
@@ -58,7 +59,7 @@ def attempt(fn: Callable[[], dict[str, float]], tries: int = 4) -> dict[str, flo
     raise AssertionError("unreachable")
 
 
-def reference(pa: perf_analyzer.PerfAnalyzer, cfg: bench.BenchConfig, work: Path) -> dict[str, float]:
+def reference(pa: perf_analyzer.PerfAnalyzer, cfg: BenchConfig, work: Path) -> dict[str, float]:
     """perf_analyzer itself, same arguments as the engine's."""
     out = work / "reference.csv"
     out.unlink(missing_ok=True)
@@ -70,7 +71,7 @@ def reference(pa: perf_analyzer.PerfAnalyzer, cfg: bench.BenchConfig, work: Path
     return {"throughput": m.inferences_per_s, "p50_ms": m.p50_ms, "p95_ms": m.p95_ms}
 
 
-def cli(cfg: bench.BenchConfig, engine: str) -> dict[str, float]:
+def cli(cfg: BenchConfig, engine: str) -> dict[str, float]:
     """``tritonops bench --json`` in its own process."""
     cmd = [str(TRITONOPS), "bench", cfg.model, "--url", cfg.url, "--protocol", cfg.protocol,
            "--concurrency", str(cfg.concurrency), "--duration", f"{cfg.max_seconds:g}",
@@ -108,9 +109,9 @@ def main() -> int:
         for protocol in ("http", "grpc"):
             url = s.http_url if protocol == "http" else s.grpc_url
             for c in (int(x) for x in args.concurrency.split(",")):
-                cfg = bench.BenchConfig(url=url, model=MODEL, protocol=protocol, concurrency=c,  # type: ignore[arg-type]
-                                        max_requests=None, max_seconds=args.seconds,
-                                        stability_pct=args.stability, engine="perf_analyzer")
+                cfg = BenchConfig(url=url, model=MODEL, protocol=protocol, concurrency=c,  # type: ignore[arg-type]
+                                  max_requests=None, max_seconds=args.seconds,
+                                  stability_pct=args.stability, engine="perf_analyzer")
                 runs: dict[str, list[dict[str, float]]] = {k: [] for k in contenders}
                 attempt(functools.partial(reference, pa, cfg, work))  # warm-up at this load, not counted
                 for i in range(args.rounds):

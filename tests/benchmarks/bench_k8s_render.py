@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from tritonops.k8s.config import STACKS, stack_envs  # noqa: E402
+from tritonops.k8s.config import STACKS
 from tritonops.k8s.render import render  # noqa: E402
+from tritonops.k8s.stack_file import stack_envs
 
 
 def one_round(out: Path) -> tuple[float, dict[str, float], int]:

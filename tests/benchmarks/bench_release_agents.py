@@ -4,7 +4,7 @@
                                                               [--processes 4] [--jitter 0.2]
 
 Starts ``moto_server`` on a free loopback port, publishes the sample repository (release 1) with
-``tritonops.model_repo.publish``, then runs N agents with the agent's own loop (``Agent.run(interval,
+``tritonops.release.publish``, then runs N agents with the agent's own loop (``Agent.run(interval,
 jitter, stop=event)``, ``triton=None``: fetch, verify the signature, install, switch the symlink,
 mark), spread over P processes with one thread per agent, each with its own link and releases
 folders. It prints how long the cold start took (every agent fetching release 1, and the GETs that
@@ -247,7 +247,7 @@ class Bench:
         boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=BUCKET)
 
     def publish(self, label: str) -> dict[str, Any]:
-        from tritonops.model_repo.publish import publish
+        from tritonops.release.publish import publish
 
         t0 = time.time()
         out = publish(self.tmp / "repo", to=f"s3://{BUCKET}/{PREFIX}", channel=CHANNEL,

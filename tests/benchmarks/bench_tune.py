@@ -44,7 +44,8 @@ sys.path[:0] = [str(ROOT / "infra"), str(ROOT / "tests")]
 import wide_mlp  # noqa: E402
 from tritonops.model_repo import pbtxt  # noqa: E402
 from tritonops.model_repo.spec import ModelSpec  # noqa: E402
-from tritonops.triton import bench, perf_analyzer, server, tune  # noqa: E402
+from tritonops.triton import perf_analyzer, server, tune  # noqa: E402
+from tritonops.triton.load_config import BenchConfig  # noqa: E402
 
 
 def main() -> int:
@@ -74,9 +75,9 @@ def main() -> int:
     with server.running(work / "repo", model_control_mode="explicit", load_models=[wide_mlp.NAME],
                         workdir=work / "t") as s:
         url = s.grpc_url if args.protocol == "grpc" else s.http_url
-        load = bench.BenchConfig(url=url, model=wide_mlp.NAME, protocol=args.protocol, concurrency=args.concurrency,
-                                 max_requests=None, max_seconds=args.seconds, stability_pct=args.stability,
-                                 engine="perf_analyzer")
+        load = BenchConfig(url=url, model=wide_mlp.NAME, protocol=args.protocol, concurrency=args.concurrency,
+                           max_requests=None, max_seconds=args.seconds, stability_pct=args.stability,
+                           engine="perf_analyzer")
         base = reference(pa, load, work)  # the repository's configuration is loaded: batching off
         log(f"baseline {baseline.label}: {base['throughput']:.0f} inf/s, p95 {base['p95_ms']:.1f} ms -> p95 budget")
         space = tune.Space(spec.max_batch_size or 0, tuple(_ints(args.instances)), tuple(_ints(args.delays)))
@@ -206,7 +207,7 @@ def model_analyzer(exe: Path, pa: perf_analyzer.PerfAnalyzer, folder: Path, conc
             "config": (out / variant / "config.pbtxt").read_text()}
 
 
-def reference(pa: perf_analyzer.PerfAnalyzer, cfg: bench.BenchConfig, work: Path) -> dict[str, float]:
+def reference(pa: perf_analyzer.PerfAnalyzer, cfg: BenchConfig, work: Path) -> dict[str, float]:
     """perf_analyzer itself, run directly with the engine's arguments."""
     out = work / "judge.csv"
     out.unlink(missing_ok=True)

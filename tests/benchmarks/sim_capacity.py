@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tritonops.capacity import plan as planner
 from tritonops.capacity import sim
-from tritonops.k8s.config import ConfigError, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import ConfigError, TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config
 
 
 def main(argv: list[str] | None = None) -> int:

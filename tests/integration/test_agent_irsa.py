@@ -40,7 +40,7 @@ from local_servers import serving
 from tritonops.agent import bundle, releases, signing
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
 
 pytestmark = pytest.mark.integration
 

@@ -33,10 +33,10 @@ import yaml
 from test_observability_live import PROMETHEUS, _start, load, wait_for
 from tritonops.agent import signing
 from tritonops.cli import app
-from tritonops.k8s.triton import SUMMARY_LATENCIES_ARG
-from tritonops.model_repo import canary
-from tritonops.model_repo import publish as pub
+from tritonops.k8s.workload import SUMMARY_LATENCIES_ARG
 from tritonops.observability import rules as r
+from tritonops.release import canary
+from tritonops.release import publish as pub
 from tritonops.triton import server
 from typer.testing import CliRunner
 
@@ -149,7 +149,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def promote(stack: Stack, *extra: str) -> tuple[int, dict[str, Any]]:
     """``tritonops release promote canary stable --prometheus ... --json``: exit code and report."""
-    res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--to", stack.store,
+    res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--store", stack.store,
                                    "--prometheus", stack.prom_url, *GATE, "--json", *extra])
     assert res.exit_code in (0, 1), res.output
     return res.exit_code, json.loads(res.stdout)
@@ -211,7 +211,7 @@ def test_failing_canary_is_refused_with_its_failure_ratio(stack: Stack) -> None:
                 f'{r.TRACK_FAILURE_RATIO}{{track="canary",model="{MODEL}"}} > 0.5'), 20)
             time.sleep(3)
             code, report = promote(stack)
-            res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--to", stack.store,
+            res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--store", stack.store,
                                            "--prometheus", stack.prom_url, *GATE])
     finally:
         stack.set_fault("canary", delay_ms=BASE_MS)

@@ -1,11 +1,14 @@
-"""The pull agent against a real tritonserver that goes away and comes back.
+"""The pull agent against a real tritonserver that goes away and comes back; push mode's gate against it.
 
 A release published while Triton is down waits (counted, not refused) and is applied once Triton
-answers; models a restarted Triton lost (explicit mode loads nothing by itself) are loaded again.
+answers; models a restarted Triton lost (explicit mode loads nothing by itself) are loaded again. The
+push-mode gate (``tritonops.release.push golden``) is the agent's: it passes the applied release and
+fails one whose golden output is off.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -15,7 +18,8 @@ from tritonops.agent import releases, signing
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
 from tritonops.agent.triton import Triton
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
+from tritonops.release import push
 from tritonops.triton import server
 
 # Triton goes away and comes back: about 90 s.
@@ -72,5 +76,17 @@ def test_a_release_waits_for_triton_and_lost_models_are_loaded_again(tmp_path: P
         assert (out["result"], out["release"]) == ("applied", "r2")
         assert releases.state(rel)["current"] == "r2"
         assert set(agent.triton.ready_models()) == models
+        # Push mode gates with the same function, from the controller: the release passes, and a golden
+        # file whose expected output is off fails it, naming the case.
+        url = f"http://{srv.http_url}"
+        gate = push.golden(url, rel / "r2", timeout=30)
+        assert gate["ok"] and gate["cases"] >= 10 and gate["models"] == sorted(models), gate
+        off = tmp_path / "off"
+        shutil.copytree(rel / "r2", off)
+        golden = json.loads((off / "mlp" / "golden.json").read_text())
+        golden["cases"][0]["outputs"]["logits"]["data"][0] += 1.0
+        (off / "mlp" / "golden.json").write_text(json.dumps(golden))
+        bad = push.golden(url, off, models=["mlp"], timeout=30)
+        assert not bad["ok"] and bad["failed"][0].startswith("mlp golden case 'batch1': output 'logits': values differ")
     finally:
         srv.stop()

@@ -36,7 +36,7 @@ import pytest
 from tritonops.agent import bundle, signing
 from tritonops.agent import manifest as manifests
 from tritonops.agent.store import Store
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
 from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
@@ -194,7 +194,7 @@ class Fleet:
 
 def _agent_argv(command: str, agent: Path, link: Path, releases: Path, triton_url: str, port: int, relay: Relay,
                 trusted: Path, cache: Path) -> list[str]:
-    from tritonops.k8s.triton import release_agent_args
+    from tritonops.k8s.release_agent import release_agent_args
 
     return [sys.executable, "-I", str(agent), *release_agent_args(
         command, STORE, "stable", str(link), str(releases), [str(trusted)],

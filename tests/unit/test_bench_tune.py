@@ -14,6 +14,7 @@ from tritonops.cli import app
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
 from tritonops.triton import bench, perf_analyzer, server, tune
+from tritonops.triton.load_config import BenchConfig
 from typer.testing import CliRunner
 
 
@@ -36,7 +37,7 @@ def test_an_explicitly_allowed_project_host_is_accepted() -> None:
 
 
 def test_run_refuses_a_remote_target_before_connecting() -> None:
-    cfg = bench.BenchConfig(url="203.0.113.7:8000", model="m", max_requests=1, max_seconds=1)
+    cfg = BenchConfig(url="203.0.113.7:8000", model="m", max_requests=1, max_seconds=1)
     with pytest.raises(bench.TargetNotAllowed):
         bench.run(cfg)
 
@@ -47,7 +48,7 @@ def test_run_refuses_a_remote_target_before_connecting() -> None:
 )
 def test_bench_config_bounds(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
-        bench.BenchConfig(url="127.0.0.1:8000", model="m", **{field: value})
+        BenchConfig(url="127.0.0.1:8000", model="m", **{field: value})
 
 
 def _stats(success: int, queue_ns: int, infer_ns: int, inf: int, execs: int, fail: int = 0) -> dict:
@@ -252,7 +253,7 @@ def test_bench_cli_refuses_a_rate_that_is_not_a_positive_number(rate: str) -> No
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_bench_config_refuses_nan_and_inf(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
-        bench.BenchConfig(url="127.0.0.1:8000", model="m", **{field: value})
+        BenchConfig(url="127.0.0.1:8000", model="m", **{field: value})
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -327,8 +328,8 @@ def test_perf_analyzer_csv_is_read_by_column_name() -> None:
 
 
 def test_perf_analyzer_arguments_carry_the_load_and_its_bounds() -> None:
-    closed = bench.BenchConfig(url="http://127.0.0.1:8000", model="m", concurrency=64, max_requests=None,
-                               max_seconds=10, stability_pct=20, engine="perf_analyzer")
+    closed = BenchConfig(url="http://127.0.0.1:8000", model="m", concurrency=64, max_requests=None,
+                         max_seconds=10, stability_pct=20, engine="perf_analyzer")
     args = perf_analyzer.arguments(closed)
     assert args[:8] == ["-m", "m", "-u", "127.0.0.1:8000", "-i", "http", "-b", "1"]
     assert args[args.index("--concurrency-range") + 1] == "64:64"
@@ -343,7 +344,7 @@ def test_perf_analyzer_arguments_carry_the_load_and_its_bounds() -> None:
 
 
 def test_perf_analyzer_failures_read_as_one_clear_line() -> None:
-    cfg = bench.BenchConfig(url="127.0.0.1:8000", model="m", max_requests=None, max_seconds=5)
+    cfg = BenchConfig(url="127.0.0.1:8000", model="m", max_requests=None, max_seconds=5)
     unstable = "Failed to obtain stable measurement within 5 measurement windows for concurrency 16."
     assert "no stable measurement" in perf_analyzer.failure(unstable, cfg)
     assert "--duration" in perf_analyzer.failure(unstable, cfg)
@@ -453,7 +454,7 @@ def test_a_crash_mid_write_leaves_the_old_file(tmp_path: Path, monkeypatch: pyte
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", crash)
-    with pytest.raises(pbtxt.ConfigError, match="No space left"):
+    with pytest.raises(pbtxt.ModelConfigError, match="No space left"):
         tune.write_recommendation(config, tune.Setting(True, 1, (8,), 1500))
     assert config.read_text() == OPERATOR_CONFIG
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pbtxt"]
@@ -464,7 +465,7 @@ def test_a_symlinked_config_is_not_replaced(tmp_path: Path) -> None:
     real.write_text(OPERATOR_CONFIG)
     link = tmp_path / "config.pbtxt"
     link.symlink_to(real)
-    with pytest.raises(pbtxt.ConfigError, match="symlink"):
+    with pytest.raises(pbtxt.ModelConfigError, match="symlink"):
         tune.write_recommendation(link, tune.Setting(False, 1))
     assert link.is_symlink() and real.read_text() == OPERATOR_CONFIG
 

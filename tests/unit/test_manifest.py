@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import manifest
+from tritonops.agent.errors import ReleaseError
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -49,12 +50,12 @@ def test_compare_reports_added_removed_changed(tmp_path: Path) -> None:
                                   "-rf/config.pbtxt", "m/ spaced", "", "m//x", "m/\u0661/model.py"])
 def test_parse_refuses_paths_outside_the_safe_set(path: str) -> None:
     raw = json.dumps({"algorithm": "sha256", "files": {path: "0" * 64}}).encode()
-    with pytest.raises(manifest.ReleaseError, match="is not allowed"):
+    with pytest.raises(ReleaseError, match="is not allowed"):
         manifest.parse(raw, "remote manifest")
 
 
 @pytest.mark.parametrize("raw", [b"\xff\xfe", b"[]", b'{"algorithm": "md5", "files": {}}', b"{",
                                  b'{"algorithm": "sha256", "files": {"m/config.pbtxt": "abc"}}'])
 def test_parse_refuses_malformed_manifests_with_the_source_named(raw: bytes) -> None:
-    with pytest.raises(manifest.ReleaseError, match="^remote manifest: "):
+    with pytest.raises(ReleaseError, match="^remote manifest: "):
         manifest.parse(raw, "remote manifest")

@@ -1,11 +1,13 @@
 """The node-side release agent: standard library only, shipped to nodes and pods as one file.
 
 Everything that runs on a node or in a pod lives here, once: the manifest format and its hashing
-(``manifest``), the release layout on disk (``releases``), Triton's repository API and the golden
-gate (``triton``), release stores and signatures (``store``, ``signing``), the pull loop
-(``pull``), metrics (``metrics``) and the drift check (``drift``). The controller imports the same
-modules; ``bundle.build`` writes them into one zipapp (``tritonops agent build``) that the roles
-push, the Kubernetes pod runs and the drift timer uses.
+(``manifest``), the release layout on disk (``releases``), Triton's HTTP API (``triton``), the golden
+gate of both modes (``golden``), release stores and signatures (``store``, ``signing``), the pull loop
+(``pull``), metrics (``metrics``) and the drift check (``drift``); the helpers every module shares:
+error classes (``errors``), bounded reads and atomic writes (``fsio``), exit codes (``exitcodes``).
+The controller imports the same modules, each name from its home; ``bundle.build`` writes them into
+one zipapp (``tritonops agent build``) that the roles push, the Kubernetes pod runs and the drift
+timer uses.
 
 Rules for this package: the standard library only, Python 3.10 or newer (Debian 12, Ubuntu 22.04 on
 JetPack, slim images), relative imports only (the zipapp renames the package), and secrets from the

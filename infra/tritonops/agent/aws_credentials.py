@@ -44,7 +44,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .manifest import StoreError, read_bounded
+from .errors import StoreError
+from .fsio import read_bounded
 
 STS_TIMEOUT = 10.0
 CONTAINER_TIMEOUT = 5.0

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from . import argtypes, effective, kube
+from .errors import ReleaseError
 from .exitcodes import ExitCode
-from .manifest import MANIFEST_FILE, ReleaseError, tree_files
-from .releases import STATE_FILE, write_atomic
+from .fsio import write_atomic
+from .manifest import MANIFEST_FILE, tree_files
+from .releases import STATE_FILE
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
 
 DRIFT_METRIC = "tritonops_drift_resources"  # tritonops.observability.metrics imports this one (nodes lack the package)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import posture
-from .manifest import ReleaseError
+from .errors import ReleaseError
 
 EXPECTED_FILE = "/etc/tritonserver/expected.json"  # roles/triton_server: _triton_server_expected_file
 REDACTED = "<redacted>"

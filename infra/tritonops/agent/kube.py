@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .manifest import ReleaseError
+from .errors import ReleaseError
 
 API = "https://kubernetes.default.svc"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")

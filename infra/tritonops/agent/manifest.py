@@ -10,57 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 from pathlib import Path
 
+from .errors import ReleaseError
+from .fsio import read_bounded
+
 MANIFEST_FILE = "MANIFEST.sha256.json"
-GOLDEN_FILE = "golden.json"
 _CHUNK = 1 << 20
 MANIFEST_MAX = 64 << 20  # bytes: a manifest of some 500,000 files
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}$")
-
-
-class ReleaseError(Exception):
-    """A release step failed; the message names the file, the field or the step (exit 1)."""
-
-
-class UsageError(ReleaseError, ValueError):
-    """A bad argument, or an input the user named that cannot be used (exit 2)."""
-
-
-class StoreError(ReleaseError):
-    """A store or server did not answer, or answered with something unusable (exit 3)."""
-
-
-def read_bounded(path: Path, limit: int, error: type[ReleaseError] = ReleaseError, follow: bool = True) -> bytes:
-    """A regular file's bytes, at most ``limit`` of them: a FIFO, a device, a folder or an oversized
-    file is refused (raising ``error`` naming the file) instead of blocking or filling memory; so is a
-    symbolic link unless ``follow``."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
-    except FileNotFoundError:
-        raise error(f"{path}: not found") from None
-    except OSError as e:
-        raise error(f"{path}: cannot open ({e.strerror})") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
-        raise error(f"{path}: {kind}, not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        if st.st_size > limit:
-            raise error(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise error(f"{path}: cannot read ({e.strerror})") from None
-    if len(data) > limit:
-        raise error(f"{path}: more than the {limit} bytes allowed")
-    return data
 
 
 def sha256_file(path: Path) -> str:
@@ -174,3 +135,4 @@ def ensembles(root: Path) -> list[str]:
     """Models whose config.pbtxt declares the ensemble platform (loaded after their steps)."""
     return sorted(p.parent.name for p in Path(root).glob("*/config.pbtxt")
                   if _ENSEMBLE.search(p.read_text(errors="replace")))
+

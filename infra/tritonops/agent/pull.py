@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest, releases, signing
-from .manifest import MANIFEST_FILE, ReleaseError, StoreError
+from .errors import ReleaseError, StoreError
+from .fsio import write_atomic
+from .golden import golden_gate
+from .manifest import MANIFEST_FILE
 from .metrics import Metrics
 from .store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
-from .triton import Triton, golden_gate
+from .triton import Triton
 
 # Steps whose failure says the store or Triton did not answer (retried), not that the release is bad.
 TRANSIENT_STEPS = ("fetch", "triton")
@@ -420,4 +423,4 @@ class Agent:
 
     def _write_textfile(self, textfile: Path | None) -> None:
         if textfile:
-            releases.write_atomic(Path(textfile) / "tritonops_release.prom", self.metrics.render())
+            write_atomic(Path(textfile) / "tritonops_release.prom", self.metrics.render())

@@ -18,13 +18,14 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from . import manifest
-from .manifest import MANIFEST_FILE, ReleaseError, UsageError
+from .errors import ReleaseError, UsageError
+from .fsio import write_atomic
+from .manifest import MANIFEST_FILE
 
 STATE_FILE = "current.json"
 STAGING_PREFIX = ".staging-"
@@ -35,30 +36,6 @@ def check_release_id(release: str) -> str:
     if not ok or len(release) > 100 or not release.isascii():
         raise UsageError(f"release id {release!r}: use letters, digits, '.', '_' or '-' (starting alphanumeric)")
     return release
-
-
-def write_atomic(path: Path, content: str, mode: int = 0o644) -> Path:
-    """Write, fsync and rename in the same folder: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        dir_fd = os.open(str(path.parent), os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power cut
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def state(releases: Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .manifest import ReleaseError, UsageError
+from .errors import ReleaseError, UsageError
 
 SIGNATURE_SUFFIX = ".sig"
 

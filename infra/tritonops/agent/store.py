@@ -37,7 +37,9 @@ from typing import Any
 
 from . import aws_credentials
 from .aws_credentials import Credentials
-from .manifest import MANIFEST_MAX, StoreError, UsageError, read_bounded
+from .errors import StoreError, UsageError
+from .fsio import read_bounded
+from .manifest import MANIFEST_MAX
 
 POINTER_MAX = 256 << 10
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

@@ -1,21 +1,27 @@
-"""Golden input/output pairs that travel with each model (``<model>/golden.json``).
+"""Golden input/output pairs that travel with each model (``<model>/golden.json``), as a pydantic model.
 
 Triton ignores extra files in a model folder, so the golden data ships inside every release and the
-smoke check can prove a model answers correctly wherever it is deployed.
+gate can prove a model answers correctly wherever it is deployed. The gate itself, and the file's
+format, are the agent's (:mod:`tritonops.agent.golden`); this model is what ``validate`` reports with
+(field and line) and what writes golden files, and it accepts and refuses exactly what the agent's
+reader does (tests/unit/release/test_golden_parity.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tritonops.agent.manifest import read_bounded
-from tritonops.agent.triton import GOLDEN_MAX_BYTES
-
-GOLDEN_FILE = "golden.json"
+from tritonops.agent.fsio import read_bounded
+from tritonops.agent.golden import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    GOLDEN_MAX_BYTES,
+    tensor_data_error,
+)
 
 # Triton wire datatypes <-> numpy
 NUMPY_DTYPES: dict[str, Any] = {
@@ -41,19 +47,24 @@ def wire_datatype(config_type: str) -> str:
     return "BYTES" if t == "STRING" else t
 
 
+_STRICT = ConfigDict(extra="forbid", strict=True)
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class Tensor(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     datatype: str
-    shape: list[int]
+    shape: list[Annotated[int, Field(ge=0)]]
     data: list[Any]
 
     @model_validator(mode="after")
     def _check(self) -> Tensor:
         if self.datatype not in NUMPY_DTYPES:
             raise ValueError(f"unknown datatype {self.datatype!r}; expected one of {sorted(NUMPY_DTYPES)}")
-        if int(np.prod(self.shape)) != len(self.data):
-            raise ValueError(f"shape {self.shape} needs {int(np.prod(self.shape))} values, got {len(self.data)}")
+        why = tensor_data_error(self.datatype, self.shape, self.data)
+        if why:
+            raise ValueError(why)
         return self
 
     def array(self) -> np.ndarray:
@@ -65,19 +76,19 @@ class Tensor(BaseModel):
 
 
 class GoldenCase(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str
-    inputs: dict[str, Tensor]
-    outputs: dict[str, Tensor]
+    inputs: Annotated[dict[str, Tensor], Field(min_length=1)]
+    outputs: Annotated[dict[str, Tensor], Field(min_length=1)]
 
 
 class Golden(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
-    rtol: float = 1e-4
-    atol: float = 1e-5
-    cases: list[GoldenCase]
+    rtol: Tolerance = DEFAULT_RTOL
+    atol: Tolerance = DEFAULT_ATOL
+    cases: Annotated[list[GoldenCase], Field(min_length=1)]
 
     @classmethod
     def load(cls, path: Path) -> Golden:

@@ -19,7 +19,8 @@ from google.protobuf import json_format, text_format
 from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
-from tritonops.agent.manifest import ReleaseError, read_bounded
+from tritonops.agent.errors import ReleaseError
+from tritonops.agent.fsio import read_bounded
 from tritonops.model_repo.spec import ModelSpec
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -28,8 +29,9 @@ ModelConfig = model_config_pb2.ModelConfig
 MAX_CONFIG_BYTES = 1 << 20
 
 
-class ConfigError(Exception):
-    """A config that cannot be read: carries file, line, column and the offending field."""
+class ModelConfigError(Exception):
+    """A Triton model configuration (config.pbtxt) that cannot be parsed, checked or written: carries the
+    file, line, column and the offending field. (Not ``tritonops.k8s``'s stack-configuration error.)"""
 
     def __init__(self, path: Path | str, message: str, line: int | None = None,
                  column: int | None = None, field: str | None = None) -> None:
@@ -53,7 +55,7 @@ _FIELD_BEFORE = re.compile(r"(\w+)\s*:?\s*[^:]*$")
 
 
 def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
-    """Parse config.pbtxt text into Triton's ModelConfig, or raise ConfigError with line:column."""
+    """Parse config.pbtxt text into Triton's ModelConfig, or raise ModelConfigError with line:column."""
     msg = ModelConfig()
     try:
         text_format.Parse(text, msg)
@@ -68,13 +70,13 @@ def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
             src = text.splitlines()[line - 1][: column - 1] if 0 < line <= len(text.splitlines()) else ""
             before = _FIELD_BEFORE.search(src)
             field = before.group(1) if before else None
-        raise ConfigError(path, detail, line, column, field) from None
+        raise ModelConfigError(path, detail, line, column, field) from None
     except ValueError as e:  # a value protobuf checks after tokenizing (an enum number out of range)
         value = str(e).rsplit(": ", 1)[-1]
         lines = text.splitlines()
         at = next((n for n, src in enumerate(lines, 1) if value and value in src), None)
         before = _FIELD_BEFORE.search(lines[at - 1].split(value)[0]) if at else None
-        raise ConfigError(path, str(e), at, None, before.group(1) if before else None) from None
+        raise ModelConfigError(path, str(e), at, None, before.group(1) if before else None) from None
     return msg
 
 
@@ -103,7 +105,7 @@ def parse(text: str, path: Path | str = "config.pbtxt") -> ModelSpec:
         message = f"must specify '{err['loc'][-1]}'" if err["type"] == "missing" else err["msg"]
         lines = field_lines(text)
         parent = field.rsplit(".", 1)[0] if "." in field else field
-        raise ConfigError(path, message, lines.get(field) or lines.get(parent), field=field) from None
+        raise ModelConfigError(path, message, lines.get(field) or lines.get(parent), field=field) from None
 
 
 @dataclass
@@ -128,22 +130,22 @@ class LoadedConfig:
 
 
 def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
-    """A config file's text, read at most ``limit`` bytes deep: ConfigError if larger, binary or unreadable."""
+    """A config file's text, read at most ``limit`` bytes deep: ModelConfigError if larger, binary or unreadable."""
     try:
         raw = read_bounded(path, limit)  # a FIFO or a device is refused, not waited on
     except ReleaseError as e:
         why = str(e).removeprefix(f"{path}: ")
         if "allowed" in why:
             why = f"the file is larger than {limit} bytes; a model configuration is a few kB (refused before parsing)"
-        raise ConfigError(path, why) from None
+        raise ModelConfigError(path, why) from None
     if b"\0" in raw:
-        raise ConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format",
+        raise ModelConfigError(path, "the file is binary (it holds NUL bytes), not protobuf text format",
                           line=raw[: raw.index(b"\0")].count(b"\n") + 1)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise ConfigError(path, f"the file is not UTF-8 text (byte {e.start})", line=line) from None
+        raise ModelConfigError(path, f"the file is not UTF-8 text (byte {e.start})", line=line) from None
 
 
 def load(path: Path) -> LoadedConfig:

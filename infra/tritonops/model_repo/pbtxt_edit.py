@@ -21,8 +21,8 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from tritonops.agent.releases import write_atomic
-from tritonops.model_repo.pbtxt import ConfigError, ModelConfig, parse_proto
+from tritonops.agent.fsio import write_atomic
+from tritonops.model_repo.pbtxt import ModelConfig, ModelConfigError, parse_proto
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _cut(text: str, start: int, end: int) -> str:
 def set_fields(text: str, new: Any, fields: Iterable[str], path: Path | str = "config.pbtxt") -> str:
     """``text`` with the top-level ``fields`` set to their values in ``new`` (a ModelConfig), nothing else changed.
 
-    A field ``new`` lacks is removed; one ``text`` lacks is appended at the end. Raises ConfigError if
+    A field ``new`` lacks is removed; one ``text`` lacks is appended at the end. Raises ModelConfigError if
     ``text`` does not parse, ValueError for a name ModelConfig does not have, and RuntimeError if the
     edited text would not parse to exactly the intended configuration.
     """
@@ -140,10 +140,10 @@ def write(path: Path, text: str) -> None:
     try:
         st = os.lstat(path)
     except OSError as e:
-        raise ConfigError(path, f"cannot write the file: {e.strerror or e}") from None
+        raise ModelConfigError(path, f"cannot write the file: {e.strerror or e}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise ConfigError(path, "is a symlink: refusing to replace it or write through it")
+        raise ModelConfigError(path, "is a symlink: refusing to replace it or write through it")
     try:
         write_atomic(path, text, mode=stat.S_IMODE(st.st_mode))
     except OSError as e:
-        raise ConfigError(path, f"cannot write the file: {e.strerror or e}") from None
+        raise ModelConfigError(path, f"cannot write the file: {e.strerror or e}") from None

@@ -20,9 +20,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from tritonops.agent.manifest import ReleaseError, check_path
+from tritonops.agent.errors import ReleaseError
+from tritonops.agent.golden import GOLDEN_FILE
+from tritonops.agent.manifest import check_path
 from tritonops.model_repo import config_rules, pbtxt
-from tritonops.model_repo.golden import GOLDEN_FILE, Golden, wire_datatype
+from tritonops.model_repo.golden import Golden, wire_datatype
 from tritonops.model_repo.spec import ModelSpec, Tensor
 
 CONFIG = "config.pbtxt"
@@ -184,7 +186,7 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
         siblings = dict(models)
         for other in model_folders(path.parent):
             if other.name not in siblings and (other / CONFIG).is_file():
-                with contextlib.suppress(pbtxt.ConfigError):  # reported when that model is validated
+                with contextlib.suppress(pbtxt.ModelConfigError):  # reported when that model is validated
                     siblings[other.name] = Model(other, pbtxt.load(other / CONFIG))
     for model in models.values():
         _check_model(model, siblings, target, gpus, out)
@@ -202,7 +204,7 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
 def _load_config(path: Path, out: _Collector) -> pbtxt.LoadedConfig | None:
     try:
         return pbtxt.load(path)
-    except pbtxt.ConfigError as e:
+    except pbtxt.ModelConfigError as e:
         out.error("parse", path, e.message, fld=e.field, line=e.line)
         return None
 

@@ -11,7 +11,7 @@ Canary releases: the traffic rules (request and success rates, failure ratio, me
 are recorded twice from one helper, :func:`traffic_exprs`: ``by (model)`` for the alerts and
 dashboards (``model:...``), and ``by (model, track)`` for the canary gate (``model_track:...``),
 which compares a model's ``track="canary"`` pods with its ``track="stable"`` pods
-(:mod:`tritonops.model_repo.canary`). The p95 request time comes from Triton's request-duration summary
+(:mod:`tritonops.release.canary`). The p95 request time comes from Triton's request-duration summary
 (``--metrics-config summary_latencies=true``): a summary's quantiles cannot be merged across pods,
 so :data:`TRACK_REQUEST_SECONDS_P95` is each pod's p95 weighted by that pod's request rate, the
 same estimate for both tracks.
@@ -50,7 +50,7 @@ PENDING_TOTAL = "model:tritonops_pending_requests:sum"
 DESIRED_REPLICAS = "model:tritonops_desired_replicas:unbounded"
 JOB_DESIRED_REPLICAS = "job:tritonops_desired_replicas:unbounded"  # one scaler per Triton deployment
 REPLICAS_UP = "job:tritonops_replicas_up:count"
-# The same traffic figures per (model, track): canary vs stable (tritonops.model_repo.canary reads them).
+# The same traffic figures per (model, track): canary vs stable (tritonops.release.canary reads them).
 TRACK_REQUESTS_RATE = "model_track:tritonops_requests:rate"
 TRACK_SUCCESS_RATE = "model_track:tritonops_request_success:rate"
 TRACK_FAILURE_RATIO = "model_track:tritonops_request_failure_ratio:rate"
@@ -403,7 +403,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
             "(neither serving it nor having refused it) for 30 minutes: the store may be unreachable, the "
             "node's disk full, or Triton not answering.",
             """
-1. `tritonops release status --to STORE --channel CHANNEL --target http://INSTANCE/metrics` shows what it serves.
+1. `tritonops release status --store STORE --channel CHANNEL --agent-url http://INSTANCE/metrics` shows what it serves.
 2. The agent's log (`journalctl -u tritonops-release-agent` on a node, the `release-agent` container in a pod)
    names the step that is failing; `curl INSTANCE/status` shows its state.
 3. It keeps serving its last gated release meanwhile; nothing needs rolling back.
@@ -421,7 +421,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
    override; find out who published it.
 2. fetch/install: a file in the store does not match its sha256, or the node lacks disk space.
 3. load/golden: the model does not load or answers differently from its golden.json: fix the model and publish
-   a new release, or `tritonops release rollback CHANNEL --to STORE`.
+   a new release, or `tritonops release rollback CHANNEL --store STORE`.
 """,
         ),
         # A credentials outage leaves tritonops_release_up_to_date at 1 (the agent compares with the last

@@ -25,17 +25,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tritonops.triton import perf_analyzer
-
-Protocol = Literal["http", "grpc"]
-Mode = Literal["closed", "open"]
-Engine = Literal["perf_analyzer", "python"]
+from tritonops.triton.load_config import BenchConfig
 
 # A ceiling on in-flight requests in open-loop mode: arrivals beyond it are counted as
 # "client_overload" errors instead of piling up without bound.
@@ -85,41 +82,6 @@ def check_target(url: str, allowed_hosts: Iterable[str] = ()) -> str:
         f"target {url!r}: {host} is not loopback; load is only sent to 127.0.0.1/::1 or to hosts "
         "named with --allow-host"
     )
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    url: str  # host:port of Triton's HTTP or gRPC endpoint
-    model: str
-    protocol: Protocol = "http"
-    mode: Mode = "closed"
-    concurrency: int = 4  # closed loop: requests in flight
-    rate: float = 100.0  # open loop: mean arrivals per second (Poisson)
-    max_requests: int | None = 1000  # None: only max_seconds bounds the run
-    max_seconds: float = 10.0
-    batch_size: int = 1
-    model_version: str = ""
-    request_timeout_s: float = 30.0
-    seed: int = 0
-    allowed_hosts: tuple[str, ...] = ()
-    engine: Engine = "python"
-    stability_pct: float = 10.0  # perf_analyzer: how far windows may differ and still count as stable
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "max_requests", "batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}: must be >= 1, got {value}")
-        for name in ("rate", "max_seconds", "request_timeout_s", "stability_pct"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):  # nan and inf are refused too
-                raise ValueError(f"{name}: must be a finite number > 0, got {value}")
-        if self.protocol not in ("http", "grpc"):
-            raise ValueError(f"protocol: must be http or grpc, got {self.protocol!r}")
-        if self.mode not in ("closed", "open"):
-            raise ValueError(f"mode: must be closed or open, got {self.mode!r}")
-        if self.engine not in ("perf_analyzer", "python"):
-            raise ValueError(f"engine: must be perf_analyzer or python, got {self.engine!r}")
 
 
 @dataclass

@@ -20,10 +20,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tritonops.triton.bench import BenchConfig
+from tritonops.triton.load_config import BenchConfig
 
 # perf_analyzer stops after this many measurement windows when throughput and latency do not settle;
 # the run's time budget is split into this many windows (it ends after 3 when they agree).

@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
-from tritonops.model_repo.golden import GOLDEN_FILE, Golden, compare
+from tritonops.agent.golden import GOLDEN_FILE
+from tritonops.model_repo.golden import Golden, compare
 from tritonops.triton.admin import client_headers
 
 # Families Triton exports once a model has been loaded (names from Triton's metrics documentation).

@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
+from tritonops.triton.load_config import BenchConfig
 
 Search = Literal["climb", "grid"]
 # A setting must beat another by more than this fraction of throughput to count as better: below it,
@@ -235,7 +236,7 @@ def measure(
     http_url: str,
     spec: ModelSpec,
     setting: Setting,
-    load: bench.BenchConfig,
+    load: BenchConfig,
     *,
     warmup_requests: int = 50,
 ) -> bench.BenchReport:
@@ -260,7 +261,7 @@ def tune(
     http_url: str,
     spec: ModelSpec,
     space: Space,
-    load: bench.BenchConfig,
+    load: BenchConfig,
     budget_ms: float,
     *,
     search: Search = "climb",

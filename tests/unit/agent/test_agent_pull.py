@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import manifest, releases, signing
+from tritonops.agent.errors import ReleaseError
+from tritonops.agent.golden import read_golden
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store, blob_key, sigv4_headers
-from tritonops.agent.triton import read_golden
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
@@ -51,7 +52,7 @@ def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node"
 def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
     out = pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    assert (out["uploaded"], out["changed"]) == (out["files"] - out["already_there"], True)
+    assert (out["uploaded"], out["changed"]) == (out["files"] - out["already_there"] - out["duplicates"], True)
     agent = _agent(tmp_path, store, keys)
     result = agent.poll()
     assert result["result"] == "applied" and result["release"] == "r1"
@@ -127,7 +128,7 @@ def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path:
 def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
     pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    with pytest.raises(manifest.ReleaseError, match="release id 'r1' was published with other content"):
+    with pytest.raises(ReleaseError, match="release id 'r1' was published with other content"):
         pub.publish(_repo(tmp_path, "b", "other"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
@@ -146,10 +147,10 @@ def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: d
     pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     back = pub.rollback(store, "stable")
     assert (back["release"], back["digest"], back["previous"]) == ("r1", r1["digest"], "r2")
-    with pytest.raises(manifest.ReleaseError, match="no earlier release r9"):
+    with pytest.raises(ReleaseError, match="no earlier release r9"):
         pub.rollback(store, "stable", release="r9")
     assert pub.promote(store, "stable", "canary")["release"] == "r1"
-    with pytest.raises(manifest.ReleaseError, match="channel 'nope' does not exist"):
+    with pytest.raises(ReleaseError, match="channel 'nope' does not exist"):
         pub.promote(store, "nope", "stable")
 
 
@@ -232,19 +233,19 @@ def test_sigv4_signature_matches_botocore() -> None:
 def test_golden_files_are_read_bounded(tmp_path: Path) -> None:
     fifo = tmp_path / "golden.json"
     os.mkfifo(fifo)
-    with pytest.raises(manifest.ReleaseError, match="not a regular file"):
+    with pytest.raises(ReleaseError, match="not a regular file"):
         read_golden(fifo)  # returns at once: no hang on a FIFO
     link = tmp_path / "zero.json"
     link.symlink_to("/dev/zero")
-    with pytest.raises(manifest.ReleaseError, match="cannot open"):
+    with pytest.raises(ReleaseError, match="cannot open"):
         read_golden(link)
     big = tmp_path / "big.json"
     with big.open("wb") as f:
         f.truncate(17 << 20)
-    with pytest.raises(manifest.ReleaseError, match="more than"):
+    with pytest.raises(ReleaseError, match="more than"):
         read_golden(big)
     (tmp_path / "bad.json").write_text(json.dumps({"cases": "x"}))
-    with pytest.raises(manifest.ReleaseError, match="expected"):
+    with pytest.raises(ReleaseError, match="expected"):
         read_golden(tmp_path / "bad.json")
 
 
@@ -310,7 +311,7 @@ def test_a_source_with_a_link_leaving_it_is_refused(tmp_path: Path, keys: dict[s
     src = _repo(tmp_path, "a")
     (tmp_path / "secret.txt").write_text("not for the fleet")
     (src / "mlp" / "1" / "extra.txt").symlink_to(tmp_path / "secret.txt")
-    with pytest.raises(manifest.ReleaseError, match="extra.txt: a symbolic link to a file outside"):
+    with pytest.raises(ReleaseError, match="extra.txt: a symbolic link to a file outside"):
         pub.publish(src, str(tmp_path / "store"), "stable", keys["key"], target="cpu", version="r1")
     assert not (tmp_path / "store").exists()
 
@@ -326,7 +327,7 @@ def test_install_refuses_a_tarball_larger_than_the_free_space(tmp_path: Path, mo
     (tmp_path / "releases").mkdir()
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
-    with pytest.raises(manifest.ReleaseError, match=r"unpacking needs \d+ MiB, 1 MiB free"):
+    with pytest.raises(ReleaseError, match=r"unpacking needs \d+ MiB, 1 MiB free"):
         releases.install(tmp_path / "releases", tmp_path / "releases" / ".staging-r1", "r1", tarball)
     assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == []  # staging and tarball cleaned up
 

@@ -336,7 +336,7 @@ def _cases() -> list[Case]:
     add(Case("drift-textfile-dir-file", ("drift", "--source", "pulumi", "--textfile-dir", f"{T}/precious.txt"),
              names=("precious.txt",), setup=kit))
 
-    # release keygen / publish / promote / rollback / status (helper A: infra/tritonops/cli/release.py, model_repo/publish.py)
+    # release keygen / publish / promote / rollback / status (helper A: infra/tritonops/cli/release.py, release/publish.py)
     add(Case("keygen-empty-path", ("release", "keygen", "", f"{T}/k.pub"), names=("private", "empty", "key"),
              setup=kit))
     add(Case("keygen-existing-key", ("release", "keygen", f"{T}/precious.txt", f"{T}/k.pub"),
@@ -345,17 +345,17 @@ def _cases() -> list[Case]:
              setup=kit))
     add(Case("keygen-public-is-folder", ("release", "keygen", f"{T}/k", f"{T}/dir.json"), names=("dir.json",),
              setup=kit))
-    store = ("--to", f"{T}/store")
+    store = ("--store", f"{T}/store")
     pub = ("release", "publish", R, *store, "--key", f"{T}/keys/release.key")
     add(Case("publish-repo-missing", ("release", "publish", f"{T}/nope", *store, "--key", f"{T}/keys/release.key"),
              names=("nope",), setup=with_(keys)))
     add(Case("publish-repo-empty-string", ("release", "publish", "", *store, "--key", f"{T}/keys/release.key"),
              names=("repository", "empty"), setup=with_(keys)))
-    add(Case("publish-to-empty", ("release", "publish", R, "--to", "", "--key", f"{T}/keys/release.key"),
-             names=("--to", "store"), setup=with_(keys)))
-    add(Case("publish-to-ftp", ("release", "publish", R, "--to", "ftp://x/y", "--key", f"{T}/keys/release.key"),
+    add(Case("publish-to-empty", ("release", "publish", R, "--store", "", "--key", f"{T}/keys/release.key"),
+             names=("--store", "store"), setup=with_(keys)))
+    add(Case("publish-to-ftp", ("release", "publish", R, "--store", "ftp://x/y", "--key", f"{T}/keys/release.key"),
              names=("ftp://x/y",), setup=with_(keys)))
-    add(Case("publish-to-file", ("release", "publish", R, "--to", f"{T}/precious.txt", "--key",
+    add(Case("publish-to-file", ("release", "publish", R, "--store", f"{T}/precious.txt", "--key",
                                  f"{T}/keys/release.key"), names=("precious.txt",), setup=with_(keys)))
     add(Case("publish-key-missing", ("release", "publish", R, *store, "--key", f"{T}/nope.key"),
              names=("nope.key",), setup=kit))
@@ -400,11 +400,11 @@ def _cases() -> list[Case]:
                  {"release": "r1", "digest": DIGEST, "history": "yesterday"})))))
     add(Case("status-channel-hostile", ("release", "status", *store, "--channel", "../x"), names=("../x",),
              setup=kit))
-    add(Case("status-store-closed-port", ("release", "status", "--to", f"http://{CLOSED}", "--channel", "stable"),
+    add(Case("status-store-closed-port", ("release", "status", "--store", f"http://{CLOSED}", "--channel", "stable"),
              expect=3, names=("127.0.0.1",), setup=kit))
-    add(Case("status-target-not-a-url", ("release", "status", *store, "--channel", "canary", "--target",
+    add(Case("status-target-not-a-url", ("release", "status", *store, "--channel", "canary", "--agent-url",
                                          "notaurl"), names=("notaurl",), setup=with_(pointer())))
-    add(Case("status-target-closed-port", ("release", "status", *store, "--channel", "canary", "--target",
+    add(Case("status-target-closed-port", ("release", "status", *store, "--channel", "canary", "--agent-url",
                                            f"http://{CLOSED}/metrics"), expect=1, names=("127.0.0.1",),
              setup=with_(pointer())))
 

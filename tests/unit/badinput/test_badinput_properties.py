@@ -16,9 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tritonops.agent import manifest
-from tritonops.agent.manifest import MANIFEST_FILE, ReleaseError, StoreError
+from tritonops.agent.errors import ReleaseError, StoreError
+from tritonops.agent.golden import golden_gate, read_golden
+from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.pull import parse_pointer
-from tritonops.agent.triton import golden_gate, read_golden
 from tritonops.model_repo.golden import Golden
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,12 +1,14 @@
-"""Model releases on the controller: validate, checksum and stage a release; fetch sources; the gate.
+"""The push-mode release steps on the controller: validate, checksum and stage a release; fetch it; gate it.
 
-Used by the ``model_repository`` role (``python -m tritonops.model_repo.release prepare|fetch-s3|golden``)
-and by ``tritonops release publish``. Nothing on a host changes before ``prepare`` has succeeded.
+Used by the ``model_repository`` role (``python -m tritonops.release.push prepare|fetch-s3|golden``);
+``check_repository`` also by ``tritonops release publish``. The gate is the release agent's
+(:mod:`tritonops.agent.golden`), so push and pull mode decide a release alike. Nothing on a host
+changes before ``prepare`` has succeeded.
 What runs on the node (install, activate, mark, prune, status) is the release agent
 (``tritonops.agent``), which the role pushes as one file; the manifest and its hashing live there too.
 
 Every subcommand prints one JSON object on stdout; exit 0 ok, 1 failed (the message names the file),
-2 usage error.
+2 usage error (a bad argument, unusable credentials, nothing to gate).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import IO, Any
 
 from tritonops.agent import manifest
-from tritonops.agent.manifest import MANIFEST_FILE, ReleaseError
+from tritonops.agent.errors import ReleaseError, UsageError
+from tritonops.agent.golden import golden_gate
+from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.releases import STAGING_PREFIX, check_release_id
+from tritonops.agent.triton import Triton
 
 
 class CredentialsError(ValueError):
@@ -222,25 +226,22 @@ def fetch_s3(bucket: str, prefix: str, dest: Path, endpoint_url: str | None = No
 
 
 def golden(url: str, repository: Path, models: list[str] | None = None, timeout: float = 60.0) -> dict[str, Any]:
-    """The release gate: server ready, every model READY, every golden inference within tolerance.
+    """The release gate of push mode, run from the controller: the agent's golden gate, the one pull mode runs.
 
-    The metrics endpoint is not part of the gate (it may bind to a management address only).
-    Retries for ``timeout`` seconds while models are still becoming READY after a load.
+    Every model (``models``, or each folder of ``repository`` with a config.pbtxt) READY within
+    ``timeout`` seconds, every golden case of ``repository`` within tolerance
+    (:func:`tritonops.agent.golden.golden_gate`). The metrics endpoint is not part of the gate (it may
+    bind to a management address only). ``url`` is Triton's HTTP endpoint, ``http(s)://HOST:PORT``.
     """
-    from tritonops.triton.smoke import smoke
-
-    deadline = time.monotonic() + timeout
-    while True:
-        report = smoke(url, models=models or (), repository=repository)
-        gate = [c for c in report.checks if c.check != "metrics"]
-        ok = bool(gate) and all(c.ok for c in gate)
-        not_ready = [c for c in gate if c.check in ("live", "ready", "model") and not c.ok]
-        if ok or not not_ready or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    failed = [f"{c.check} {c.target}: {c.detail}" for c in gate if not c.ok]
-    return {"ok": ok, "url": url, "server_version": report.server_version,
-            "checks": [c.model_dump() for c in gate], "failed": failed}
+    if "://" not in url:
+        url = f"http://{url}"
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"{url}: the golden gate speaks Triton's HTTP/REST protocol; give http://HOST:PORT")
+    names = sorted(set(models or ())) or sorted(p.parent.name for p in Path(repository).glob("*/config.pbtxt"))
+    if not names:
+        raise UsageError(f"{repository}: no model folders (*/config.pbtxt) to gate, and no --model given")
+    gate = golden_gate(Triton(url), Path(repository), names, timeout=timeout)
+    return {"ok": gate["ok"], "url": url, "models": names, "cases": gate["cases"], "failed": gate["failed"]}
 
 
 # --- CLI ---------------------------------------------------------------------------------------
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             if not out["ok"]:
                 print("golden inference gate failed:\n  " + "\n  ".join(out["failed"]), file=sys.stderr)
             return 0 if out["ok"] else 1
-    except CredentialsError as e:
+    except (CredentialsError, UsageError) as e:
         print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)
         return 2

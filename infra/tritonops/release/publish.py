@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.agent import manifest, signing
-from tritonops.agent.manifest import ReleaseError, StoreError, UsageError
+from tritonops.agent.errors import ReleaseError, StoreError, UsageError
 from tritonops.agent.pull import parse_pointer
 from tritonops.agent.releases import check_release_id
 from tritonops.agent.store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
-from tritonops.model_repo import canary
-from tritonops.model_repo.release import check_repository
+from tritonops.release import canary
+from tritonops.release.push import check_repository
 
 HISTORY = 20
 TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
@@ -164,21 +164,25 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path, targe
         if known.get("digest") != digest:
             raise ReleaseError(f"{to}: release id {release!r} was published with other content "
                                f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
-    uploaded = skipped = 0
+    uploaded = skipped = duplicates = 0
+    seen: set[str] = set()
     for i, (rel, sha) in enumerate(sorted(files.items()), 1):
-        if writer.exists(blob_key(sha)):
+        if sha in seen:  # the same content as a file before it in this release: one blob serves both
+            duplicates += 1
+        elif writer.exists(blob_key(sha)):
             skipped += 1
         else:
             writer.put(blob_key(sha), source / rel)
             uploaded += 1
+        seen.add(sha)
         if progress:
             progress(i, len(files), rel)
     writer.put(manifest_key(digest) + signing.SIGNATURE_SUFFIX, signature)
     writer.put(manifest_key(digest), text, "application/json")
     writer.put(id_key, json.dumps({"release": release, "digest": digest}).encode(), "application/json")
     out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files),
-                           "uploaded": uploaded, "already_there": skipped, "models": manifest.models(files),
-                           "warnings": warnings}
+                           "uploaded": uploaded, "already_there": skipped, "duplicates": duplicates,
+                           "models": manifest.models(files), "warnings": warnings}
     if channel:
         moved = move_pointer(writer, channel, release, digest, f"publish {source.name}")
         out.update(channel=channel, changed=moved["changed"], previous=moved.get("previous"))
@@ -189,8 +193,8 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
             gate: canary.Gate | None = None) -> dict[str, Any]:
     """Point ``channel`` at ``source_channel``'s release.
 
-    With ``gate`` (an :class:`tritonops.model_repo.canary.Gate`) the pointer moves only if Prometheus
-    shows the canary no worse than stable; otherwise :class:`~tritonops.model_repo.canary.PromotionRefused`
+    With ``gate`` (an :class:`tritonops.release.canary.Gate`) the pointer moves only if Prometheus
+    shows the canary no worse than stable; otherwise :class:`~tritonops.release.canary.PromotionRefused`
     (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
     """
     writer = Writer(to, s3_endpoint)
@@ -245,7 +249,7 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
     for url in targets:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise UsageError(f"--target {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
+            raise UsageError(f"--agent-url {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
     reader = Store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from tritonops.cli import app
-from tritonops.model_repo import canary as c
-from tritonops.model_repo import publish as pub
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
+from tritonops.release import canary as c
+from tritonops.release import publish as pub
 from typer.testing import CliRunner
 
 GATE = c.Gate("http://127.0.0.1:9", window="10m", max_failure_increase=0.01, max_latency_increase=0.2,
@@ -250,7 +250,7 @@ def _stable(store: str) -> str:
 
 
 def _promote(store: str, *extra: str) -> Any:
-    return RUNNER.invoke(app, ["release", "promote", "canary", "stable", "--to", store, *extra])
+    return RUNNER.invoke(app, ["release", "promote", "canary", "stable", "--store", store, *extra])
 
 
 def test_promote_refuses_with_figures_and_leaves_the_pointer(prom: FakePrometheus, tmp_path: Path) -> None:

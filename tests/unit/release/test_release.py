@@ -1,4 +1,4 @@
-"""Releases: controller staging (tritonops.model_repo.release) and the agent's node steps (tritonops.agent.releases).
+"""Releases: controller staging (tritonops.release.push) and the agent's node steps (tritonops.agent.releases).
 
 The node-side commands run here on temporary folders exactly as the role runs them on a node (the
 agent zipapp with a bare python3); the S3 source is exercised against moto_server (the moto[server]
@@ -20,9 +20,9 @@ import pytest
 from tritonops.agent import bundle, manifest
 from tritonops.agent import releases as node_rel
 from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.model_repo import release as rel
+from tritonops.release import push as rel
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ pods:
   and both p95s must be known (Triton started with ``--metrics-config summary_latencies=true``);
   anything less refuses with "not enough data": no traffic is no evidence.
 
-``tritonops release promote CANARY STABLE --to STORE --prometheus URL`` runs the gate before it moves
-the pointer (:func:`tritonops.model_repo.publish.promote`) and refuses with the figures when it fails.
+``tritonops release promote CANARY STABLE --store STORE --prometheus URL`` runs the gate before it moves
+the pointer (:func:`tritonops.release.publish.promote`) and refuses with the figures when it fails.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tritonops.agent.manifest import ReleaseError
+from tritonops.agent.errors import ReleaseError
 from tritonops.observability import rules as r
 from tritonops.observability.metrics import CANARY, STABLE, TRACK
 

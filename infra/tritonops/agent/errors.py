@@ -1,0 +1,20 @@
+"""The agent's error classes, one per exit code: every module of the package raises these.
+
+``ReleaseError`` (exit 1) names the file, the field or the step that failed; ``UsageError`` (exit 2) a
+bad argument or an input the user named that cannot be used; ``StoreError`` (exit 3) a store or server
+that did not answer, or answered with something unusable (codes in :mod:`exitcodes`).
+"""
+
+from __future__ import annotations
+
+
+class ReleaseError(Exception):
+    """A release step failed; the message names the file, the field or the step (exit 1)."""
+
+
+class UsageError(ReleaseError, ValueError):
+    """A bad argument, or an input the user named that cannot be used (exit 2)."""
+
+
+class StoreError(ReleaseError):
+    """A store or server did not answer, or answered with something unusable (exit 3)."""
