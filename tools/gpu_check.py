@@ -131,7 +131,7 @@ from rich.table import Table
 from tritonclient.grpc import model_config_pb2
 from tritonops.k8s import budget as b
 from tritonops.k8s.catalog import GPU_FAMILIES, GpuFamily
-from tritonops.k8s.config import ModelConfig, ModelService, NodePoolRef, TritonStackConfig
+from tritonops.k8s.config import ModelService, NodePoolRef, ServedModel, TritonStackConfig
 from tritonops.model_repo import pbtxt
 from tritonops.observability import dashboards as d
 from tritonops.observability import metrics as m
@@ -179,7 +179,7 @@ def catalog_family(gpu_name: str) -> GpuFamily | None:
 
 def local_budget(family: GpuFamily) -> tuple[ModelService, b.ServiceBudget]:
     """The budget of a one-GPU model service serving the sample MLP on this GPU family."""
-    svc = ModelService(name="gpu-check", node_pool="local", models=[ModelConfig(name="mlp", size_mib=MLP_MIB)])
+    svc = ModelService(name="gpu-check", node_pool="local", models=[ServedModel(name="mlp", size_mib=MLP_MIB)])
     pool = NodePoolRef(instance_type=f"{family.family}.xlarge")
     cfg = TritonStackConfig(environment="gpu-check", tier="non-production", node_pools={"local": pool},
                             model_services=[svc])

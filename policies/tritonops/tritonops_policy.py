@@ -36,7 +36,7 @@ from pulumi_policy import (
 
 Report = Callable[..., None]
 
-# The stack's tier on every object the tritonops builders make (tritonops.k8s.config.TIER_LABEL).
+# The stack's tier on every object the tritonops builders make (tritonops.k8s.labels.TIER_LABEL).
 TIER_LABEL = "tritonops.io/tier"
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -47,15 +47,15 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
-AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.triton.AGENT_KEY (the pack does not import the package)
-TRACK = "track"  # tritonops.k8s.triton.TRACK_LABEL: stable | canary
+AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.release_agent.AGENT_KEY (the pack does not import the package)
+TRACK = "track"  # tritonops.k8s.labels.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
 # Triton's API groups only the admin header may reach (tritonops.triton.admin.RESTRICTED_APIS): inference,
 # metadata and health stay open, every other group of `tritonserver --help` is restricted.
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")  # Triton's names for HTTP, gRPC
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-# Scale to zero (tritonops.k8s.triton.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
+# Scale to zero (tritonops.k8s.scaling.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
 # prod's explicit consent, and the wake-up signal that exists while no Triton pod runs.
 ALLOW_SCALE_TO_ZERO = "tritonops.io/allow-scale-to-zero"
 WAKE_METRICS = ("nginx_ingress_controller_requests",)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from tritonops.agent import drift as agent_drift
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.releases import write_atomic
+from tritonops.agent.fsio import write_atomic
 
 TEXTFILE_NAME = "tritonops_drift.prom"
 SOURCES = ("ansible", "models", "pulumi")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tritonops.agent.manifest import ReleaseError
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.pull import parse_pointer
 from tritonops.agent.store import POINTER_MAX, Store, channel_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
@@ -53,7 +53,7 @@ def _publish_command(svc: ModelService, channel: str) -> str:
     assert rel is not None
     endpoint = f" --s3-endpoint {rel.s3_endpoint}" if rel.s3_endpoint else ""
     return (
-        f"tritonops release publish REPOSITORY --to {rel.store} --channel {channel} --key release-signing.key"
+        f"tritonops release publish REPOSITORY --store {rel.store} --channel {channel} --key release-signing.key"
         f"{endpoint}"
     )
 

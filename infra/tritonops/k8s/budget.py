@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tritonops.k8s.catalog import gpu_family
-
-if TYPE_CHECKING:
-    from tritonops.k8s.config import ModelService, TritonStackConfig
+from tritonops.k8s.config import ModelService, TritonStackConfig
 
 MIB = 1024 * 1024
 

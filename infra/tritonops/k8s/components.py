@@ -23,6 +23,7 @@ from tritonops.k8s.config import (
     PlatformConfig,
     TritonStackConfig,
 )
+from tritonops.k8s.labels import name_of
 from tritonops.k8s.platform import HelmRelease
 
 Obj = dict[str, Any]
@@ -349,4 +350,4 @@ class TritonService(pulumi.ComponentResource):
             depends_on,
             ignore_replicas=svc.autoscaling.enabled,
         )
-        self.register_outputs({"deployment": triton.name_of(svc), "namespace": args.config.namespace})
+        self.register_outputs({"deployment": name_of(svc), "namespace": args.config.namespace})

@@ -28,6 +28,7 @@ import yaml
 
 from tritonops import project
 from tritonops.k8s.config import MODELS, STACKS, project_name
+from tritonops.k8s.stack_file import read_config_map, stack_file
 
 # Pulumi's SimpleConfigType (sdk/go/common/workspace/project.json; "object" since CLI v3.187.0).
 CONFIG_TYPES = ("string", "integer", "boolean", "array", "object")
@@ -181,12 +182,10 @@ def user_secrets(stack: str, stacks_dir: Path | None = None) -> dict[str, str]:
 
 def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]:
     """A Pulumi.<env>.yaml against its Pulumi.yaml as the engine checks it before the program runs."""
-    from tritonops.k8s.config import _read_config_map, stack_file
-
     path = stack_file(stack, env, stacks_dir)
     name = project_name(stack)
     declared = project_config(stack, stacks_dir)
-    config = _read_config_map(path)
+    config = read_config_map(path)
     secrets = user_secrets(stack, stacks_dir)
     out: list[Problem] = []
 

@@ -26,24 +26,21 @@ from typing import Any
 from tritonops.agent.triton import SECRET_ENV
 from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
-from tritonops.k8s.triton import (
-    AGENT_PATH,
-    AGENT_PORT,
+from tritonops.k8s.labels import (
     GPU_RESOURCE,
     GRPC_PORT,
     HTTP_PORT,
     NODE_POOL_LABEL,
     TRITON_UID,
-    _meta,
-    agent_mount,
-    agent_volume,
     canary_of,
     container_security_context,
-    deployment,
     name_of,
+    object_meta,
     selector,
     track_selector,
 )
+from tritonops.k8s.release_agent import AGENT_PATH, AGENT_PORT, agent_mount, agent_volume
+from tritonops.k8s.workload import deployment
 from tritonops.observability.metrics import CANARY, STABLE
 
 Obj = dict[str, Any]
@@ -58,7 +55,7 @@ def drift_name(svc: ModelService) -> str:
 
 
 def drift_labels(cfg: TritonStackConfig, svc: ModelService) -> dict[str, str]:
-    return {**_meta(drift_name(svc), cfg, svc)["labels"], "app.kubernetes.io/component": COMPONENT}
+    return {**object_meta(drift_name(svc), cfg, svc)["labels"], "app.kubernetes.io/component": COMPONENT}
 
 
 def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
@@ -77,7 +74,7 @@ def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
         "triton",
         "--host",
         f"{cfg.environment}/{cfg.namespace}/{name_of(svc)}",
-        # The pods' admin APIs are restricted (tritonops.k8s.triton.triton_args), over HTTP and gRPC.
+        # The pods' admin APIs are restricted (tritonops.k8s.workload.triton_args), over HTTP and gRPC.
         "--restricted",
         "--grpc",
         f"{host}:{GRPC_PORT}",
@@ -92,7 +89,7 @@ def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
 def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE) -> Obj:
     """Compare the live Triton's READY models with ``svc.models`` every ``schedule``."""
     # The pod mounts its account's token: it lists the namespace's pods (Role: get/list pods only).
-    meta = _meta(drift_name(svc), cfg, svc, annotations={
+    meta = object_meta(drift_name(svc), cfg, svc, annotations={
         "checkov.io/skip1": "CKV_K8S_38=the drift check lists the pods through the API (get/list pods only)"})
     pod_labels = drift_labels(cfg, svc)
     secret_ref = {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}
@@ -177,13 +174,13 @@ def expected_config_map(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(f"{drift_name(svc)}-expected", cfg, svc),
+        "metadata": object_meta(f"{drift_name(svc)}-expected", cfg, svc),
         "data": {PODS_KEY: json.dumps(expected_pods(cfg, svc), indent=1, sort_keys=True) + "\n"},
     }
 
 
 def service_account(cfg: TritonStackConfig, svc: ModelService) -> Obj:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(drift_name(svc), cfg, svc),
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(drift_name(svc), cfg, svc),
             "automountServiceAccountToken": False}  # mounted by the CronJob's pod only
 
 
@@ -192,7 +189,7 @@ def role(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(drift_name(svc), cfg, svc),
+        "metadata": object_meta(drift_name(svc), cfg, svc),
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
     }
 
@@ -201,7 +198,7 @@ def role_binding(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _meta(drift_name(svc), cfg, svc),
+        "metadata": object_meta(drift_name(svc), cfg, svc),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": drift_name(svc)},
         "subjects": [{"kind": "ServiceAccount", "name": drift_name(svc), "namespace": cfg.namespace}],
     }
@@ -214,7 +211,7 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(drift_name(svc), cfg, svc),
+        "metadata": object_meta(drift_name(svc), cfg, svc),
         "spec": {
             "podSelector": {"matchLabels": selector(svc)},
             "policyTypes": ["Ingress"],
@@ -228,7 +225,7 @@ def egress_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(f"{drift_name(svc)}-egress", cfg, svc),
+        "metadata": object_meta(f"{drift_name(svc)}-egress", cfg, svc),
         "spec": {
             "podSelector": {"matchLabels": drift_labels(cfg, svc)},
             "policyTypes": ["Egress"],

@@ -7,7 +7,7 @@ from typing import Any
 
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
-from tritonops.k8s.triton import GPU_RESOURCE, NODE_POOL_LABEL
+from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL
 
 Obj = dict[str, Any]
 

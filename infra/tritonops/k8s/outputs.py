@@ -13,20 +13,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tritonops.k8s import triton
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError, ModelService, TritonStackConfig, project_name
+from tritonops.k8s.exposure import hosts
+from tritonops.k8s.labels import GRPC_PORT, HTTP_PORT, METRICS_PORT, name_of, track_name
+from tritonops.observability.metrics import CANARY, STABLE
 
 Obj = dict[str, Any]
 MODEL_READERS = "modelReaders"  # the cluster-aws output the triton stack reads
 
 
-def endpoints(cfg: TritonStackConfig, svc: ModelService, track: str = triton.STABLE) -> Obj:
+def endpoints(cfg: TritonStackConfig, svc: ModelService, track: str = STABLE) -> Obj:
     """The track's Service as in-cluster clients reach it (``<service>.<namespace>.svc``)."""
-    host = f"{triton.track_name(svc, track)}.{cfg.namespace}.svc"
+    host = f"{track_name(svc, track)}.{cfg.namespace}.svc"
     return {
-        "http": {"host": host, "port": triton.HTTP_PORT, "url": f"http://{host}:{triton.HTTP_PORT}"},
-        "grpc": {"host": host, "port": triton.GRPC_PORT, "target": f"{host}:{triton.GRPC_PORT}"},
-        "metrics": {"host": host, "port": triton.METRICS_PORT, "url": f"http://{host}:{triton.METRICS_PORT}/metrics"},
+        "http": {"host": host, "port": HTTP_PORT, "url": f"http://{host}:{HTTP_PORT}"},
+        "grpc": {"host": host, "port": GRPC_PORT, "target": f"{host}:{GRPC_PORT}"},
+        "metrics": {"host": host, "port": METRICS_PORT, "url": f"http://{host}:{METRICS_PORT}/metrics"},
     }
 
 
@@ -34,7 +36,7 @@ def ingress_hosts(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     """The hosts the Ingress or Gateway API routes answer on; none when ``ingress.mode`` is none."""
     if cfg.ingress.mode == "none":
         return {}
-    http, grpc = triton._hosts(cfg, svc)
+    http, grpc = hosts(cfg, svc)
     return {"mode": cfg.ingress.mode, "http": http, "grpc": grpc}
 
 
@@ -63,14 +65,14 @@ def triton_services(cfg: TritonStackConfig) -> Obj:
     for svc in cfg.model_services:
         entry: Obj = {
             "namespace": cfg.namespace,
-            "deployment": triton.name_of(svc),
+            "deployment": name_of(svc),
             "endpoints": endpoints(cfg, svc),
             "ingressHosts": ingress_hosts(cfg, svc),
             **source(svc),
         }
         canary = entry.get("release", {}).get("canary")
         if canary is not None:
-            canary["endpoints"] = endpoints(cfg, svc, triton.CANARY)
+            canary["endpoints"] = endpoints(cfg, svc, CANARY)
         out[svc.name] = entry
     return out
 
@@ -102,7 +104,7 @@ def reader_arn(cfg: TritonStackConfig, index: int, readers: Mapping[str, Any] | 
     if entry is None:
         known = ", ".join(sorted(readers or {})) or "none"
         raise ConfigError(key, f"{stack} has no model reader {name!r} in its {MODEL_READERS} output (has: {known})")
-    want = (cfg.namespace, triton.name_of(svc))
+    want = (cfg.namespace, name_of(svc))
     got = (entry.get("namespace"), entry.get("serviceAccount"))
     if got != want:
         raise ConfigError(

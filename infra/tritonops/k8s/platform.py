@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from tritonops import versions
-from tritonops.k8s.config import PRODUCTION, TIER_LABEL, PlatformConfig
+from tritonops.k8s.config import PRODUCTION, PlatformConfig
+from tritonops.k8s.labels import TIER_LABEL
 
 Obj = dict[str, Any]
 

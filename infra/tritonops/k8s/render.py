@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from tritonops.k8s.config import load_stack_config
 from tritonops.k8s.gitops import flux_objects
+from tritonops.k8s.stack_file import load_stack_config
 from tritonops.k8s.stacks import RenderSet, render_set
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import eks, karpenter, outputs, platform, required, triton
+from tritonops.k8s import bootstrap, eks, karpenter, outputs, platform, required, triton
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.config import (
     ClusterAwsConfig,
@@ -22,9 +22,9 @@ from tritonops.k8s.config import (
     StackConfig,
     TritonStackConfig,
     config_keys,
-    parse_config,
     project_name,
 )
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.platform import HelmRelease
 
 Obj = dict[str, Any]
@@ -358,8 +358,6 @@ def triton_program() -> dict[str, Any]:
             f"{project_name('triton')}:{ADMIN_TOKEN_KEY}",
             f"set the admin API header value: pulumi config set --secret {ADMIN_TOKEN_KEY} VALUE",
         )
-    from tritonops.k8s import bootstrap
-
     if bootstrap.enabled():  # at preview and up, before anything is created: each pull-mode channel exists
         bootstrap.check_channels(cfg, source=f"Pulumi.{pulumi.get_stack()}.yaml")
     ref = cluster_reference("triton", cfg.cluster)

@@ -41,7 +41,7 @@ from devkit import triton_image
 from tritonops.agent import manifest as manifests
 from tritonops.agent import signing
 from tritonops.agent.store import Store
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
 
 pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from tritonops.capacity import plan as planner
 from tritonops.cli import app
-from tritonops.k8s.config import TritonStackConfig, load_stack_config
+from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config
 from tritonops.observability.keda import ScalingPolicy
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "examples" / "capacity" / "bench-mlp_batched-cpu.json"
 
 
@@ -157,11 +158,12 @@ def test_missing_price_for_a_pool_names_the_instance_type(tmp_path: Path) -> Non
 
 def test_cli_plan_table_and_json() -> None:
     runner = CliRunner()
-    r = runner.invoke(app, ["plan", "vision", "--bench", str(BENCH), "--traffic", "consumer", "--peak-rps", "8000"])
+    r = runner.invoke(app, ["plan", "vision", "--env", "prod", "--bench", str(BENCH), "--traffic", "consumer",
+                            "--peak-rps", "8000"])
     assert r.exit_code == 0, r.output
     assert "replicas at peak" in r.output and "autoscaled, spot" in r.output
-    r = runner.invoke(app, ["plan", "vision", "--bench", str(BENCH), "--traffic", "consumer", "--peak-rps", "8000",
-                            "--json"])
+    r = runner.invoke(app, ["plan", "vision", "--env", "prod", "--bench", str(BENCH), "--traffic", "consumer",
+                            "--peak-rps", "8000", "--json"])
     data = json.loads(r.output)
     assert data["replicas_peak"] == 6 and data["findings"] == []
 
@@ -173,12 +175,12 @@ def test_cli_plan_table_and_json() -> None:
     (["--bench", str(BENCH), "--traffic", "consumer", "--peak-rps", "100000"], 1, "maxReplicas=10"),
 ])
 def test_cli_plan_exit_codes(args: list[str], code: int, message: str) -> None:
-    r = CliRunner().invoke(app, ["plan", "vision", *args])
+    r = CliRunner().invoke(app, ["plan", "vision", "--env", "prod", *args])
     assert r.exit_code == code and message in r.output
     assert "Traceback" not in r.output
 
 
 def test_cli_plan_missing_stack_file_is_a_usage_error(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["plan", "vision", "--stacks-dir", str(tmp_path), "--bench", str(BENCH),
-                                 "--traffic", "consumer", "--peak-rps", "10"])
+    r = CliRunner().invoke(app, ["plan", "vision", "--env", "prod", "--project-dir", str(tmp_path), "--bench",
+                                 str(BENCH), "--traffic", "consumer", "--peak-rps", "10"])
     assert r.exit_code == 2 and "no stack config file" in r.output

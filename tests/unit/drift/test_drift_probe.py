@@ -20,7 +20,7 @@ from tritonops.agent import drift as agent_drift
 from tritonops.agent import manifest
 from tritonops.agent.releases import STATE_FILE
 from tritonops.drift import ansible_check, models
-from tritonops.model_repo import release as rel
+from tritonops.release import push as rel
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "model_repository"

@@ -13,8 +13,8 @@ import pytest
 from tritonops.agent import bundle, manifest
 from tritonops.agent import drift as agent_drift
 from tritonops.agent import releases as agent_releases
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import ReleaseError
 from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import app
 from tritonops.drift import ansible_check, models, pulumi_check
@@ -27,10 +27,11 @@ from tritonops.drift.report import (
     write_textfile,
 )
 from tritonops.k8s import drift as k8s_drift
-from tritonops.k8s import triton as k8s_triton
-from tritonops.k8s.config import TritonStackConfig, load_stack_config
-from tritonops.model_repo import release as rel
+from tritonops.k8s import release_agent as k8s_release_agent
+from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config
 from tritonops.observability.metrics import DRIFT_METRIC
+from tritonops.release import push as rel
 from typer.testing import CliRunner
 
 DATA = Path(__file__).with_name("data")
@@ -312,7 +313,7 @@ def test_cron_job_checks_the_desired_models() -> None:
 
 def test_drift_objects_are_valid_kubernetes() -> None:
     cfg = _triton_cfg()
-    for obj in [*k8s_drift.drift_objects(cfg, cfg.model_services[0]), k8s_triton.agent_config_map(cfg)]:
+    for obj in [*k8s_drift.drift_objects(cfg, cfg.model_services[0]), k8s_release_agent.agent_config_map(cfg)]:
         kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
 
 
@@ -322,11 +323,11 @@ def test_cron_job_runs_the_agents_check_from_its_config_map() -> None:
     cfg = _triton_cfg()
     pod = k8s_drift.cron_job(cfg, cfg.model_services[0])["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     cmd = pod["containers"][0]["command"]
-    assert cmd[:3] == ["python3", k8s_triton.AGENT_PATH, "check"]
+    assert cmd[:3] == ["python3", k8s_release_agent.AGENT_PATH, "check"]
     mount = pod["containers"][0]["volumeMounts"][0]
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     assert Path(mount["mountPath"]) / volume["configMap"]["items"][0]["path"] == Path(cmd[1])
-    cm = k8s_triton.agent_config_map(cfg)
+    cm = k8s_release_agent.agent_config_map(cfg)
     assert cm["metadata"]["name"] == volume["configMap"]["name"]
     key = volume["configMap"]["items"][0]["key"]
     assert base64.b64decode(cm["binaryData"][key]) == bundle.build_bytes()

@@ -258,7 +258,7 @@ def direct_prod_services() -> list[dict[str, Any]]:
     """The prod example's model services in the modes where Triton reads its models itself (no release
     agent): vision from s3:// with its IRSA modelReader, embeddings from a PVC in poll mode. The
     committed prod example uses the release flow; tests of the direct modes start from these."""
-    from tritonops.k8s.config import read_stack_file
+    from tritonops.k8s.stack_file import read_stack_file
 
     services = [dict(s) for s in read_stack_file("triton", "prod")[0]["modelServices"]]
     vision, embeddings = services[0], services[1]

@@ -16,9 +16,11 @@ import pytest
 from k8s_harness import ROOT, Mocks, run_program
 from tritonops.agent import signing
 from tritonops.k8s import bootstrap, render
-from tritonops.k8s.config import ConfigError, TritonStackConfig, parse_config, read_stack_file
+from tritonops.k8s.config import ConfigError, TritonStackConfig
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks import render_set
-from tritonops.model_repo import publish as pub
+from tritonops.release import publish as pub
 
 pytestmark = pytest.mark.integration  # moto_server, a real S3 stand-in process
 
@@ -74,7 +76,7 @@ def test_unpublished_channel_is_refused_with_the_publish_command(s3: str, store:
         run_program("triton", "dev", {"modelServices": _services(s3, store)}, mocks=mocks, check_channels=True)
     assert exc.value.key == "tritonops-triton:modelServices[0].release.channel"
     assert (
-        f"Publish a release to it first: tritonops release publish REPOSITORY --to {store} --channel dev "
+        f"Publish a release to it first: tritonops release publish REPOSITORY --store {store} --channel dev "
         f"--key release-signing.key --s3-endpoint {s3}" in str(exc.value)
     )
     assert "Pulumi.dev.yaml" in str(exc.value)
@@ -137,7 +139,7 @@ def test_render_check_channels_reads_the_store_only_when_asked(s3: str, store: s
     assert refused.exit_code == 2, refused.output
     err = json_line(refused.output)
     assert err["key"].endswith("modelServices[0].release.channel")
-    assert f"tritonops release publish REPOSITORY --to {store} --channel dev" in err["error"]
+    assert f"tritonops release publish REPOSITORY --store {store} --channel dev" in err["error"]
     assert not (tmp_path / "b" / "kustomization.yaml").exists()  # nothing written
     _publish(tmp_path, s3, store, "dev")
     _publish(tmp_path, s3, store, "dev-canary")

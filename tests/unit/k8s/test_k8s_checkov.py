@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT, envs
-from tritonops.k8s.config import load_stack_config
+from tritonops.k8s.stack_file import load_stack_config
 
 CHECKOV = ROOT / ".cache" / "checkov-venv" / "bin" / "checkov"
 STACKS = ("triton", "platform")

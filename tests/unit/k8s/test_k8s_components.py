@@ -8,7 +8,7 @@ import pulumi
 import pytest
 from k8s_harness import as_ints, is_secret, run_fn, unwrap
 from tritonops import versions
-from tritonops.k8s import platform, triton
+from tritonops.k8s import labels, platform, triton
 from tritonops.k8s.components import (
     GpuNodePool,
     GpuNodePoolArgs,
@@ -24,7 +24,8 @@ from tritonops.k8s.components import (
     TritonServiceArgs,
     k8s_object,
 )
-from tritonops.k8s.config import ClusterAwsConfig, PlatformConfig, TritonStackConfig, load_stack_config
+from tritonops.k8s.config import ClusterAwsConfig, PlatformConfig, TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config
 
 
 def _cfg(stack: str, env: str) -> Any:
@@ -43,7 +44,7 @@ def test_gpu_node_pool_creates_tainted_node_group_and_role() -> None:
     assert i["amiType"] == "AL2023_x86_64_NVIDIA" and i["capacityType"] == "ON_DEMAND"
     assert i["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert i["scalingConfig"] == {"minSize": 3, "maxSize": 10, "desiredSize": 3}
-    assert i["diskSize"] == 200 and i["labels"][triton.NODE_POOL_LABEL] == "gpu-a10g"
+    assert i["diskSize"] == 200 and i["labels"][labels.NODE_POOL_LABEL] == "gpu-a10g"
     assert i["nodeRoleArn"].endswith("gpu-a10g-role")
     arns = {r.inputs["policyArn"] for r in mocks.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
     assert any(a.endswith("AmazonEKSWorkerNodePolicy") for a in arns) and len(arns) == 3

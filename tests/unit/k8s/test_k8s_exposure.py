@@ -16,17 +16,12 @@ from typing import Any
 import pytest
 import yaml
 from k8s_harness import Mocks, direct_prod_services, run_program
-from tritonops.k8s import platform, triton
-from tritonops.k8s.config import (
-    GATEWAY_MAX_MODELS,
-    ConfigError,
-    PlatformConfig,
-    TritonStackConfig,
-    load_stack_config,
-    parse_config,
-    read_stack_file,
-)
+from tritonops.k8s import exposure, platform, release_agent, triton, workload
+from tritonops.k8s import labels as k8s_labels
+from tritonops.k8s.config import ConfigError, PlatformConfig, TritonStackConfig
+from tritonops.k8s.parse import GATEWAY_MAX_MODELS, parse_config
 from tritonops.k8s.render import build, render
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 from tritonops.triton.admin import RESTRICTED_APIS
 
 Obj = dict[str, Any]
@@ -117,7 +112,7 @@ def test_httproute_routes_only_inference_metadata_and_health(path: str) -> None:
 
 @pytest.mark.parametrize("method", ROUTED_GRPC + UNROUTED_GRPC)
 def test_grpc_routes_only_the_inference_methods(method: str) -> None:
-    service = triton.GRPC_SERVICE
+    service = exposure.GRPC_SERVICE
     for route in _routes("prod", "GRPCRoute"):
         assert _grpcroute_routes(route, service, method) == (method in ROUTED_GRPC)
         assert not _grpcroute_routes(route, "grpc.reflection.v1alpha.ServerReflection", "ServerReflectionInfo")
@@ -130,8 +125,8 @@ def test_grpc_methods_are_triton_s_own() -> None:
     from tritonclient.grpc import service_pb2
 
     methods = {m.name for m in service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
-    assert triton.GRPC_SERVICE == "inference.GRPCInferenceService"
-    assert set(triton.GRPC_METHODS) == set(ROUTED_GRPC)
+    assert exposure.GRPC_SERVICE == "inference.GRPCInferenceService"
+    assert set(exposure.GRPC_METHODS) == set(ROUTED_GRPC)
     assert set(ROUTED_GRPC) <= methods
     assert methods - set(ROUTED_GRPC) == {
         "ModelConfig", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload",
@@ -149,7 +144,7 @@ def test_canary_weights_survive_the_exact_matches() -> None:
                       "canary": {"channel": "canary", "weight": 5}}
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
-    for route in triton.gateway_routes(cfg, cfg.model_services[0]):
+    for route in exposure.gateway_routes(cfg, cfg.model_services[0]):
         for rule in route["spec"]["rules"]:
             assert rule["matches"]
             assert [(b["name"], b["weight"]) for b in rule["backendRefs"]] == [
@@ -164,7 +159,7 @@ def test_many_models_split_into_rules_within_the_gateway_api_limits() -> None:
     raw["modelServices"] = [raw["modelServices"][1] | {"models": models, "memory": {"cudaContextMib": 0}}]
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
-    http, grpc = triton.gateway_routes(cfg, cfg.model_services[0])
+    http, grpc = exposure.gateway_routes(cfg, cfg.model_services[0])
     sizes = [len(r["matches"]) for r in http["spec"]["rules"]]
     assert sizes == [64, 62] and sum(sizes) < 128 and len(http["spec"]["rules"]) <= 16
     assert len(grpc["spec"]["rules"][0]["matches"]) <= 8  # GRPCRoute's limit before Gateway API 1.1
@@ -273,8 +268,8 @@ def test_egress_is_denied_but_dns_and_the_model_store(
 
 def test_default_deny_and_dns_are_namespace_wide() -> None:
     cfg = _triton("prod")
-    deny = triton.default_deny_policy(cfg)
-    assert deny["metadata"] == {"name": "default-deny", "namespace": "triton", "labels": triton.labels(cfg)}
+    deny = exposure.default_deny_policy(cfg)
+    assert deny["metadata"] == {"name": "default-deny", "namespace": "triton", "labels": k8s_labels.labels(cfg)}
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     names = [o["metadata"]["name"] for o in triton.namespace_objects(cfg) if o["kind"] == "NetworkPolicy"]
     assert names == ["default-deny", "namespace-egress", "kube-api-egress"]
@@ -283,8 +278,8 @@ def test_default_deny_and_dns_are_namespace_wide() -> None:
 def test_a_pvc_service_opens_no_egress_of_its_own() -> None:
     cfg = _triton("prod", modelServices=direct_prod_services())
     embeddings = next(s for s in cfg.model_services if s.name == "embeddings")
-    assert triton.model_store_ports(embeddings) == []
-    assert triton.network_policy(cfg, embeddings)["spec"]["egress"] == []
+    assert exposure.model_store_ports(embeddings) == []
+    assert exposure.network_policy(cfg, embeddings)["spec"]["egress"] == []
     pod = SERVER | {"app.kubernetes.io/instance": "triton-embeddings"}
     assert not egress_allowed(_policies(cfg), pod, {"ip": "52.218.1.1"}, 443)
 
@@ -304,15 +299,15 @@ def test_the_store_port_follows_the_store_url(release: Obj, port: int) -> None:
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     svc = cfg.model_services[0]
-    assert triton.model_store_ports(svc) == [port]
-    assert triton.network_policy(cfg, svc)["spec"]["egress"][0]["ports"] == [{"port": port, "protocol": "TCP"}]
+    assert exposure.model_store_ports(svc) == [port]
+    assert exposure.network_policy(cfg, svc)["spec"]["egress"][0]["ports"] == [{"port": port, "protocol": "TCP"}]
 
 
 def test_model_store_cidrs_and_dns_are_configurable() -> None:
     cfg = _triton("dev", networkPolicy={"modelStoreCidrs": ["10.20.0.0/16", "2600:1f00::/40"],
                                         "dns": {"namespace": "dns", "podLabels": {"app": "coredns"}}})
     svc = cfg.model_services[0]
-    (rule,) = triton.network_policy(cfg, svc)["spec"]["egress"]
+    (rule,) = exposure.network_policy(cfg, svc)["spec"]["egress"]
     assert rule["to"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "2600:1f00::/40"}}]
     pols = _policies(cfg)
     assert egress_allowed(pols, SERVER, {"ip": "10.20.3.4"}, 443)
@@ -334,7 +329,7 @@ def test_prod_images_are_pinned_by_digest_and_labelled_by_tag() -> None:
     cfg = _triton("prod")
     for svc in cfg.model_services:
         assert "@sha256:" in svc.image
-        dep = triton.deployment(cfg, svc)
+        dep = workload.deployment(cfg, svc)
         assert dep["metadata"]["labels"]["app.kubernetes.io/version"] == "24.10-py3"
         images = {c["image"] for c in dep["spec"]["template"]["spec"]["containers"]}
         assert images == {svc.image}
@@ -411,7 +406,7 @@ def test_restricted_groups_are_the_admin_apis() -> None:
         ({"ip": "10.0.12.34"}, 443, True),  # the API server (EKS: control-plane ENIs in the subnets)
         ({"ip": "10.0.12.34"}, 6443, True),
         ({"ip": "10.0.12.34"}, 22, False),
-        ({"ns": "triton", "pod": SERVER}, triton.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.drift)
+        ({"ns": "triton", "pod": SERVER}, release_agent.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.drift)
     ],
 )
 def test_the_drift_check_reaches_the_kube_api_and_the_agents(dst: Obj, port: int, allowed: bool) -> None:

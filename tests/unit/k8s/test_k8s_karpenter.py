@@ -15,16 +15,12 @@ import pytest
 import yaml
 from k8s_harness import ROOT, as_ints, committed, envs, k8s_objects
 from tritonops import versions
-from tritonops.k8s import karpenter, triton
-from tritonops.k8s.config import (
-    ClusterAwsConfig,
-    ConfigError,
-    load_stack_config,
-    parse_config,
-    read_stack_file,
-)
+from tritonops.k8s import karpenter, workload
+from tritonops.k8s.config import ClusterAwsConfig, ConfigError
 from tritonops.k8s.eks import node_labels
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 from tritonops.k8s.stacks import render_set
 
 DATA = Path(__file__).parent / "data" / "karpenter"
@@ -142,7 +138,7 @@ def test_disruption_budget_is_the_pdbs_evictions(allowed: int) -> None:
 def test_default_budget_follows_the_triton_stacks_default_pdb() -> None:
     tcfg = load_stack_config("triton", "dev")
     svc = next(s for s in tcfg.model_services if s.pdb_min_available is None)
-    pdb = triton.pod_disruption_budget(tcfg, svc)
+    pdb = workload.pod_disruption_budget(tcfg, svc)
     cfg = _cfg("dev", karpenter={"maxGpus": 2})  # pdbMaxUnavailable left to its default
     nodes = karpenter.node_pool(cfg, karpenter.karpenter_pools(cfg)[0])["spec"]["disruption"]["budgets"][0]["nodes"]
     assert nodes == str(pdb["spec"]["maxUnavailable"])
@@ -348,7 +344,7 @@ def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
 
     render("cluster-aws", "dev", tmp_path)
     rendered = (tmp_path / "01-nodepool-gpu-l4.yaml").read_text().splitlines()
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
     snippet = text.split("(`01-nodepool-gpu-l4.yaml`):\n\n```yaml\n", 1)[1].split("```", 1)[0]
     lines = [ln for ln in snippet.splitlines() if ln.strip() != "..."]
     assert len(lines) > 20 and all(ln in rendered for ln in lines)

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from k8s_harness import ROOT, as_ints, committed, direct_prod_services, envs, run_program
 from pulumi_policy import PolicyResource, PolicyResourceOptions, ResourceValidationArgs, StackValidationArgs
-from tritonops.k8s.config import STACKS, TIER_LABEL, load_stack_config, read_stack_file
+from tritonops.k8s.config import STACKS
+from tritonops.k8s.labels import TIER_LABEL
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
@@ -305,9 +307,9 @@ def _sidecar(props: dict[str, Any]) -> dict[str, Any]:
 
 def test_agent_containers_are_not_triton_servers() -> None:
     """Same image, but no GPU and no /v2/health probes needed: only the server is a Triton container."""
-    from tritonops.k8s import triton
+    from tritonops.k8s import release_agent
 
-    assert tp.AGENT_FILE == triton.AGENT_KEY
+    assert tp.AGENT_FILE == release_agent.AGENT_KEY
     # stable and canary (sorted: the engine registers resources concurrently, in no fixed order)
     deps = sorted((r for r in _resources("dev") if r.resource_type == DEP), key=lambda r: r.props["metadata"]["name"])
     assert [d.props["metadata"]["name"] for d in deps] == ["triton-vision", "triton-vision-canary"]

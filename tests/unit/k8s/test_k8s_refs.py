@@ -19,7 +19,9 @@ import pytest
 import yaml
 from k8s_harness import STACKS_DIR, committed, k8s_objects
 from tritonops.k8s import refs, render
-from tritonops.k8s.config import load_stack_config, parse_config, project_name, read_stack_file
+from tritonops.k8s.config import project_name
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 from tritonops.k8s.stacks import render_set
 
 Obj = dict[str, Any]

@@ -19,17 +19,11 @@ import yaml
 from k8s_harness import ROOT, envs, strict_schema
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from tritonops import versions
-from tritonops.k8s import triton
-from tritonops.k8s.config import (
-    PRODUCTION,
-    ConfigError,
-    TritonStackConfig,
-    load_stack_config,
-    parse_config,
-    read_stack_file,
-    stack_file,
-)
+from tritonops.k8s import exposure, scaling
+from tritonops.k8s.config import PRODUCTION, ConfigError, TritonStackConfig
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 from tritonops.observability import keda
 
 DATA = Path(__file__).parent / "data" / "keda"
@@ -103,9 +97,9 @@ def test_rendered_scaled_objects_match_the_crd_schema(env: str) -> None:
 
 def test_prod_scale_to_zero_matches_the_crd_schema() -> None:
     cfg = _cfg("prod", _zero("prod"))
-    so = triton.scaled_object(cfg, cfg.model_services[0])
+    so = scaling.scaled_object(cfg, cfg.model_services[0])
     assert _errors(so) == []
-    assert so["metadata"]["annotations"] == {triton.SCALE_TO_ZERO_ANNOTATION: "true"}
+    assert so["metadata"]["annotations"] == {scaling.SCALE_TO_ZERO_ANNOTATION: "true"}
 
 
 @pytest.mark.parametrize(
@@ -133,14 +127,14 @@ def test_dev_example_scales_to_zero_with_a_wake_trigger() -> None:
     cfg = load_stack_config("triton", "dev")
     assert isinstance(cfg, TritonStackConfig)
     svc = cfg.model_services[0]
-    so = triton.scaled_object(cfg, svc)["spec"]
+    so = scaling.scaled_object(cfg, svc)["spec"]
     assert (so["minReplicaCount"], so["cooldownPeriod"]) == (0, svc.autoscaling.cooldown_period)
     load = svc.autoscaling.model_load_seconds
     assert load is not None and svc.autoscaling.cooldown_period > load
     # An outage of Prometheus never scales to zero: KEDA only keeps a failing target up with fallback.replicas > 0.
     assert so["fallback"] == {"failureThreshold": 3, "replicas": 1, "behavior": "currentReplicasIfHigher"}
     (wake,) = [t for t in so["triggers"] if t["name"] == "wake"]
-    ingress_names = [o["metadata"]["name"] for o in triton.ingresses(cfg, svc)]
+    ingress_names = [o["metadata"]["name"] for o in exposure.ingresses(cfg, svc)]
     assert wake["metadata"]["query"] == keda.ingress_requests_query(cfg.namespace, ingress_names, "1m")
     assert wake["metadata"]["activationThreshold"] == "0"
     # The wake trigger only activates: it never asks for a second replica.
@@ -199,7 +193,7 @@ def test_prod_example_has_queue_and_gpu_triggers_with_the_fallback() -> None:
     cfg = load_stack_config("triton", "prod")
     assert isinstance(cfg, TritonStackConfig)
     svc = cfg.model_services[0]
-    spec = triton.scaled_object(cfg, svc)["spec"]
+    spec = scaling.scaled_object(cfg, svc)["spec"]
     names = [t["name"] for t in spec["triggers"]]
     assert names == [*(f"pending-{m}" for m in ("resnet50", "densenet-onnx")),
                      *(f"rate-{m}" for m in ("resnet50", "densenet-onnx")),
@@ -246,17 +240,17 @@ PROD_HA = {"requireHighAvailability": True, "minReplicas": 2}
 
 def test_policy_allows_prod_scale_to_zero_only_with_consent() -> None:
     cfg = _cfg("prod", _zero("prod"))
-    so = triton.scaled_object(cfg, cfg.model_services[0])
+    so = scaling.scaled_object(cfg, cfg.model_services[0])
     assert _violations(tp.validate_high_availability, so, PROD_HA) == []
     so["metadata"].pop("annotations")
     (msg,) = _violations(tp.validate_high_availability, so, PROD_HA)
     assert tp.ALLOW_SCALE_TO_ZERO in msg
-    assert tp.ALLOW_SCALE_TO_ZERO == triton.SCALE_TO_ZERO_ANNOTATION
+    assert tp.ALLOW_SCALE_TO_ZERO == scaling.SCALE_TO_ZERO_ANNOTATION
 
 
 def test_policy_refuses_scale_to_zero_without_a_wake_trigger() -> None:
     cfg = _cfg("dev")
-    so = triton.scaled_object(cfg, cfg.model_services[0])
+    so = scaling.scaled_object(cfg, cfg.model_services[0])
     assert _violations(tp.validate_scaled_object_wake_up, so, {}) == []
     assert _violations(tp.validate_scaled_object_fallback, so, {}) == []
     assert tp.WAKE_METRICS == (keda.INGRESS_REQUESTS,)

@@ -23,9 +23,11 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from pulumi.runtime.settings import get_root_resource
 from pulumi.runtime.sync_await import _sync_await
-from tritonops.k8s import outputs, triton
-from tritonops.k8s.config import ConfigError, parse_config, project_name, read_stack_file
+from tritonops.k8s import labels, outputs
+from tritonops.k8s.config import ConfigError, project_name
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
+from tritonops.k8s.stack_file import read_stack_file
 
 STACKS = ("cluster-aws", "platform", "triton")
 ENVS = pytest.mark.parametrize("env", ["dev", "prod"])
@@ -191,7 +193,7 @@ def test_triton_exports_release_channels_and_canary() -> None:
         assert (rel["store"], rel["channel"]) == (svc.release.store, svc.release.channel)  # type: ignore[union-attr]
         # The channel the Deployment's agent follows is the exported one.
         (dep,) = [o for o in build("triton", "dev").objects
-                  if o["kind"] == "Deployment" and o["metadata"]["name"] == triton.name_of(svc)]
+                  if o["kind"] == "Deployment" and o["metadata"]["name"] == labels.name_of(svc)]
         (sync,) = dep["spec"]["template"]["spec"]["initContainers"]
         argv = [*sync.get("command", []), *sync.get("args", [])]
         assert argv[argv.index("--channel") + 1] == rel["channel"]

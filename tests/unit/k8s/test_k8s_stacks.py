@@ -15,8 +15,9 @@ from k8s_harness import (
     run_program,
     unwrap,
 )
-from tritonops.k8s.config import ConfigError, load_stack_config
+from tritonops.k8s.config import ConfigError
 from tritonops.k8s.render import build
+from tritonops.k8s.stack_file import load_stack_config
 
 ENVS = pytest.mark.parametrize("env", envs("triton"))  # every committed stack (all three stacks have the same)
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT
-from tritonops.k8s import triton
-from tritonops.k8s.config import TritonStackConfig, parse_config, read_stack_file
+from tritonops.k8s import exposure, triton, workload
+from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import read_stack_file
 from tritonops.triton.server import TritonNotInstalled, TritonServer, find_install, start
 
 # A real tritonserver and moto_server on loopback: the integration tier, kept next to the k8s tests.
@@ -48,7 +50,7 @@ def _cfg() -> TritonStackConfig:
 @pytest.fixture(scope="module")
 def deployment() -> dict[str, Any]:
     cfg = _cfg()
-    return triton.deployment(cfg, cfg.model_services[0])
+    return workload.deployment(cfg, cfg.model_services[0])
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def server(deployment: dict[str, Any]) -> Iterator[TritonServer]:
         pytest.skip(str(exc))
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "tritonserver"
-    extra = [a.replace(f"$({triton.ADMIN_ENV})", TOKEN) for a in args[1:] if not a.startswith(SUPPLIED_BY_POD)]
+    extra = [a.replace(f"$({workload.ADMIN_ENV})", TOKEN) for a in args[1:] if not a.startswith(SUPPLIED_BY_POD)]
     assert any(a.startswith("--http-restricted-api=") for a in extra)
     srv = start(
         ROOT / "examples" / "model_repository",
@@ -126,7 +128,7 @@ INFER_MLP = json.dumps(
 def test_every_routed_path_is_open_and_served(server: TritonServer) -> None:
     """What the Ingress/HTTPRoute send to Triton answers 200 without the admin header (an inference too)."""
     cfg = _cfg()
-    paths = triton.http_paths(cfg.model_services[0])
+    paths = exposure.http_paths(cfg.model_services[0])
     assert "/v2/models/mlp/infer" in paths
     got = {p: _status(f"http://{server.http_url}{p}", data=INFER_MLP if p.endswith("/infer") else None) for p in paths}
     assert got == dict.fromkeys(paths, 200)
@@ -148,7 +150,7 @@ def test_every_routed_path_is_open_and_served(server: TritonServer) -> None:
 def test_unrouted_admin_paths_are_restricted(server: TritonServer, path: str, post: bool) -> None:
     """Everything the routers leave out is one of the restricted API groups: 403 without the header."""
     cfg = _cfg()
-    assert path not in triton.http_paths(cfg.model_services[0])
+    assert path not in exposure.http_paths(cfg.model_services[0])
     assert _status(f"http://{server.http_url}{path}", data=b"{}" if post else None) == 403
 
 
@@ -220,7 +222,7 @@ def test_model_repository_from_s3(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
     }
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
-    container = triton.deployment(cfg, cfg.model_services[0])["spec"]["template"]["spec"]["containers"][0]
+    container = workload.deployment(cfg, cfg.model_services[0])["spec"]["template"]["spec"]["containers"][0]
     for env in container["env"]:
         if "value" in env:
             monkeypatch.setenv(env["name"], env["value"])  # AWS_DEFAULT_REGION, HOME
@@ -228,7 +230,7 @@ def test_model_repository_from_s3(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
     repo_args = [a for a in args if a.startswith("--model-repository=")]
     assert repo_args == [f"--model-repository=s3://{moto_s3}/tritonops-models-dev/vision"]
     extra = [
-        a.replace(f"$({triton.ADMIN_ENV})", TOKEN)
+        a.replace(f"$({workload.ADMIN_ENV})", TOKEN)
         for a in args
         if not a.startswith(SUPPLIED_BY_POD) or a.startswith("--model-repository=")
     ]

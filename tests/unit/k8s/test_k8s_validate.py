@@ -8,9 +8,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from k8s_harness import committed, envs, k8s_objects
-from tritonops.k8s import triton
-from tritonops.k8s.config import TritonStackConfig, parse_config, read_stack_file
+from tritonops.k8s import exposure, release_agent, triton, workload
+from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
+from tritonops.k8s.stack_file import read_stack_file
 
 LATEST = kubernetes_validate.latest_version()
 VERSIONS = ["1.30.0", LATEST]
@@ -101,9 +103,9 @@ def test_release_deployment_validates(variant: str, version: str) -> None:
     """The Deployment with the release agent (init container, sidecar, volumes) passes strict validation."""
     cfg = _release_variant(**RELEASE_VARIANTS[variant])
     svc = cfg.model_services[0]
-    dep = triton.deployment(cfg, svc)
+    dep = workload.deployment(cfg, svc)
     assert dep["spec"]["template"]["spec"]["initContainers"]
-    for obj in [dep, triton.service(cfg, svc), triton.network_policy(cfg, svc), triton.agent_config_map(cfg)]:
+    for obj in [dep, workload.service(cfg, svc), exposure.network_policy(cfg, svc), release_agent.agent_config_map(cfg)]:
         kubernetes_validate.validate(obj, version, strict=True)
     kubernetes_validate.validate(triton.namespace(cfg), version, strict=True)
 
@@ -111,7 +113,7 @@ def test_release_deployment_validates(variant: str, version: str) -> None:
 def test_release_validation_catches_a_bad_container() -> None:
     """A misspelt field in the sidecar fails, so the release Deployment's pass means something."""
     cfg = _release_variant()
-    dep = triton.deployment(cfg, cfg.model_services[0])
+    dep = workload.deployment(cfg, cfg.model_services[0])
     dep["spec"]["template"]["spec"]["containers"][1]["readinessProbe"]["httpGet"]["portName"] = "agent-metrics"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(dep, VERSIONS[0], strict=True)

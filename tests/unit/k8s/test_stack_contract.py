@@ -24,19 +24,11 @@ import yaml
 from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program
 from pydantic import TypeAdapter
 from tritonops.cli.k8s import render as render_cmd
-from tritonops.k8s import contract, karpenter, platform, triton
-from tritonops.k8s.config import (
-    MODELS,
-    STACKS,
-    TIER_LABEL,
-    ClusterAwsConfig,
-    ConfigError,
-    PlatformConfig,
-    TritonStackConfig,
-    load_stack_config,
-    parse_config,
-    read_stack_file,
-)
+from tritonops.k8s import contract, karpenter, platform, workload
+from tritonops.k8s.config import MODELS, STACKS, ClusterAwsConfig, ConfigError, PlatformConfig, TritonStackConfig
+from tritonops.k8s.labels import TIER_LABEL
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -220,7 +212,7 @@ def test_user_secrets_are_declared_secret_and_listed_in_the_readme() -> None:
     assert set(secrets["triton"]) == {"adminApiToken"}
     assert set(secrets["platform"]) == {"grafanaAdminPassword", "alertmanagerSecrets"}
     assert secrets["cluster-aws"] == {}
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "kubernetes.md").read_text()
     for stack, commands in secrets.items():
         for key, command in commands.items():
             assert contract.project_config(stack)[key]["secret"] is True
@@ -372,10 +364,10 @@ def test_tier_not_name_selects_the_strict_rules() -> None:
 def test_the_builders_label_the_tier_the_pack_reads() -> None:
     prod = load_stack_config("triton", "prod")
     assert isinstance(prod, TritonStackConfig)
-    dep = triton.deployment(prod, prod.model_services[0])
+    dep = workload.deployment(prod, prod.model_services[0])
     assert dep["metadata"]["labels"][TIER_LABEL] == "production" and tp.is_production(dep)
     renamed = prod.model_copy(update={"environment": "dev", "tier": "non-production"})
-    assert not tp.is_production(triton.deployment(renamed, renamed.model_services[0]))
+    assert not tp.is_production(workload.deployment(renamed, renamed.model_services[0]))
     plat = load_stack_config("platform", "staging")
     assert isinstance(plat, PlatformConfig)
     assert platform.labels(plat)[TIER_LABEL] == "non-production"
