@@ -408,7 +408,7 @@ def demo(console: Any, keep: bool = False, workdir: Path | None = None) -> Any:
     import shutil
 
     from tritonops.agent import signing
-    from tritonops.model_repo import publish as pub
+    from tritonops.release import publish as pub
     from tritonops.triton.smoke import report_table, smoke
 
     from devkit import triton_image
@@ -429,7 +429,7 @@ def demo(console: Any, keep: bool = False, workdir: Path | None = None) -> Any:
         pod = plan(store.url, {"release.pub": pub_key.read_bytes()})
         channel = pod.agent_arg("--channel")
         out = pub.publish(SAMPLE, str(store.folder), channel, key, target="cpu")
-        console.print(f"[2/5] tritonops release publish examples/model_repository --to {store.folder} --channel "
+        console.print(f"[2/5] tritonops release publish examples/model_repository --store {store.folder} --channel "
                       f"{channel}: release {out['release']}, {out['files']} files (served at {store.url})")
         console.print("[3/5] tritonops render --stack triton --env dev: Deployment "
                       f"{pod.deployment['metadata']['name']}, substituted:")

@@ -1,4 +1,4 @@
-"""``tritonops-agent``: the release agent's command line (one JSON object on stdout per command).
+"""tritonops-agent: the release agent's command line (one JSON object on stdout per command).
 
 Push mode (the model_repository role runs these on a node): status, install, activate, mark, prune,
 verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the sidecar, or an edge
@@ -23,8 +23,8 @@ import threading
 from typing import Any
 
 from . import argtypes, drift, manifest, releases
+from .errors import ReleaseError, StoreError, UsageError
 from .exitcodes import ExitCode
-from .manifest import ReleaseError, StoreError, UsageError
 from .metrics import serve
 from .pull import TRANSIENT_STEPS, Agent
 from .store import Store

@@ -9,19 +9,36 @@
 
 Each module holds the command functions (argument parsing and printing); the domain logic stays in its
 package (``tritonops.model_repo``, ``tritonops.triton``, ...). ``params`` holds the shared checks on
-command-line values, ``output`` the consoles. Every command exits with ``tritonops.agent.exitcodes.ExitCode``,
+command-line values, ``output`` the consoles, ``extras`` the one check that a command's optional
+dependencies (a pyproject extra) are installed; modules needing an extra are imported inside the commands
+that need them, so the base install starts. Every command exits with ``tritonops.agent.exitcodes.ExitCode``,
 described once in ``--help`` (the epilog below) and in the README.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+import tritonops
 from tritonops.agent.exitcodes import HELP as EXIT_HELP
 from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, release
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="The ``tritonops`` command line.",
-                  epilog=EXIT_HELP)
+app = typer.Typer(no_args_is_help=True, add_completion=False, epilog=EXIT_HELP,
+                  help="Triton Inference Server infrastructure: validate, release, render, check drift, plan.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tritonops {tritonops.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                               help="Print the version and exit.")] = False) -> None:
+    """Triton Inference Server infrastructure: validate, release, render, check drift, plan."""
 # Registration order is the order of `tritonops --help`.
 app.command("render")(k8s.render)
 app.command("bench")(load.bench_cmd)

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tritonops.agent import bundle
-from tritonops.agent.manifest import UsageError
-from tritonops.cli.output import run_release_op
+from tritonops.agent.errors import UsageError
+from tritonops.cli.output import console, run_release_op
 from tritonops.cli.params import path
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
@@ -17,7 +18,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-sid
 
 @app.command("build")
 def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)",
-                                                  parser=path)]) -> None:
+                                                  parser=path)],
+              as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False) -> None:
     """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
     def build() -> dict:
         if out.is_dir() or (out.exists() and not out.is_file()):
@@ -28,4 +30,8 @@ def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent
             raise UsageError(f"{out}: cannot write ({e.strerror or e})") from None
         return {"path": str(written), "bytes": written.stat().st_size}
 
-    run_release_op(build, True)
+    def render(out: dict) -> None:
+        console.print(f"wrote {escape(out['path'])} ({out['bytes']} bytes): python3 {escape(out['path'])} --help",
+                      highlight=False, soft_wrap=True)
+
+    run_release_op(build, as_json, render)

@@ -12,11 +12,13 @@ from rich.markup import escape
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
+from tritonops.cli.extras import require
 from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
 from tritonops.drift.run import DEFAULT_PLAYBOOK, run
-from tritonops.k8s.config import STACKS, ConfigError, check_env_name, stack_envs
+from tritonops.k8s.config import STACKS, ConfigError
+from tritonops.k8s.stack_file import check_env_name, stack_envs
 
 
 def _env_problems(envs: list[str], stacks: list[str], stacks_dir: Path) -> list[str]:
@@ -90,6 +92,8 @@ def drift_cmd(
     if problems:
         Console(stderr=True).print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE)
+    if "pulumi" in sources:
+        require("drift --source pulumi", "k8s")  # Pulumi's Automation API, in process
     # ansible-playbook runs in the project folder: paths from this command line are made absolute first.
     report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
                  stack or [], env or [], forks, project_dir=root)

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
+from tritonops.cli.extras import imports
 from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.k8s.config import STACKS, ConfigError
 
@@ -35,8 +36,8 @@ def _fail(problems: list[tuple[str, str]], as_json: bool) -> NoReturn:
 
 def _config_error(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> tuple[str, str]:
     """The error with file:line in front where the key is in the stack file."""
-    from tritonops.k8s.config import stack_file
     from tritonops.k8s.contract import locate
+    from tritonops.k8s.stack_file import stack_file
 
     if exc.source:
         line = locate(stack_file(stack, env, stacks_dir), exc.key) if ":" in exc.key else None
@@ -47,8 +48,8 @@ def _config_error(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> t
 
 def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
     """Pulumi's own rules (Pulumi.yaml against the stack file) and the stack's parser; exit 0 or 2."""
-    from tritonops.k8s.config import load_stack_config, read_stack_file, stack_file
     from tritonops.k8s.contract import check_project, check_stack_file, user_secrets
+    from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 
     try:
         read_stack_file(stack, env, stacks_dir)  # names a bad --stack/--env or a missing file
@@ -74,7 +75,8 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
 def _check_channels(stack: str, env: str, stacks_dir: Path) -> None:
     """Each pull-mode channel of the triton stack file exists in its store (tritonops.k8s.bootstrap)."""
     from tritonops.k8s.bootstrap import check_channels
-    from tritonops.k8s.config import TritonStackConfig, load_stack_config, stack_file
+    from tritonops.k8s.config import TritonStackConfig
+    from tritonops.k8s.stack_file import load_stack_config, stack_file
 
     if stack != "triton":
         raise ConfigError("--check-channels", f"only the triton stack has release channels (not {stack!r})")
@@ -96,9 +98,10 @@ def render(
         "and refuse an unpublished one (render alone never reads a store).")] = False,
     project_dir: ProjectDir = None,
 ) -> None:
-    """Write the Kubernetes objects (and Helm values, AWS specs) a stack creates, as plain YAML."""
-    from tritonops.k8s.render import render as do_render
+    """Write the Kubernetes objects (and Helm values, AWS specs) a stack creates, as plain YAML.
 
+    Writing needs the 'obs' extra (the triton stack's dashboards ConfigMap); --check-config does not.
+    """
     stacks_dir = project.stacks_dir(project_dir)
     if check:
         check_config(stack, env, stacks_dir, as_json)
@@ -110,7 +113,10 @@ def render(
     try:
         if check_channels:
             _check_channels(stack, env, stacks_dir)
-        written = do_render(stack, env, out, stacks_dir)
+        with imports("render"):  # the objects' builders import the Grafana dashboards (the 'obs' extra)
+            from tritonops.k8s.render import render as do_render
+
+            written = do_render(stack, env, out, stacks_dir)
     except ConfigError as exc:
         _fail([_config_error(exc, stack, env, stacks_dir)], as_json)
     if as_json:

@@ -15,15 +15,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import ReleaseError, check_path
+from tritonops.agent.manifest import check_path
 from tritonops.cli import params as cli_params
+from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
 from tritonops.cli.output import err_console, print_json
 from tritonops.cli.params import path as path_arg
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton import tune as tuner
+from tritonops.triton.load_config import BenchConfig
 from tritonops.triton.server import start as start_server
 from tritonops.triton.smoke import Endpoint, report_table
 from tritonops.triton.smoke import smoke as run_smoke
@@ -103,7 +106,7 @@ def bench_cmd(
         str, typer.Option(help="perf_analyzer (Triton's load generator, the reference) or python (asyncio)")
     ] = "perf_analyzer",
     stability: Annotated[
-        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+        float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
     ] = 10.0,
     allow_host: Annotated[
         list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
@@ -117,10 +120,12 @@ def bench_cmd(
 
     Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments, a target that is not
     loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url or
-    the engine could not measure.
+    the engine could not measure (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed).
     """
+    if engine == "perf_analyzer":
+        require("bench", "obs")  # perf_analyzer loads libcudart.so.12 (nvidia-cuda-runtime-cu12)
     try:
-        cfg = bench.BenchConfig(
+        cfg = BenchConfig(
             url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
             rate=rate, max_requests=requests, max_seconds=duration, batch_size=batch_size,
             allowed_hosts=tuple(allow_host or ()), engine=engine, stability_pct=stability,  # type: ignore[arg-type]
@@ -173,7 +178,7 @@ def tune_cmd(
     duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)", callback=_DURATION)] = 5.0,
     engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = "perf_analyzer",
     stability: Annotated[
-        float, typer.Option(help="perf_analyzer: %% by which windows may differ and still be stable")
+        float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
     ] = 10.0,
     instances: Annotated[str, typer.Option(help="Instance counts to try", callback=_ints(1))] = "1,2",
     delays: Annotated[
@@ -196,23 +201,24 @@ def tune_cmd(
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
     errors, 2 bad arguments, an unusable config.pbtxt or a model the server does not serve, 3 no
-    Triton answers at --url or the engine is missing.
+    Triton answers at --url, the engine is missing, or the 'obs' extra (matplotlib, for the plot) is not installed.
     """
     config_path = repository / model / "config.pbtxt"
     try:
         spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
         if not (math.isfinite(budget_ms) and budget_ms > 0):
             raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
-        load = bench.BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
-                                 max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
+        load = BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
+                           max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
         if search not in ("climb", "grid"):
             raise ValueError(f"search: must be climb or grid, got {search!r}")
         space = tuner.Space(spec.max_batch_size or 0, tuple(_int_list(instances)), tuple(_int_list(delays)))
+        require("tune", "obs")  # the plot (matplotlib), perf_analyzer's CUDA runtime: before any request
         bench.check_target(url)
         bench.preflight(load)
         if load.engine == "perf_analyzer":
             perf_analyzer.find()
-    except (ValueError, pbtxt.ConfigError) as e:
+    except (ValueError, pbtxt.ModelConfigError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
@@ -267,7 +273,7 @@ def smoke(
     ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
     cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
     key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
 ) -> None:
     """Live, ready, every model READY, golden inference within tolerance, metrics served.
 
@@ -312,6 +318,7 @@ def serve(
     model_control_mode: Annotated[ControlMode, typer.Option(help="Triton's --model-control-mode")] = ControlMode.none,
 ) -> None:
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
+    require("serve", "triton")
     if not repository.is_dir():
         err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)")
         raise typer.Exit(ExitCode.USAGE)

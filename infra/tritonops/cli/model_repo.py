@@ -9,9 +9,10 @@ import typer
 from rich.markup import escape
 
 from tritonops.agent import manifest as manifests
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import MANIFEST_FILE, MANIFEST_MAX, ReleaseError, read_bounded
-from tritonops.agent.releases import write_atomic
+from tritonops.agent.fsio import read_bounded, write_atomic
+from tritonops.agent.manifest import MANIFEST_FILE, MANIFEST_MAX
 from tritonops.cli.output import console, err_console, print_json
 from tritonops.cli.params import path as path_arg
 from tritonops.model_repo.validate import Target, UsageError
@@ -54,6 +55,8 @@ def manifest(
         Path | None, typer.Option("--compare", help="A manifest JSON to compare the folder against", parser=path_arg)
     ] = None,
     write: Annotated[bool, typer.Option(help=f"Also write {MANIFEST_FILE} into the folder")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --compare: the differences as JSON (the manifest "
+                                          "itself is always printed as JSON, its file format)")] = False,
 ) -> None:
     """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
     def usage(message: str) -> typer.Exit:
@@ -75,7 +78,14 @@ def manifest(
         raise usage(f"{e.filename or path}: cannot read ({e.strerror or e})") from None
     if saved is not None:
         diff = manifests.compare(saved, current)
-        print_json(diff)
+        if as_json:
+            print_json(diff)
+        else:
+            for kind in ("added", "removed", "changed"):
+                for rel in diff[kind]:
+                    console.print(f"{kind:<8} {escape(str(path / rel))}", highlight=False, soft_wrap=True)
+            console.print(", ".join(f"{len(diff[k])} {k}" for k in ("added", "removed", "changed"))
+                          + f" against {escape(str(compare_to))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.FINDINGS if any(diff.values()) else ExitCode.OK)
     if write:
         write_atomic(out, manifests.text(current))

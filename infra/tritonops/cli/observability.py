@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tritonops.cli.extras import require
 from tritonops.cli.params import finite, folder_to_write, path
-from tritonops.observability.export import export
 from tritonops.observability.keda import ScalingPolicy
 from tritonops.observability.rules import RuleSettings
 
@@ -41,8 +41,11 @@ def export_cmd(
 ) -> None:
     """Write Prometheus rule files and Grafana dashboard JSON into DIRECTORY.
 
-    Exit codes: 0 written, 2 bad arguments.
+    Exit codes: 0 written, 2 bad arguments, 3 the 'obs' extra (the dashboards' Grafana SDK) is not installed.
     """
+    require("observability export", "obs")
+    from tritonops.observability.export import export  # the Grafana SDK: the 'obs' extra
+
     try:
         policy = ScalingPolicy(threshold=pending_target, max_replicas=max_replicas)
         settings = RuleSettings(job=job, scaling=policy)

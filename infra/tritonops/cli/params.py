@@ -2,6 +2,10 @@
 
 click turns an empty argument into ``Path("")``, which is the current folder, and accepts ``nan`` and
 ``inf`` for a float even with a range; these refuse both as usage errors (exit 2) naming the option.
+
+A renamed option keeps its old spelling for one release: :func:`old_spelling` is a hidden option that
+still works and prints one deprecation line on stderr naming the new spelling, and :func:`either`
+merges the two values in the command.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -50,3 +54,27 @@ def folder_to_write(value: Path | None) -> Path | None:
 ProjectDir = Annotated[Path | None, typer.Option(
     "--project-dir", envvar=ENV_VAR, parser=path, show_envvar=True,
     help="Project folder holding stacks/, ansible/ and roles/ (default: the current directory)")]
+
+
+T = TypeVar("T")
+
+
+def old_spelling(old: str, new: str, **kwargs: Any) -> Any:
+    """A hidden typer option for the old spelling of ``new``: it works, and says on stderr that it is deprecated."""
+    def warn(value: Any) -> Any:
+        if value not in (None, [], ()):
+            typer.echo(f"warning: {old} is deprecated, use {new} (the old spelling goes in the next release)",
+                       err=True)
+        return value
+    return typer.Option(old, hidden=True, callback=warn, help=f"Deprecated spelling of {new}.", **kwargs)
+
+
+def either(value: T | None, old_value: T | None, new: str, old: str, required: str = "") -> T | None:
+    """The value of option ``new``, or of its deprecated spelling ``old``; both with different values is a usage
+    error, and so is neither when ``required`` (what the option names, for the message)."""
+    if value is not None and old_value is not None and value != old_value:
+        raise typer.BadParameter(f"{old} is the old spelling of {new}: give one of them", param_hint=f"'{new}'")
+    chosen = value if value is not None else old_value
+    if required and chosen is None:
+        raise typer.BadParameter(f"missing: {required}", param_hint=f"'{new}'")
+    return chosen

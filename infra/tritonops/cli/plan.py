@@ -15,10 +15,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.capacity import plan as planner
-from tritonops.cli.params import finite, path
-from tritonops.k8s.config import ConfigError, TritonStackConfig, load_stack_config
+from tritonops.cli.params import ProjectDir, finite, old_spelling, path
+from tritonops.k8s.config import ConfigError, TritonStackConfig
+from tritonops.k8s.stack_file import load_stack_config
 
 
 def plan_cmd(
@@ -27,25 +29,25 @@ def plan_cmd(
                                         help="One replica's figures: `tritonops bench --json` or `tune --json`")],
     traffic: Annotated[str, typer.Option("--traffic", help=f"Traffic profile: a YAML/JSON file (peak_rps, 24 "
                                          f"hourly values) or a built-in name ({', '.join(planner.PROFILES)})")],
-    env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a triton/Pulumi.<env>.yaml")]
-    = "prod",
-    stacks_dir: Annotated[Path | None, typer.Option("--stacks-dir", parser=path,
-                                                    help="Folder holding triton/Pulumi.<env>.yaml "
-                                                    "(default: stacks/ of the project folder)")] = None,
+    env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a stacks/triton/Pulumi.<env>.yaml.")],
     peak_rps: Annotated[float | None, typer.Option("--peak-rps", callback=finite(0, low_ok=False),
                                                    help="Peak requests/s (overrides the profile's)")] = None,
     prices: Annotated[Path | None, typer.Option("--prices", parser=path,
                                                 help="Price file (default: the shipped prices.json)")] = None,
     region: Annotated[str, typer.Option("--region", help="Region of the price file")] = "us-east-1",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable plan")] = False,
+    project_dir: ProjectDir = None,
+    stacks_dir: Annotated[Path | None, old_spelling("--stacks-dir", "--project-dir", parser=path)] = None,
 ) -> None:
     """Plan a model service: replicas the KEDA scaler settles on, nodes, GPU memory fit, cost per day.
 
     Exit codes: 0 the plan carries the peak and the models fit, 1 they do not, 2 unusable input.
     """
     err = Console(stderr=True)
+    # --stacks-dir (deprecated) named the stacks/ folder itself; --project-dir names the folder holding it.
+    stacks = stacks_dir if stacks_dir is not None else project.stacks_dir(project_dir)
     try:
-        cfg = load_stack_config("triton", env, stacks_dir)
+        cfg = load_stack_config("triton", env, stacks)
         assert isinstance(cfg, TritonStackConfig)
         result = planner.plan(cfg, service, planner.load_throughput(bench), planner.load_traffic(traffic, peak_rps),
                               planner.load_prices(prices), region)

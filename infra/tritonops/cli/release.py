@@ -2,7 +2,11 @@
 
 Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
 gate refused a promotion (with the figures), 2 usage error (a bad argument, an unknown channel, an
-unusable key or folder), 3 the store or Prometheus did not answer or holds something unusable.
+unusable key or folder), 3 the store or Prometheus did not answer or holds something unusable (or an
+s3:// store without the 's3' extra, boto3).
+
+The store is ``--store`` (as the agent names it); ``--to`` is its old spelling, and ``status --target``
+that of ``--agent-url``, kept for one release (tritonops.cli.params.old_spelling).
 """
 
 from __future__ import annotations
@@ -17,21 +21,34 @@ from rich.table import Table
 
 from tritonops.agent import signing
 from tritonops.agent.cli import exit_code
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import ReleaseError
+from tritonops.cli.extras import require_store
 from tritonops.cli.output import console, err_console, run_release_op
-from tritonops.cli.params import finite, path
-from tritonops.model_repo import canary
-from tritonops.model_repo import publish as pub
+from tritonops.cli.params import either, finite, old_spelling, path
 from tritonops.model_repo.validate import Target
+from tritonops.release import canary
+from tritonops.release import publish as pub
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Publish signed model releases to a store and move channel pointers.")
 
 
-Store = Annotated[str, typer.Option("--to", help="s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+# --store (the agent's name for it too); --to is its old spelling, kept for one release.
+Store = Annotated[str | None, typer.Option(
+    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+OldStore = Annotated[str | None, old_spelling("--to", "--store")]
 S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+def _store(command: str, store: str | None, to: str | None) -> str:
+    """--store, or its old spelling --to (one of them is required); an s3:// store needs the 's3' extra."""
+    chosen = either(store, to, "--store", "--to",
+                    required="where releases live, s3://BUCKET/PREFIX or the folder an HTTP mirror serves")
+    assert chosen is not None
+    require_store(f"release {command}", chosen)
+    return chosen
 
 
 @app.command("keygen")
@@ -39,16 +56,22 @@ def keygen_cmd(
     private_key: Annotated[Path, typer.Argument(help="Where to write the private key (0600); keep it secret",
                                                 parser=path)],
     public_key: Annotated[Path, typer.Argument(help="Where to write the public key that nodes trust", parser=path)],
+    as_json: AsJson = False,
 ) -> None:
     """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
+    def render(out: dict) -> None:
+        console.print(f"private key {escape(out['private_key'])} (0600, keep it secret)", highlight=False)
+        console.print(f"public key  {escape(out['public_key'])} (give it to the nodes: --trusted-key)",
+                      highlight=False)
+
     run_release_op(lambda: dict(zip(("private_key", "public_key"),
-                                    map(str, signing.keygen(private_key, public_key)), strict=True)), True)
+                                    map(str, signing.keygen(private_key, public_key)), strict=True)), as_json, render)
 
 
 @app.command("publish")
 def publish_cmd(
     repository: Annotated[Path, typer.Argument(help="The model repository folder to release", parser=path)],
-    to: Store,
+    store: Store = None,
     channel: Annotated[str | None, typer.Option(help="Move this channel to the release (none: upload only)")] = None,
     key: Annotated[Path, typer.Option("--key", help="The private signing key", parser=path)] = Path(
         "release-signing.key"),
@@ -57,21 +80,23 @@ def publish_cmd(
     config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
+    to: OldStore = None,
 ) -> None:
     """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
+    where = _store("publish", store, to)
+
     def progress(i: int, n: int, rel: str) -> None:
         if not as_json:
             err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False)
 
     def render(out: dict) -> None:
-        console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {out['files']} files, "
-                      f"{out['uploaded']} uploaded, {out['already_there']} already in {escape(to)}")
+        console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {_counts(out, where)}")
         if channel:
             moved = f"moved from {out['previous']}" if out.get("previous") else "new channel"
             moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
-    run_release_op(lambda: pub.publish(repository, to, channel, key, target.value if target else None, version,
+    run_release_op(lambda: pub.publish(repository, where, channel, key, target.value if target else None, version,
                                        config_name, s3_endpoint, progress), as_json, render)
 
 
@@ -79,7 +104,7 @@ def publish_cmd(
 def promote_cmd(
     source_channel: Annotated[str, typer.Argument(help="The channel whose release moves on (e.g. canary)")],
     channel: Annotated[str, typer.Argument(help="The channel to move (e.g. stable)")],
-    to: Store,
+    store: Store = None,
     s3_endpoint: S3Endpoint = None,
     prometheus: Annotated[str | None, typer.Option(
         help="Gate on Prometheus (base URL): move only if the canary's failure ratio and p95 are no worse "
@@ -95,12 +120,14 @@ def promote_cmd(
     min_requests: Annotated[int, typer.Option(
         help="Requests each track must have served per model in the window")] = 100,
     as_json: AsJson = False,
+    to: OldStore = None,
 ) -> None:
     """Point CHANNEL at SOURCE_CHANNEL's release; with --prometheus only if the canary is no worse.
 
     The gate reads the model_track:* recording rules (pods labelled track=stable|canary) and refuses,
     exit 1 with the figures, when the canary fails more, is slower at p95, or served too few requests.
     """
+    where = _store("promote", store, to)
     gate = None
     if prometheus is not None:
         try:
@@ -111,7 +138,7 @@ def promote_cmd(
     elif model:
         raise typer.BadParameter("--model needs --prometheus (it selects what the gate compares)")
     try:
-        out = pub.promote(to, source_channel, channel, s3_endpoint, gate=gate)
+        out = pub.promote(where, source_channel, channel, s3_endpoint, gate=gate)
     except canary.PromotionRefused as e:
         if as_json:
             typer.echo(json.dumps({**e.report, "channel": channel, "source_channel": source_channel},
@@ -162,27 +189,35 @@ def _gate_table(report: dict[str, Any]) -> None:
 @app.command("rollback")
 def rollback_cmd(
     channel: Annotated[str, typer.Argument(help="The channel to move back")],
-    to: Store,
+    store: Store = None,
     release: Annotated[str | None, typer.Option(help="An earlier release from the channel's history")] = None,
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
+    to: OldStore = None,
 ) -> None:
     """Move CHANNEL back to its previous release (or to --release from its history)."""
-    run_release_op(lambda: pub.rollback(to, channel, release, s3_endpoint), as_json,
+    where = _store("rollback", store, to)
+    run_release_op(lambda: pub.rollback(where, channel, release, s3_endpoint), as_json,
                    lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
 
 
 @app.command("status")
 def status_cmd(
-    to: Store,
     channel: Annotated[list[str], typer.Option(help="A channel to show (repeatable)")],
-    target: Annotated[list[str] | None, typer.Option(help="An agent's /metrics URL (repeatable)")] = None,
+    store: Store = None,
+    agent_url: Annotated[list[str] | None, typer.Option(
+        "--agent-url", help="A release agent's /metrics URL, http(s)://HOST:PORT/metrics (repeatable)")] = None,
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
+    to: OldStore = None,
+    target: Annotated[list[str] | None, old_spelling("--target", "--agent-url")] = None,
 ) -> None:
-    """Which release each channel names, and which release each target serves. Exit 1 when a target lags."""
+    """Which release each channel names, and which release each agent serves. Exit 1 when an agent lags."""
+    where = _store("status", store, to)
+    agents = [*(agent_url or []), *(target or [])]
+
     def render(out: dict) -> None:
-        t = Table(title=f"channels in {escape(to)}")
+        t = Table(title=f"channels in {escape(where)}")
         for col in ("channel", "release", "digest", "published", "note"):
             t.add_column(col)
         for name, p in out["channels"].items():
@@ -191,8 +226,8 @@ def status_cmd(
                       escape(p.get("note") or ""))
         console.print(t)
         if out["targets"]:
-            t = Table(title="targets")
-            for col in ("target", "channel", "serves", "up to date", "error"):
+            t = Table(title="agents")
+            for col in ("agent", "channel", "serves", "up to date", "error"):
                 t.add_column(col)
             for r in out["targets"]:
                 t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
@@ -202,9 +237,21 @@ def status_cmd(
     out: dict = {}
 
     def run() -> dict:
-        out.update(pub.status(to, channel, target or [], s3_endpoint))
+        out.update(pub.status(where, channel, agents, s3_endpoint))
         return out
 
     run_release_op(run, as_json, render)
     if any(r.get("error") or not r.get("up_to_date") for r in out.get("targets", [])):
         raise typer.Exit(ExitCode.FINDINGS)
+
+
+def _counts(out: dict, store: str) -> str:
+    """``18 files: 15 uploaded, 3 duplicates of another file`` (what each file cost: a duplicate's content is
+    uploaded once, for the file before it)."""
+    parts = [f"{out['uploaded']} uploaded"]
+    if out["already_there"]:
+        parts.append(f"{out['already_there']} already in {escape(store)}")
+    if out.get("duplicates"):
+        n = out["duplicates"]
+        parts.append(f"{n} duplicate{'' if n == 1 else 's'} of another file")
+    return f"{out['files']} files: " + ", ".join(parts)
