@@ -1,15 +1,20 @@
-"""Quoting for systemd files, so that values from data (an inventory, a store URL) stay literals.
+# Copyright: tritonops contributors
+# Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0)
+"""The filters tritonops.triton.systemd_quote and tritonops.triton.systemd_env_quote: values from data (an
+inventory, a store URL) quoted for systemd files, so that they stay literals.
 
 ``systemd_quote``: one word of an ``Exec*=`` command line. systemd
 expands specifiers (``%x``) and environment variables (``$X``, ``${X}``) in command lines, then splits
 them into words with C-style escapes inside double quotes: the word is written as ``"..."`` with
 backslash and double quote escaped and ``%`` and ``$`` doubled. (Paths in ``ReadWritePaths=`` are
-quoted with it too; the role's preflight admits only paths that need no escaping there.)
+quoted with it too; the release_agent role's preflight admits only paths that need no escaping there.)
 
 ``systemd_env_quote``: one value of an ``EnvironmentFile=``, double-quoted with backslash, double
 quote, backtick and ``$`` escaped (systemd reads it like a POSIX shell double-quoted string).
 
 Both refuse newlines and NUL: they would end the setting (and a secret must not be cut short).
+Their documentation is in systemd_quote.yml and systemd_env_quote.yml next to this file (one file per
+filter, as ansible-doc and ansible-test read filter documentation).
 """
 
 from __future__ import annotations

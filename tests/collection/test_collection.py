@@ -1,8 +1,8 @@
 """The collection tritonops.triton as a user gets it: built from the checkout with ``ansible-galaxy collection
 build``, installed with ``ansible-galaxy collection install`` into an empty folder, and used from there.
 
-- the tarball holds the roles, the playbooks, the plugins and meta/, and nothing of the Python package,
-  the tests, the stacks or the checkout's wrappers;
+- the tarball holds the roles, the playbooks, the plugins, meta/, changelogs/, LICENSE and requirements.txt,
+  and nothing of the Python package, the tests, the stacks or the checkout's wrappers;
 - ``ansible-test sanity`` passes on the installed copy (slow: about 20 s with ansible-test's tool venvs
   cached, 3 min on a first run, which installs them);
 - a consumer playbook that names only FQCNs runs against a Podman node: the gpu_facts module and role
@@ -68,12 +68,16 @@ def test_the_tarball_holds_the_collection_and_nothing_else(installed: dict[str, 
     for want in ("MANIFEST.json", "meta/runtime.yml", "playbooks/edge.yml", "playbooks/baremetal.yml",
                  "playbooks/drift_probe.yml", "plugins/modules/release.py", "plugins/modules/triton_model.py",
                  "plugins/modules/gpu_facts.py", "plugins/action/release.py", "plugins/module_utils/gpu.py",
+                 "plugins/filter/systemd.py", "plugins/filter/systemd_quote.yml",
                  "roles/model_repository/tasks/main.yml", "roles/gpu_facts/templates/gpu.fact.j2",
-                 "tests/sanity/ignore-2.19.txt"):
+                 "tests/sanity/ignore-2.19.txt", "LICENSE", "requirements.txt", "meta/execution-environment.yml",
+                 "changelogs/config.yaml", "changelogs/changelog.yaml"):
         assert want in names, want
     tops = {n.split("/")[0] for n in names}
-    assert tops <= {"MANIFEST.json", "FILES.json", "README.md", "meta", "playbooks", "plugins", "roles", "tests",
-                    "changelogs"}, tops
+    readme = yaml.safe_load((REPO / "galaxy.yml").read_text())["readme"]  # the Galaxy page
+    assert readme in names, readme
+    assert tops <= {"MANIFEST.json", "FILES.json", readme, "LICENSE", "requirements.txt", "meta", "playbooks",
+                    "plugins", "roles", "tests", "changelogs"}, tops
     assert not [n for n in names if n.startswith("tests/") and not n.startswith("tests/sanity")]
     assert not [n for n in names if "/molecule/" in n or n.endswith((".env.yml", ".pyc"))]
 
@@ -231,7 +235,7 @@ def test_a_consumer_playbook_with_fqcns_only_runs_against_a_podman_node(installe
     agent = tmp / "agent" / "tritonops-agent.pyz"
     res = _run([sys.executable, "-m", "tritonops.agent.bundle", str(agent)])
     assert res.returncode == 0, res.stderr
-    res = _run([sys.executable, "-m", "tritonops.model_repo.release", "prepare", str(SAMPLE), "--cache",
+    res = _run([sys.executable, "-m", "tritonops.release.push", "prepare", str(SAMPLE), "--cache",
                 str(tmp / "stage"), "--target", "cpu", "--version", "r1"], timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     (tmp / "release.json").write_text(res.stdout)
