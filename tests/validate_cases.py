@@ -1,6 +1,6 @@
 """Failing and passing cases for every Triton configuration rule `tritonops validate` checks.
 
-Shared by the unit tests (tests/unit/test_validate_rules.py: validate reports the rule, with line and
+Shared by the unit tests (tests/unit/model_repo/test_validate_rules.py: validate reports the rule, with line and
 field) and the parity suite (tests/integration/test_validate_parity.py: the real tritonserver agrees).
 Every model is a Python-backend model, the one backend the wheel's tritonserver has, so Triton itself
 can be asked about each case. Ensemble cases call the helper models in HELPERS.

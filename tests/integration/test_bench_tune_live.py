@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 from tritonops.cli import app
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer, server
+from tritonops.triton.load_config import BenchConfig
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.integration
@@ -46,8 +47,8 @@ def fault(triton: server.TritonServer) -> Iterator[Path]:
 def test_bench_counts_every_request_and_reads_server_breakdown(triton: server.TritonServer, protocol: str,
                                                                mode: str) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    cfg = bench.BenchConfig(url=url, model="faulty", protocol=protocol, mode=mode,  # type: ignore[arg-type]
-                            concurrency=4, rate=200, max_requests=120, max_seconds=20)
+    cfg = BenchConfig(url=url, model="faulty", protocol=protocol, mode=mode,  # type: ignore[arg-type]
+                      concurrency=4, rate=200, max_requests=120, max_seconds=20)
     r = bench.run(cfg)
     assert r.sent == r.succeeded == 120
     assert r.errors == {}
@@ -62,8 +63,8 @@ def test_bench_counts_every_request_and_reads_server_breakdown(triton: server.Tr
 
 def test_bench_stops_on_time_and_sees_a_slow_model(triton: server.TritonServer, fault: Path) -> None:
     fault.write_text(json.dumps({"delay_ms": 100}))
-    r = bench.run(bench.BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=10_000,
-                                    max_seconds=1.5))
+    r = bench.run(BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=10_000,
+                              max_seconds=1.5))
     assert r.stopped_by == "time"
     assert r.sent < 100
     assert 1.4 < r.elapsed_s < 3
@@ -76,8 +77,8 @@ def test_bench_stops_on_time_and_sees_a_slow_model(triton: server.TritonServer, 
 def test_bench_counts_errors_by_kind(triton: server.TritonServer, fault: Path, protocol: str, kind: str) -> None:
     fault.write_text(json.dumps({"fail": True}))
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    r = bench.run(bench.BenchConfig(url=url, model="faulty", protocol=protocol,  # type: ignore[arg-type]
-                                    max_requests=30, max_seconds=10))
+    r = bench.run(BenchConfig(url=url, model="faulty", protocol=protocol,  # type: ignore[arg-type]
+                              max_requests=30, max_seconds=10))
     assert r.errors == {kind: 30}
     assert r.succeeded == 0
     assert r.server.failures == 30
@@ -98,8 +99,8 @@ def test_bench_cli_json(triton: server.TritonServer) -> None:
 def test_perf_analyzer_engine_measures_and_keeps_the_server_breakdown(triton: server.TritonServer,
                                                                       protocol: str) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    cfg = bench.BenchConfig(url=url, model=TUNED, protocol=protocol, concurrency=8,  # type: ignore[arg-type]
-                            max_requests=None, max_seconds=3, stability_pct=100, engine="perf_analyzer")
+    cfg = BenchConfig(url=url, model=TUNED, protocol=protocol, concurrency=8,  # type: ignore[arg-type]
+                      max_requests=None, max_seconds=3, stability_pct=100, engine="perf_analyzer")
     start = time.monotonic()
     r = bench.run(cfg)
     assert time.monotonic() - start < perf_analyzer.time_limit(cfg)
@@ -187,8 +188,8 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
 
 def test_bench_stops_when_the_caller_says_so(triton: server.TritonServer) -> None:
     deadline = time.monotonic() + 0.5
-    r = bench.run(bench.BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=1_000_000,
-                                    max_seconds=30),
+    r = bench.run(BenchConfig(url=triton.http_url, model="faulty", concurrency=2, max_requests=1_000_000,
+                              max_seconds=30),
                   should_stop=lambda: time.monotonic() > deadline)
     assert r.stopped_by == "caller"
     assert r.elapsed_s < 5

@@ -39,7 +39,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def triton() -> Iterator[server.TritonServer]:
     srv = server.start(SAMPLE, model_control_mode="explicit", load_models=["*"],
-                       extra_args=[f"--http-restricted-api=model-repository,statistics:{HEADER}={SECRET}",
+                       extra_args=["--exit-timeout-secs=5",  # a kept-alive client connection holds the default 30 s
+                                   f"--http-restricted-api=model-repository,statistics:{HEADER}={SECRET}",
                                    f"--grpc-restricted-protocol=model-repository,statistics:{HEADER}={SECRET}"])
     try:
         yield srv
@@ -111,7 +112,7 @@ def test_model_loaded_by_hand_with_its_own_files_is_drift(triton: server.TritonS
 @pytest.fixture(scope="module")
 def open_triton() -> Iterator[server.TritonServer]:
     """No restricted API at all: anyone who reaches the port can index and load models."""
-    srv = server.start(SAMPLE, model_control_mode="explicit", load_models=["mlp"])
+    srv = server.start(SAMPLE, model_control_mode="explicit", load_models=["mlp"], extra_args=["--exit-timeout-secs=5"])
     try:
         yield srv
     finally:
@@ -134,7 +135,7 @@ def tls_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.Trit
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
                     "-keyout", tmp / "server.key", "-out", tmp / "server.crt"], check=True, capture_output=True)
     srv = server.start(SAMPLE, model_control_mode="explicit", load_models=["mlp"], extra_args=[
-        "--grpc-use-ssl=true", f"--grpc-server-cert={tmp / 'server.crt'}", f"--grpc-server-key={tmp / 'server.key'}",
+        "--exit-timeout-secs=5", "--grpc-use-ssl=true", f"--grpc-server-cert={tmp / 'server.crt'}", f"--grpc-server-key={tmp / 'server.key'}",
         f"--http-restricted-api=model-repository:{HEADER}={SECRET}",
         f"--grpc-restricted-protocol=model-repository:{HEADER}={SECRET}"])
     try:

@@ -38,6 +38,7 @@ from test_observability_live import _get, wait_for
 from tritonops.observability import keda
 from tritonops.observability import metrics as m
 from tritonops.triton import bench, server
+from tritonops.triton.load_config import BenchConfig
 
 pytestmark = pytest.mark.integration
 
@@ -165,8 +166,8 @@ def _triton_counters(stack: Stack) -> tuple[float, float]:
 def test_queue_time_trigger_follows_tritons_counters_and_the_formula(stack: Stack) -> None:
     expr = keda.queue_time_query(FAULTY, WINDOW)
     stack.set_fault(delay_ms=SLOW_MS)
-    cfg = bench.BenchConfig(url=stack.triton.http_url, model=FAULTY, max_requests=100_000, max_seconds=30,
-                            mode="closed", concurrency=CONCURRENCY, request_timeout_s=30)
+    cfg = BenchConfig(url=stack.triton.http_url, model=FAULTY, max_requests=100_000, max_seconds=30,
+                      mode="closed", concurrency=CONCURRENCY, request_timeout_s=30)
     stop = threading.Event()
     thread = threading.Thread(target=lambda: bench.run(cfg, should_stop=stop.is_set), daemon=True)
     thread.start()

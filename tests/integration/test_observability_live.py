@@ -32,12 +32,13 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 from tritonops.agent import metrics as agent_metrics
-from tritonops.k8s.triton import SUMMARY_LATENCIES_ARG
+from tritonops.k8s.workload import SUMMARY_LATENCIES_ARG
 from tritonops.observability import dashboards as d
 from tritonops.observability import keda
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.triton import bench, server
+from tritonops.triton.load_config import BenchConfig
 
 pytestmark = pytest.mark.integration
 
@@ -229,8 +230,8 @@ def load(stack: Stack, model: str, *, seconds: float, chunk: float = 2.0, **cfg:
     """Bounded background load: bench runs of ``chunk`` seconds until the block ends or ``seconds`` pass."""
     stop = threading.Event()
     deadline = time.monotonic() + seconds
-    base = bench.BenchConfig(url=stack.triton.http_url, model=model, max_requests=100_000,
-                             max_seconds=chunk, **cfg)
+    base = BenchConfig(url=stack.triton.http_url, model=model, max_requests=100_000,
+                       max_seconds=chunk, **cfg)
     errors: list[BaseException] = []
 
     def run() -> None:

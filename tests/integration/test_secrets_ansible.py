@@ -148,7 +148,8 @@ def plays(moto_s3: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     link, releases = node / "models", node / "releases"
     link.mkdir(parents=True)  # Triton needs its repository to exist; the first switch replaces it with the link
     srv = server.start(link, model_control_mode="explicit", workdir=tmp / "triton",
-                       extra_args=[f"--http-restricted-api=model-repository:{HEADER}={SECRETS['Triton admin secret']}"])
+                       extra_args=["--exit-timeout-secs=5",
+                                   f"--http-restricted-api=model-repository:{HEADER}={SECRETS['Triton admin secret']}"])
     try:
         extra = {
             "model_repository_source": "s3", "model_repository_s3_bucket": "models",
@@ -206,7 +207,7 @@ def test_unusable_credentials_on_stdin_name_the_key_never_a_value(tmp_path: Path
     for stdin, says in ((json.dumps({"aws_secret_access_key": secret}), "go together"),
                         (json.dumps({"aws_secret_key": secret}), "unknown key(s) ['aws_secret_key']"),
                         (f"{{'aws_secret_access_key': {secret}", "not one JSON object")):
-        res = subprocess.run([sys.executable, "-m", "tritonops.model_repo.release", "fetch-s3", "--bucket", "b",
+        res = subprocess.run([sys.executable, "-m", "tritonops.release.push", "fetch-s3", "--bucket", "b",
                               "--dest", str(tmp_path / "d"), "--credentials-stdin"],
                              input=stdin, capture_output=True, text=True, timeout=60, cwd=REPO)
         assert res.returncode == 2, _masked(res.stdout + res.stderr)

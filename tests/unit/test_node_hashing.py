@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import bundle, manifest
-from tritonops.model_repo import release as rel
+from tritonops.release import push as rel
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"

@@ -31,10 +31,10 @@ import pytest
 from conftest import journal
 from mr_nodeinfo import REPO, node_address, node_vars, push_file, run_agent
 from node_helpers import assert_hardened
-from tritonops.agent.manifest import ReleaseError
+from tritonops.agent.errors import ReleaseError
 from tritonops.agent.releases import STATE_FILE
 from tritonops.agent.triton import Triton
-from tritonops.model_repo import release as rel
+from tritonops.release import push as rel
 
 SAMPLE = REPO / "examples" / "model_repository"
 UNGATED = "deadman-ungated"

@@ -19,7 +19,7 @@ from mr_nodeinfo import node_address, node_vars, repository_api, run_agent
 from tritonops.agent import manifest
 from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.releases import STATE_FILE, check_release_id
-from tritonops.model_repo import release as rel
+from tritonops.release import push as rel
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,8 @@ from devkit.hosts.podman import CONTAINERS_CONF
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
 from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.releases import STATE_FILE
-from tritonops.model_repo import release as rel
 from tritonops.model_repo.golden import Golden
+from tritonops.release import push as rel
 
 SAMPLE = REPO / "examples" / "model_repository"
 RATE = 20.0  # requests per second, split between mlp and pipeline

@@ -44,9 +44,10 @@ from ra_node import (
     sample,
     wait_for,
 )
+from tritonops.agent.golden import golden_gate
 from tritonops.agent.signing import keygen
-from tritonops.agent.triton import Triton, golden_gate
-from tritonops.model_repo.publish import publish
+from tritonops.agent.triton import Triton
+from tritonops.release.publish import publish
 
 SAMPLE = REPO / "examples" / "model_repository"
 ARRIVAL_TIMEOUT = 180.0

@@ -8,7 +8,7 @@ import pytest
 from tritonops.model_repo import pbtxt
 from tritonops.model_repo.spec import ModelSpec
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 # A config that exercises every typed part of the spec.
 FULL = """
@@ -104,21 +104,21 @@ def test_spec_built_in_python_renders_to_triton_text() -> None:
 
 
 def test_unknown_field_error_names_file_line_column_and_field() -> None:
-    with pytest.raises(pbtxt.ConfigError) as e:
+    with pytest.raises(pbtxt.ModelConfigError) as e:
         pbtxt.parse('name: "m"\nbackend: "python"\nmax_batch: 4\n', "repo/m/config.pbtxt")
     assert (e.value.line, e.value.column, e.value.field) == (3, 1, "max_batch")
     assert str(e.value).startswith("repo/m/config.pbtxt:3:1: [max_batch]")
 
 
 def test_bad_enum_error_names_the_field() -> None:
-    with pytest.raises(pbtxt.ConfigError) as e:
+    with pytest.raises(pbtxt.ModelConfigError) as e:
         pbtxt.parse('name: "m"\ninput [ { name: "x"\n  data_type: TYPE_FLOAT32 dims: [1] } ]\n')
     assert e.value.line == 3 and e.value.field == "data_type"
     assert "TYPE_FLOAT32" in e.value.message
 
 
 def test_oneof_conflict_is_a_parse_error() -> None:
-    with pytest.raises(pbtxt.ConfigError, match="oneof"):
+    with pytest.raises(pbtxt.ModelConfigError, match="oneof"):
         pbtxt.parse('name: "m"\ndynamic_batching { }\nsequence_batching { }\n')
 
 

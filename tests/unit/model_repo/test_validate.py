@@ -12,7 +12,7 @@ from tritonops.cli import app
 from tritonops.model_repo.validate import Target, UsageError, validate
 from typer.testing import CliRunner
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 PY_MODEL = """name: "{name}"
 backend: "python"

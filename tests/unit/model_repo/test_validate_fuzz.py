@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tritonops.model_repo.validate import validate
 from validate_cases import CASES, ECHO
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 VALID = [p.read_text() for p in sorted(SAMPLE.glob("*/config.pbtxt"))] + [
     c.config.replace("{name}", "m") for c in CASES.values()]
 TOKENS = ["{", "}", "[", "]", ":", ",", "-1", "0", "99999999999999999999", '"x"', "dims", "input", "name",

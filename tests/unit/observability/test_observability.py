@@ -87,7 +87,7 @@ def test_for_override_and_thresholds_apply() -> None:
 def test_drift_alert_reads_the_drift_gauge_by_source_and_host() -> None:
     expr = _alerts()["TritonopsConfigurationDrift"]["expr"]
     # The gauge, or while the source's check fails (it writes no count), the last count it wrote
-    # (tests/unit/test_observability_promtool.py runs both cases).
+    # (tests/unit/observability/test_observability_promtool.py runs both cases).
     assert expr.startswith(f"max by (source, host) ({m.DRIFT_METRIC} > 0 or (last_over_time({m.DRIFT_METRIC}[")
     assert expr.endswith(f"and on (instance, job, source) {agent_drift.SUCCESS_METRIC} == 0))")
     assert m.DRIFT_METRIC == "tritonops_drift_resources"
