@@ -1,4 +1,4 @@
-"""``python -m devkit``: the development kit's commands (Podman hosts, the demo, role README tables)."""
+"""``python -m devkit``: the development kit's commands (Podman hosts, the demo, role README tables, docs examples)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,26 @@ def role_docs() -> None:
     from devkit.role_docs import main
 
     raise typer.Exit(main([]))
+
+
+@app.command()
+def docs(
+    files: Annotated[
+        list[str] | None, typer.Argument(help="Markdown files or globs (default: README.md docs/*.md)")
+    ] = None,
+    check: Annotated[bool, typer.Option("--check", help="Run the console blocks; exit 1 with a diff if stale")] = False,
+    update: Annotated[bool, typer.Option("--update", help="Rewrite stale console blocks' output in place")] = False,
+) -> None:
+    """Run the docs' console examples and compare (--check) or rewrite (--update) their output.
+
+    Exit 0 when every example is current (or was rewritten), 1 when one is stale, 2 on a usage error.
+    """
+    from devkit.docs import main
+
+    if check == update:
+        Console(stderr=True).print("[red]error:[/] pass exactly one of --check and --update")
+        raise typer.Exit(ExitCode.USAGE)
+    raise typer.Exit(main(files or [], write=update))
 
 
 if __name__ == "__main__":
