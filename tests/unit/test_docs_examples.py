@@ -6,12 +6,16 @@ what is masked before comparing.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from devkit import docs
 
 DOCS = docs.files(docs.DEFAULT_FILES)
+ROOT = Path(__file__).resolve().parents[2]
+# A path into the code or the tests (where moves happen), as the docs name one: tests/unit/k8s/test_x.py.
+CODE_PATH = re.compile(r"(?<![\w/.-])((?:tests|infra|tools)/[\w./*-]*\w)")
 
 
 def test_there_are_checked_examples_in_the_readme_and_every_area_doc() -> None:
@@ -25,6 +29,13 @@ def test_there_are_checked_examples_in_the_readme_and_every_area_doc() -> None:
 def test_docs_examples_are_current() -> None:
     stale = docs.check(DOCS)
     assert not stale, "\n\n".join(docs.report(r) for r in stale) + "\n(python -m devkit docs --update rewrites them)"
+
+
+def test_every_code_and_test_path_the_docs_name_exists() -> None:
+    missing = [f"{p.relative_to(ROOT)}:{n}: {m}" for p in [*DOCS, *ROOT.glob("roles/*/README.md")]
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               for m in CODE_PATH.findall(line) if not next(ROOT.glob(m), None)]
+    assert missing == []
 
 
 STALE = """# doc

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from tritonops.triton.admin import GRPC_HEADER_PREFIX, RESTRICTED_APIS, client_headers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_edge_role_restricts_the_same_apis_as_kubernetes() -> None:
