@@ -76,14 +76,17 @@ def publish_cmd(
     key: Annotated[Path, typer.Option("--key", help="The private signing key", parser=path)] = Path(
         "release-signing.key"),
     target: Annotated[Target | None, typer.Option(help="Validate for this hardware")] = None,
-    version: Annotated[str | None, typer.Option(help="Release id (default: the digest's first 16 hex digits)")] = None,
+    release: Annotated[str | None, typer.Option(
+        help="Release id, as rollback and the agent name it (default: the digest's first 16 hex digits)")] = None,
     config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
     to: OldStore = None,
+    version: Annotated[str | None, old_spelling("--version", "--release")] = None,
 ) -> None:
     """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
     where = _store("publish", store, to)
+    release = either(release, version, "--release", "--version")
 
     def progress(i: int, n: int, rel: str) -> None:
         if not as_json:
@@ -96,7 +99,7 @@ def publish_cmd(
             moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
-    run_release_op(lambda: pub.publish(repository, where, channel, key, target.value if target else None, version,
+    run_release_op(lambda: pub.publish(repository, where, channel, key, target.value if target else None, release,
                                        config_name, s3_endpoint, progress), as_json, render)
 
 

@@ -3,8 +3,8 @@ human output next to --json, and the publish counts that say what each file cost
 
 Renamed (the old spelling still works for one release and warns once on stderr, naming the new one):
 ``release * --to`` -> ``--store`` (the agent's name), ``release status --target`` -> ``--agent-url``
-(``--target`` is hardware everywhere else), ``plan --stacks-dir`` -> ``--project-dir`` (as render and
-drift); ``plan --env`` is required, as in render (stacks may be named anything: there is no default env).
+(``--target`` is hardware everywhere else), ``release publish --version`` -> ``--release`` (as rollback
+and the agent name the release id), ``plan --stacks-dir`` -> ``--project-dir`` (as render and drift); ``plan --env`` is required, as in render (stacks may be named anything: there is no default env).
 """
 
 from __future__ import annotations
@@ -86,6 +86,15 @@ def test_the_old_store_spelling_works_and_warns(tmp_path: Path, keys: Path) -> N
     for cmd in (("rollback", "stable"), ("promote", "stable", "canary")):
         res = run("release", *cmd, "--to", str(store))
         assert "warning: --to is deprecated, use --store" in res.stderr
+
+
+def test_publish_release_id_and_its_old_spelling(tmp_path: Path, keys: Path) -> None:
+    store = tmp_path / "store"
+    new = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--release", "r1", "--json")
+    assert new.exit_code == 0 and json.loads(new.stdout)["release"] == "r1" and "deprecated" not in new.stderr
+    old = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--version", "r1", "--json")
+    assert old.exit_code == 0 and json.loads(old.stdout)["release"] == "r1", old.output
+    assert "warning: --version is deprecated, use --release" in old.stderr
 
 
 def test_store_is_required_and_both_spellings_must_agree(tmp_path: Path, keys: Path) -> None:
