@@ -328,8 +328,9 @@ def serve(
     except RuntimeError as e:  # tritonserver refused the repository or died while starting: its log says why
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
-    stdout.print(f"tritonserver ready: http://{server.http_url} grpc://{server.grpc_url} {server.metrics_url}")
-    try:
+    try:  # a Ctrl-C while the line is printed stops the server as one during the wait does
+        stdout.print(f"tritonserver ready: http://{server.http_url} grpc://{server.grpc_url} {server.metrics_url}",
+                     soft_wrap=True, highlight=False)
         server.process.wait()
     except KeyboardInterrupt:
         server.stop()

@@ -226,19 +226,23 @@ def start(
 
 
 def wait_until_ready(server: TritonServer, timeout: float = 120) -> None:
+    # Closed when done: a kept-alive connection makes Triton wait out its --exit-timeout-secs when it stops.
     client = httpclient.InferenceServerClient(server.http_url)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"tritonserver exited with code {server.process.returncode}; log:\n{server.log()[-4000:]}"
-            )
-        try:
-            if client.is_server_ready():
-                return
-        except Exception:  # noqa: BLE001 - connection refused while it starts
-            pass
-        time.sleep(0.2)
+    try:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                raise RuntimeError(
+                    f"tritonserver exited with code {server.process.returncode}; log:\n{server.log()[-4000:]}"
+                )
+            try:
+                if client.is_server_ready():
+                    return
+            except Exception:  # noqa: BLE001 - connection refused while it starts
+                pass
+            time.sleep(0.2)
+    finally:
+        client.close()
     raise RuntimeError(f"tritonserver not ready after {timeout}s; log:\n{server.log()[-4000:]}")
 
 
