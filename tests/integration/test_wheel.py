@@ -298,9 +298,11 @@ def test_k8s_drift_pulumi_source_without_a_project_names_the_folder(built: Built
 def test_triton_serve_starts_a_tritonserver(built: Built) -> None:
     triton = built.extras["triton"]
     (triton.cwd / "empty_repository").mkdir()
+    # SIGINT as from a terminal: under a non-interactive shell's `&` (CI's runner, say) the test inherits it
+    # ignored, and serve rightly leaves an ignored signal ignored (tests/integration/test_serve_signals.py).
     proc = subprocess.Popen([str(triton.venv / "bin" / "tritonops"), "serve", "empty_repository"], cwd=triton.cwd,
                             env=triton.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
