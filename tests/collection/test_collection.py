@@ -236,7 +236,7 @@ def test_a_consumer_playbook_with_fqcns_only_runs_against_a_podman_node(installe
     res = _run([sys.executable, "-m", "tritonops.agent.bundle", str(agent)])
     assert res.returncode == 0, res.stderr
     res = _run([sys.executable, "-m", "tritonops.release.push", "prepare", str(SAMPLE), "--cache",
-                str(tmp / "stage"), "--target", "cpu", "--release", "r1"], timeout=300)
+                str(tmp / "stage"), "--target", "cpu", "--version", "r1"], timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     (tmp / "release.json").write_text(res.stdout)
     project = tmp / "consumer"
