@@ -19,7 +19,9 @@ from typing import Any
 import pulumi
 import yaml
 from tritonops.k8s.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
-from tritonops.k8s.config import project_name
+from tritonops.k8s.config import TritonStackConfig, project_name
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS_DIR = ROOT / "stacks"
@@ -283,3 +285,32 @@ def strict_schema(schema: Any) -> Any:
     if isinstance(schema, list):
         return [strict_schema(v) for v in schema]
     return schema
+
+
+def triton_config(env: str = "prod") -> TritonStackConfig:
+    """The committed triton stack file of ``env``, parsed."""
+    cfg = load_stack_config("triton", env)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def direct_config() -> TritonStackConfig:
+    """prod with Triton reading its models itself (s3:// and a PVC), as before the release flow."""
+    raw = {**read_stack_file("triton", "prod")[0], "modelServices": direct_prod_services()}
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
+    return cfg
+
+
+def container(dep: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment's first (Triton) container."""
+    return dep["spec"]["template"]["spec"]["containers"][0]
+
+
+def container_args(dep: dict[str, Any]) -> dict[str, list[str]]:
+    """Triton's ``--key=value`` arguments, by key (a key may repeat)."""
+    out: dict[str, list[str]] = {}
+    for a in container(dep)["args"][1:]:
+        k, _, v = a.partition("=")
+        out.setdefault(k, []).append(v)
+    return out

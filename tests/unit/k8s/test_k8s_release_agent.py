@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT, direct_prod_services
+from k8s_harness import ROOT, container_args, direct_config, triton_config
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.bundle import build_bytes
 from tritonops.agent.cli import parser as agent_parser
@@ -22,35 +22,8 @@ from tritonops.k8s import exposure, monitoring, release_agent, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
-from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stack_file import read_stack_file
 from tritonops.triton.admin import RESTRICTED
-
-
-def _triton(env: str = "prod") -> TritonStackConfig:
-    cfg = load_stack_config("triton", env)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _direct() -> TritonStackConfig:
-    """prod with Triton reading its models itself (s3:// and a PVC), as before the release flow."""
-    raw = {**read_stack_file("triton", "prod")[0], "modelServices": direct_prod_services()}
-    cfg = parse_config("triton", raw)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _container(dep: dict[str, Any]) -> dict[str, Any]:
-    return dep["spec"]["template"]["spec"]["containers"][0]
-
-
-def _args(dep: dict[str, Any]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for a in _container(dep)["args"][1:]:
-        k, _, v = a.partition("=")
-        out.setdefault(k, []).append(v)
-    return out
-
 
 # --- pull mode: the release agent in the pod -----------------------------------------------------
 
@@ -75,7 +48,7 @@ def _release_cfg(**release: Any) -> TritonStackConfig:
 
 
 def test_release_pod_runs_sync_then_triton_and_the_agent() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
     assert [c["name"] for c in pod["initContainers"]] == ["release-sync"]
     assert [c["name"] for c in pod["containers"]] == ["triton", "release-agent"]
@@ -87,8 +60,8 @@ def test_release_pod_runs_sync_then_triton_and_the_agent() -> None:
 
 
 def test_release_triton_args_serve_the_agents_link_in_explicit_mode() -> None:
-    cfg = _triton("dev")
-    args = _args(workload.deployment(cfg, cfg.model_services[0]))
+    cfg = triton_config("dev")
+    args = container_args(workload.deployment(cfg, cfg.model_services[0]))
     assert args["--model-repository"] == [release_agent.RELEASE_LINK]
     assert args["--model-control-mode"] == ["explicit"]
     assert args["--load-model"] == ["*"]
@@ -96,7 +69,7 @@ def test_release_triton_args_serve_the_agents_link_in_explicit_mode() -> None:
 
 
 def test_release_volume_shared_triton_reads_only() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
     vols = _by_name(pod["volumes"])
     assert vols["releases"] == {"name": "releases", "emptyDir": {"sizeLimit": "20Gi"}}
@@ -121,7 +94,7 @@ def test_release_volume_shared_triton_reads_only() -> None:
 
 def test_release_agent_argv_is_the_agents_own() -> None:
     """The pod's argv parses with the agent's own parser, into the pod's paths (no drift of flags)."""
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     rel = cfg.model_services[0].release
     assert rel is not None
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
@@ -180,7 +153,7 @@ def test_release_agent_args_options_and_refusals() -> None:
 
 
 def test_release_sidecar_metrics_port_readiness_and_admin_secret() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     agent = _pod(workload.deployment(cfg, cfg.model_services[0]))["containers"][1]
     assert agent["ports"] == [{"name": "agent-metrics", "containerPort": release_agent.AGENT_PORT, "protocol": "TCP"}]
     probe = agent["readinessProbe"]
@@ -194,7 +167,7 @@ def test_release_sidecar_metrics_port_readiness_and_admin_secret() -> None:
 
 
 def test_release_s3_credentials_only_from_the_secret() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
     for c in (pod["initContainers"][0], pod["containers"][1]):
         env = _by_name(c["env"])
@@ -239,7 +212,7 @@ def test_release_trusted_keys_from_a_secret_several_while_rotating() -> None:
 
 def test_release_metrics_reach_prometheus() -> None:
     """Service port, ServiceMonitor endpoint and NetworkPolicy all carry the agent's metrics port."""
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     svc = cfg.model_services[0]
     ports = {p["name"]: p for p in workload.service(cfg, svc)["spec"]["ports"]}
     assert (
@@ -250,7 +223,7 @@ def test_release_metrics_reach_prometheus() -> None:
     inference, metrics = exposure.network_policy(cfg, svc)["spec"]["ingress"]
     assert {p["port"] for p in metrics["ports"]} == {k8s_labels.METRICS_PORT, release_agent.AGENT_PORT}
     assert release_agent.AGENT_PORT not in {p["port"] for p in inference["ports"]}  # apps cannot read it
-    prod = _direct()  # no release: nothing of the agent
+    prod = direct_config()  # no release: nothing of the agent
     assert "agent-metrics" not in {p["name"] for p in workload.service(prod, prod.model_services[0])["spec"]["ports"]}
     assert len(monitoring.service_monitor(prod, prod.model_services[0])["spec"]["endpoints"]) == 1
     dep = workload.deployment(prod, prod.model_services[0])
@@ -258,7 +231,7 @@ def test_release_metrics_reach_prometheus() -> None:
 
 
 def test_agent_config_map_holds_the_agent_zipapp() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     cm = release_agent.agent_config_map(cfg)
     assert cm in triton.namespace_objects(cfg)
     data = base64.b64decode(cm["binaryData"][release_agent.AGENT_KEY], validate=True)
@@ -272,7 +245,7 @@ def test_agent_config_map_holds_the_agent_zipapp() -> None:
 
 @pytest.mark.parametrize("command", [[], ["sync"], ["pull"], ["check"]])
 def test_agent_zipapp_from_the_config_map_runs(command: list[str], tmp_path: Path) -> None:
-    cm = release_agent.agent_config_map(_triton("dev"))
+    cm = release_agent.agent_config_map(triton_config("dev"))
     path = tmp_path / release_agent.AGENT_KEY
     path.write_bytes(base64.b64decode(cm["binaryData"][release_agent.AGENT_KEY]))
     out = subprocess.run(["python3", str(path), *command, "--help"], capture_output=True, text=True, timeout=60)
@@ -286,7 +259,7 @@ def test_init_container_syncs_a_signed_release_with_its_own_argv(tmp_path: Path)
     the releases folder and the models link points at it."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     rel = cfg.model_services[0].release
     assert rel is not None
     (tmp_path / "trusted").mkdir()  # keygen makes the private key's folder only

@@ -7,33 +7,15 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_harness import direct_prod_services
+from k8s_harness import container, direct_config, triton_config
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.k8s import drift, exposure, monitoring, scaling, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
-from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stack_file import read_stack_file
 from tritonops.observability.keda import prometheus_trigger
 from tritonops.observability.rules import rule_groups
-
-
-def _triton(env: str = "prod") -> TritonStackConfig:
-    cfg = load_stack_config("triton", env)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _direct() -> TritonStackConfig:
-    """prod with Triton reading its models itself (s3:// and a PVC), as before the release flow."""
-    raw = {**read_stack_file("triton", "prod")[0], "modelServices": direct_prod_services()}
-    cfg = parse_config("triton", raw)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _container(dep: dict[str, Any]) -> dict[str, Any]:
-    return dep["spec"]["template"]["spec"]["containers"][0]
 
 
 def _pod(dep: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +56,7 @@ def _pod_labels(dep: dict[str, Any]) -> dict[str, str]:
 
 
 def test_service_ports_and_scrape_job_label() -> None:
-    cfg = _direct()
+    cfg = direct_config()
     svc = workload.service(cfg, cfg.model_services[0])
     assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("http", 8000), ("grpc", 8001), ("metrics", 8002)]
     assert svc["metadata"]["labels"][k8s_labels.JOB_LABEL] == k8s_labels.SCRAPE_JOB
@@ -84,13 +66,13 @@ def test_service_ports_and_scrape_job_label() -> None:
 
 
 def test_pdb_min_available_in_prod_max_unavailable_in_dev() -> None:
-    prod, dev = _triton("prod"), _triton("dev")
+    prod, dev = triton_config("prod"), triton_config("dev")
     assert workload.pod_disruption_budget(prod, prod.model_services[0])["spec"]["minAvailable"] == 2
     assert workload.pod_disruption_budget(dev, dev.model_services[0])["spec"]["maxUnavailable"] == 1
 
 
 def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheus() -> None:
-    cfg = _direct()
+    cfg = direct_config()
     np_ = exposure.network_policy(cfg, cfg.model_services[0])
     inference, metrics = np_["spec"]["ingress"]
     assert {p["port"] for p in inference["ports"]} == {8000, 8001}
@@ -103,14 +85,14 @@ def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheu
 
 
 def test_service_account_irsa_annotation_for_s3() -> None:
-    cfg = _direct()
+    cfg = direct_config()
     sa = workload.service_account(cfg, cfg.model_services[0])
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(":role/tritonops-prod-model-reader")
     assert "annotations" not in workload.service_account(cfg, cfg.model_services[1])["metadata"]
 
 
 def test_scaled_object_uses_observability_trigger_and_safe_fallback() -> None:
-    cfg = _triton()
+    cfg = triton_config()
     svc = cfg.model_services[0]
     so = scaling.scaled_object(cfg, svc)
     spec = so["spec"]
@@ -125,7 +107,7 @@ def test_scaled_object_uses_observability_trigger_and_safe_fallback() -> None:
 
 
 def test_ingress_grpc_backend_protocol() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     http, grpc = exposure.ingresses(cfg, cfg.model_services[0])[:2]  # then the canary's twins
     assert http["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTP"
     assert grpc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
@@ -140,7 +122,7 @@ def test_ingress_grpc_backend_protocol() -> None:
 
 
 def test_gateway_routes() -> None:
-    cfg = _triton("prod")
+    cfg = triton_config("prod")
     http, grpc = exposure.gateway_routes(cfg, cfg.model_services[0])
     assert (http["kind"], grpc["kind"]) == ("HTTPRoute", "GRPCRoute")
     assert grpc["spec"]["parentRefs"] == [{"name": "inference", "namespace": "gateway"}]
@@ -148,14 +130,14 @@ def test_gateway_routes() -> None:
 
 
 def test_service_objects_follow_ingress_mode() -> None:
-    kinds = {o["kind"] for o in triton.service_objects(_triton("dev"), _triton("dev").model_services[0])}
+    kinds = {o["kind"] for o in triton.service_objects(triton_config("dev"), triton_config("dev").model_services[0])}
     assert "Ingress" in kinds and "HTTPRoute" not in kinds
-    kinds = {o["kind"] for o in triton.service_objects(_triton("prod"), _triton("prod").model_services[0])}
+    kinds = {o["kind"] for o in triton.service_objects(triton_config("prod"), triton_config("prod").model_services[0])}
     assert {"HTTPRoute", "GRPCRoute"} <= kinds and "Ingress" not in kinds
 
 
 def test_namespace_objects_use_observability_rules_and_dashboards() -> None:
-    cfg = _triton()
+    cfg = triton_config()
     rule = monitoring.prometheus_rule(cfg)
     names = [g["name"] for g in rule["spec"]["groups"]]
     assert names == [g["name"] for g in rule_groups()]
@@ -172,13 +154,13 @@ def test_grpc_ingress_needs_tls() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", raw)
     assert exc.value.key == "tritonops-triton:ingress.tlsSecret"
-    http, grpc = exposure.ingresses(_triton("dev"), _triton("dev").model_services[0])[:2]
+    http, grpc = exposure.ingresses(triton_config("dev"), triton_config("dev").model_services[0])[:2]
     assert grpc["spec"]["tls"] == [
         {"hosts": ["grpc-vision.dev.tritonops.example.com"], "secretName": "dev-tritonops-example-com-tls"}
     ]
 
 
-@pytest.mark.parametrize("cfg", [_triton("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+@pytest.mark.parametrize("cfg", [triton_config("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
 def test_canary_deployment_follows_the_canary_channel(cfg: TritonStackConfig) -> None:
     svc = cfg.model_services[0]
     canary = svc.release.canary  # type: ignore[union-attr]
@@ -192,11 +174,11 @@ def test_canary_deployment_follows_the_canary_channel(cfg: TritonStackConfig) ->
     for c in (_pod(stable)["initContainers"][0], _pod(stable)["containers"][1]):
         assert agent_parser().parse_args(c["command"][2:]).channel == svc.release.channel  # type: ignore[union-attr]
     # The same server otherwise: image, args, resources, probes, volumes.
-    assert _container(dep) == _container(stable)
+    assert container(dep) == container(stable)
     assert _pod(dep)["volumes"] == _pod(stable)["volumes"]
 
 
-@pytest.mark.parametrize("cfg", [_triton("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+@pytest.mark.parametrize("cfg", [triton_config("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
 def test_each_track_selects_only_its_own_pods(cfg: TritonStackConfig) -> None:
     """Deployment selectors, Services, spread and the PDB select one track; NetworkPolicy and
     ServiceMonitor cover both."""
@@ -226,7 +208,7 @@ def test_each_track_selects_only_its_own_pods(cfg: TritonStackConfig) -> None:
 
 
 def test_scaled_object_and_drift_check_stay_on_stable() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     svc = cfg.model_services[0]
     objs = triton.service_objects(cfg, svc)
     (so,) = [o for o in objs if o["kind"] == "ScaledObject"]
@@ -246,7 +228,7 @@ def test_scaled_object_and_drift_check_stay_on_stable() -> None:
 
 
 def test_ingress_nginx_canary_twins_carry_the_weight() -> None:
-    cfg = _triton("dev")
+    cfg = triton_config("dev")
     svc = cfg.model_services[0]
     http, grpc, c_http, c_grpc = exposure.ingresses(cfg, svc)
     for main, twin in ((http, c_http), (grpc, c_grpc)):
@@ -283,7 +265,7 @@ def test_gateway_routes_split_by_weight() -> None:
 
 
 def test_canary_track_needs_a_canary() -> None:
-    cfg = _triton("prod")
+    cfg = triton_config("prod")
     with pytest.raises(ValueError, match="has no release.canary"):
         workload.deployment(cfg, cfg.model_services[0], track="canary")
     with pytest.raises(ValueError, match="is not one of stable, canary"):
@@ -294,10 +276,10 @@ def test_canary_track_needs_a_canary() -> None:
 def test_latency_summaries_always_on(env: str) -> None:
     """p95 per track needs Triton's summaries on both tracks; on with or without a canary, so adding
     one never restarts the stable pods."""
-    cfg = _triton(env)
+    cfg = triton_config(env)
     for svc in cfg.model_services:
-        assert workload.SUMMARY_LATENCIES_ARG in _container(workload.deployment(cfg, svc))["args"]
-    dev = _triton("dev")
+        assert workload.SUMMARY_LATENCIES_ARG in container(workload.deployment(cfg, svc))["args"]
+    dev = triton_config("dev")
     no_canary = copy.deepcopy(read_stack_file("triton", "dev")[0])
     del no_canary["modelServices"][0]["release"]["canary"]
     plain = parse_config("triton", no_canary)

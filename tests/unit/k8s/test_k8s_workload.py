@@ -12,51 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_harness import direct_prod_services
+from k8s_harness import container, container_args, direct_config, triton_config
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s import triton, workload
 from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
-from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stack_file import read_stack_file
 from tritonops.triton.admin import RESTRICTED
-
-
-def _triton(env: str = "prod") -> TritonStackConfig:
-    cfg = load_stack_config("triton", env)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _direct() -> TritonStackConfig:
-    """prod with Triton reading its models itself (s3:// and a PVC), as before the release flow."""
-    raw = {**read_stack_file("triton", "prod")[0], "modelServices": direct_prod_services()}
-    cfg = parse_config("triton", raw)
-    assert isinstance(cfg, TritonStackConfig)
-    return cfg
-
-
-def _container(dep: dict[str, Any]) -> dict[str, Any]:
-    return dep["spec"]["template"]["spec"]["containers"][0]
-
-
-def _args(dep: dict[str, Any]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for a in _container(dep)["args"][1:]:
-        k, _, v = a.partition("=")
-        out.setdefault(k, []).append(v)
-    return out
-
 
 # --- Triton Deployment ---------------------------------------------------------------------------
 
 
 def test_deployment_gpu_limits_tolerations_and_node_pool() -> None:
-    cfg = _triton()
+    cfg = triton_config()
     svc = cfg.model_services[0]
     dep = workload.deployment(cfg, svc)
     pod = dep["spec"]["template"]["spec"]
-    res = _container(dep)["resources"]
+    res = container(dep)["resources"]
     assert res["limits"]["nvidia.com/gpu"] == res["requests"]["nvidia.com/gpu"] == "1"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert pod["nodeSelector"] == {k8s_labels.NODE_POOL_LABEL: "gpu-a10g"}
@@ -64,7 +37,7 @@ def test_deployment_gpu_limits_tolerations_and_node_pool() -> None:
 
 
 def test_deployment_probes_on_triton_health_endpoints() -> None:
-    c = _container(workload.deployment(_triton(), _triton().model_services[0]))
+    c = container(workload.deployment(triton_config(), triton_config().model_services[0]))
     assert c["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -73,19 +46,19 @@ def test_deployment_probes_on_triton_health_endpoints() -> None:
 
 
 def test_deployment_runs_non_root_hardened() -> None:
-    dep = workload.deployment(_triton(), _triton().model_services[0])
+    dep = workload.deployment(triton_config(), triton_config().model_services[0])
     pod_sc = dep["spec"]["template"]["spec"]["securityContext"]
-    sc = _container(dep)["securityContext"]
+    sc = container(dep)["securityContext"]
     assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0
     assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["readOnlyRootFilesystem"] is True
-    mounts = {m["mountPath"] for m in _container(dep)["volumeMounts"]}
+    mounts = {m["mountPath"] for m in container(dep)["volumeMounts"]}
     assert {"/tmp", "/dev/shm"} <= mounts  # writable scratch despite the read-only root
 
 
 def test_spread_is_hard_only_when_configured() -> None:
-    prod, dev = _triton("prod"), _triton("dev")
+    prod, dev = triton_config("prod"), triton_config("dev")
     hard = workload.deployment(prod, prod.model_services[0])["spec"]["template"]["spec"]
     soft = workload.deployment(dev, dev.model_services[0])["spec"]["template"]["spec"]
     assert "requiredDuringSchedulingIgnoredDuringExecution" in hard["affinity"]["podAntiAffinity"]
@@ -97,8 +70,8 @@ def test_spread_is_hard_only_when_configured() -> None:
 
 
 def test_triton_args_explicit_mode_loads_each_model() -> None:
-    cfg = _direct()
-    args = _args(workload.deployment(cfg, cfg.model_services[0]))
+    cfg = direct_config()
+    args = container_args(workload.deployment(cfg, cfg.model_services[0]))
     assert args["--model-repository"] == ["s3://tritonops-models-prod/vision"]
     assert args["--model-control-mode"] == ["explicit"]
     assert args["--load-model"] == ["resnet50", "densenet_onnx"]
@@ -108,9 +81,9 @@ def test_triton_args_explicit_mode_loads_each_model() -> None:
 
 
 def test_triton_args_poll_mode_from_pvc() -> None:
-    cfg = _direct()
+    cfg = direct_config()
     dep = workload.deployment(cfg, cfg.model_services[1])
-    args = _args(dep)
+    args = container_args(dep)
     assert args["--model-control-mode"] == ["poll"] and args["--repository-poll-secs"] == ["60"]
     assert args["--model-repository"] == [workload.MODEL_DIR]
     assert "--load-model" not in args
@@ -119,22 +92,22 @@ def test_triton_args_poll_mode_from_pvc() -> None:
 
 
 def test_admin_apis_restricted_behind_header_from_secret() -> None:
-    cfg = _triton()
+    cfg = triton_config()
     dep = workload.deployment(cfg, cfg.model_services[0])
-    args = _args(dep)
+    args = container_args(dep)
     expected = f"{RESTRICTED}:triton-admin-key=$({workload.ADMIN_ENV})"
     assert args["--http-restricted-api"] == [expected]
     assert args["--grpc-restricted-protocol"] == [expected]
     assert set(RESTRICTED.split(",")) >= {"model-repository", "model-config", "shared-memory"}
-    env = {e["name"]: e for e in _container(dep)["env"]}
+    env = {e["name"]: e for e in container(dep)["env"]}
     assert env[workload.ADMIN_ENV]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-api", "key": "token"}
     assert "inference" not in RESTRICTED and "health" not in RESTRICTED
 
 
 def test_memory_pools_and_load_limit_from_the_budget() -> None:
-    cfg = _triton()
+    cfg = triton_config()
     svc = cfg.model_services[0]
-    args = _args(workload.deployment(cfg, svc))
+    args = container_args(workload.deployment(cfg, svc))
     b = service_budget(svc, cfg)
     assert args["--cuda-memory-pool-byte-size"] == [f"0:{svc.memory.cuda_pool_mib * 1024 * 1024}"]
     assert args["--pinned-memory-pool-byte-size"] == [str(svc.memory.pinned_pool_mib * 1024 * 1024)]
@@ -148,10 +121,10 @@ def test_multi_gpu_pod_gets_per_device_args() -> None:
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     dep = workload.deployment(cfg, cfg.model_services[0])
-    args = _args(dep)
+    args = container_args(dep)
     assert [a.split(":")[0] for a in args["--model-load-gpu-limit"]] == ["0", "1"]
     assert len(args["--cuda-memory-pool-byte-size"]) == 2
-    assert _container(dep)["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert container(dep)["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
 
 def _tritonserver() -> Path | None:
@@ -178,14 +151,14 @@ def test_every_triton_flag_exists_in_tritonserver() -> None:
     known = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
     assert "--model-repository" in known
     for env in ("dev", "prod"):
-        cfg = _triton(env)
+        cfg = triton_config(env)
         for svc in cfg.model_services:
-            for flag in _args(workload.deployment(cfg, svc)):
+            for flag in container_args(workload.deployment(cfg, svc)):
                 assert flag in known, f"tritonserver has no {flag}"
 
 
 def test_rollout_never_waits_for_a_new_gpu_node_when_spread() -> None:
-    prod, dev = _triton("prod"), _triton("dev")
+    prod, dev = triton_config("prod"), triton_config("dev")
     hard = workload.deployment(prod, prod.model_services[0])["spec"]["strategy"]["rollingUpdate"]
     assert hard == {"maxSurge": 0, "maxUnavailable": 1}
     svc = prod.model_services[0]
@@ -204,7 +177,7 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_selectors_match_only_the_server_pods(env: str) -> None:
     """PDB, Service, NetworkPolicy and spread select the Deployment's pods and no other pod of the service."""
-    cfg = _triton(env)
+    cfg = triton_config(env)
     for svc in cfg.model_services:
         objs = triton.service_objects(cfg, svc)
         sel = k8s_labels.selector(svc)
