@@ -1,13 +1,17 @@
-"""Benchmark: converge a fresh local edge node with ansible/edge.yml, re-converge it, publish a release.
+"""Benchmark: ansible/edge.yml over the lab's SSH on one fresh node and on ten, as a fleet is reached.
 
-    .venv/bin/python tests/benchmarks/bench_edge.py                            # fresh node mr-bench
+    .venv/bin/python tests/benchmarks/bench_edge.py                  # 1 node, then 10 nodes
+    .venv/bin/python tests/benchmarks/bench_edge.py --nodes 1        # one node only
     .venv/bin/python tests/benchmarks/bench_edge.py --reuse tritonops-edge-1   # a converged node: no first converge
 
-Prints three figures, each with its Ansible recap: the first converge of a fresh Podman node
-(gpu_facts, triton_server from the wheel, the sample repository as a release), a re-converge with
-nothing to change (changed must be 0), and the time to publish a new model release (the sample
-with mlp at two instances) through the same playbook, golden gate included. The node (``mr-bench``)
-is removed at the end. Needs root, Podman and the image `python -m devkit hosts build` makes (built if missing).
+For each fleet size: the first converge of fresh Podman nodes (gpu_facts, triton_server from the wheel,
+the sample repository as a release), a re-converge with nothing to change (changed must be 0) and a
+``--check --diff`` run (changed must be 0 too), each with its Ansible recap, then the slowest ten tasks
+of the no-change run (profile_tasks). Ansible reaches the nodes over SSH with pipelining and
+ControlPersist (ansible/inventories/local, devkit.hosts.lab_ssh), one fork per node. The one-node run
+also times publishing a new model release through the same playbook, golden gate included. The nodes
+(``edge-bench-N``) are removed at the end. Needs root, Podman and the node image (built if missing).
+Exits 1 when a no-change or check run changed anything.
 """
 
 from __future__ import annotations
@@ -19,62 +23,78 @@ import tempfile
 import time
 from pathlib import Path
 
-from devkit.demo import REPO, SAMPLE, run_playbook
+from devkit.demo import REPO, SAMPLE, run_playbook, slowest_tasks
 from devkit.hosts.images import ImageSpec, build_image, cache_dir
 from devkit.hosts.nodes import node_down, node_up
 from rich.console import Console
 from rich.table import Table
 
-NODE = "mr-bench"
+PLAYBOOK = REPO / "ansible" / "edge.yml"
+LOCAL = REPO / "ansible" / "inventories" / "local"
+LOGS = cache_dir() / "logs"
+
+
+def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
+          rows: list[tuple[str, dict[str, int]]]) -> None:
+    inventory = tmp / f"hosts-{len(names)}.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"edge": {"hosts": {n: {} for n in names}}}}}))
+    size = f"{len(names)} node{'s' if len(names) > 1 else ''}"
+
+    def converge(label: str, extra: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> Path:
+        # The local inventory's group_vars (and its SSH connection) apply; the second inventory adds the nodes.
+        log = LOGS / f"bench-edge-{len(names)}-{label.split()[0]}.log"
+        recap = run_playbook(console, PLAYBOOK, [LOCAL, inventory], ",".join(names), log, extra_vars=extra,
+                             forks=len(names), options=options)
+        rows.append((f"{size}: {label}", recap))
+        console.print(f"{size}: {label}: {recap['seconds']}s ok={recap['ok']} changed={recap['changed']}")
+        return log
+
+    if fresh:
+        converge("first converge")
+    no_change = converge("re-converge (no change)")
+    converge("check --diff", options=("--check", "--diff"))
+    table = Table(title=f"{size}: slowest ten tasks of the no-change re-converge")
+    table.add_column("task")
+    table.add_column("seconds", justify="right")
+    for name, secs in slowest_tasks(no_change):
+        table.add_row(name, f"{secs:.2f}")
+    console.print(table)
+    if len(names) == 1:
+        release = tmp / "release-2"
+        shutil.copytree(SAMPLE, release, ignore=shutil.ignore_patterns("__pycache__"))
+        cfg = release / "mlp" / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace("count: 1", "count: 2", 1))
+        model = release / "mlp" / "1" / "model.py"
+        model.write_text(f"# bench release {time.time_ns()}\n" + model.read_text())
+        converge("publish new release", {"model_repository_local_path": str(release)})
 
 
 def main(argv: list[str]) -> int:
     console = Console()
     reuse = argv[argv.index("--reuse") + 1] if "--reuse" in argv else None
-    name = reuse or NODE
+    sizes = [int(n) for n in argv[argv.index("--nodes") + 1].split(",")] if "--nodes" in argv else [1, 10]
     build_image(ImageSpec(arch="amd64"))
-    if not reuse:
-        node_down(NODE)
     rows: list[tuple[str, dict[str, int]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp_dir:
-        tmp = Path(tmp_dir)
-        try:
-            node = node_up(name)
-            inventory = tmp / "hosts.yml"
-            inventory.write_text(json.dumps({"all": {"children": {"edge": {"hosts": {name: {}}}}}}))
-            local = REPO / "ansible" / "inventories" / "local"
-            playbook = REPO / "ansible" / "edge.yml"
-            logs = cache_dir() / "logs"
-
-            def converge(label: str, extra: dict[str, str] | None = None) -> None:
-                # The local inventory's group_vars apply; the second inventory adds the bench node.
-                recap = run_playbook(console, playbook, [local, inventory], name,
-                                     logs / f"bench-edge-{label.split()[0]}.log", extra_vars=extra)
-                rows.append((label, recap))
-                console.print(f"{label}: {recap['seconds']}s ok={recap['ok']} changed={recap['changed']}")
-
-            if not reuse:
-                converge("first converge")
-            converge("re-converge (no change)")
-            release = tmp / "release-2"
-            shutil.copytree(SAMPLE, release, ignore=shutil.ignore_patterns("__pycache__"))
-            cfg = release / "mlp" / "config.pbtxt"
-            cfg.write_text(cfg.read_text().replace("count: 1", "count: 2", 1))
-            model = release / "mlp" / "1" / "model.py"
-            model.write_text(f"# bench release {time.time_ns()}\n" + model.read_text())
-            converge("publish new release", {"model_repository_local_path": str(release)})
-            console.print(f"node {node.name} at {node.address}")
-        finally:
-            if not reuse:
-                node_down(NODE)
-    table = Table(title="edge node benchmark (ansible/edge.yml on a local Podman node, 2-core host)")
+        for size in [1] if reuse else sizes:
+            names = [reuse] if reuse else [f"edge-bench-{i}" for i in range(1, size + 1)]
+            try:
+                for name in names:
+                    if not reuse:
+                        node_down(name)
+                    node_up(name)
+                fleet(console, names, Path(tmp_dir), fresh=not reuse, rows=rows)
+            finally:
+                for name in names if not reuse else []:
+                    node_down(name)
+    table = Table(title="edge benchmark (ansible/edge.yml over the lab's SSH, local Podman nodes, 2-core host)")
     for col in ("step", "seconds", "ok", "changed", "failed"):
         table.add_column(col, justify="left" if col == "step" else "right")
     for label, recap in rows:
         table.add_row(label, str(recap["seconds"]), str(recap["ok"]), str(recap["changed"]), str(recap["failed"]))
     console.print(table)
-    no_change = [r for label, r in rows if label.startswith("re-converge")]
-    return 0 if no_change and no_change[0]["changed"] == 0 else 1
+    quiet = [r for label, r in rows if "no change" in label or "check" in label]
+    return 0 if quiet and all(r["changed"] == 0 for r in quiet) else 1
 
 
 if __name__ == "__main__":

@@ -17,21 +17,23 @@ from typing import Any
 import pytest
 import testinfra
 from gpuhost_helpers import defaults
+from node_helpers import podman_container
 from testinfra.utils import ansible_runner
 
 REPO = Path(__file__).resolve().parents[2]
 
 # testinfra's Ansible backend runs every command through an Ansible module (seconds each) unless it
-# knows the host's connection type; it knows ssh/docker/lxc but not podman. Map Podman-connected hosts
-# (molecule's nodes and `python -m devkit hosts` nodes) to testinfra's own podman backend (`podman exec`).
+# knows the host's connection type; it knows ssh/docker/lxc but not podman. Map the Podman nodes
+# (molecule's and `python -m devkit hosts` nodes, which Ansible itself reaches over the lab's SSH) to
+# testinfra's own podman backend (`podman exec`), as the checks have always seen them.
 _get_ansible_host = ansible_runner.get_ansible_host
-PODMAN_CONNECTIONS = ("podman", "containers.podman.podman")
 
 
 def _get_ansible_host_with_podman(config: Any, inventory: Any, host: str, *args: Any, **kwargs: Any) -> Any:
-    hostvars = inventory.get("_meta", {}).get("hostvars", {}).get(host, {})
-    if hostvars.get("ansible_connection") in PODMAN_CONNECTIONS:
-        return testinfra.get_host(f"podman://{hostvars.get('ansible_host', host)}")
+    container = podman_container(inventory.get("_meta", {}).get("hostvars", {}).get(host, {}) | {
+        "inventory_hostname": host})
+    if container:
+        return testinfra.get_host(f"podman://{container}")
     return _get_ansible_host(config, inventory, host, *args, **kwargs)
 
 

@@ -10,6 +10,17 @@ from typing import Any
 
 from testinfra.utils.ansible_runner import AnsibleRunner
 
+PODMAN_CONNECTIONS = ("podman", "containers.podman.podman")
+
+
+def podman_container(hostvars: dict[str, Any]) -> str | None:
+    """The Podman container behind an inventory host, or None for a real host: nodes reached with the
+    podman connection, and the lab's SSH nodes (ssh's ProxyCommand runs `podman exec`, devkit.hosts.lab_ssh)."""
+    lab_ssh = "podman exec" in str(hostvars.get("ansible_ssh_common_args", ""))
+    if hostvars.get("ansible_connection") in PODMAN_CONNECTIONS or lab_ssh:
+        return str(hostvars.get("ansible_host") or hostvars.get("inventory_hostname"))
+    return None
+
 
 def host_name(host: Any) -> str:
     backend = host.backend

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 from devkit.hosts.podman import CONTAINERS_CONF
+from node_helpers import podman_container
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -38,9 +39,9 @@ def podman_node(host: Any) -> str:
     if host.backend.NAME == "podman":
         return str(host.backend.name)
     if host.backend.NAME == "ansible":
-        hostvars = host.ansible.get_variables()
-        if hostvars.get("ansible_connection") in ("podman", "containers.podman.podman"):
-            return str(hostvars.get("ansible_host", hostvars["inventory_hostname"]))
+        container = podman_container(host.ansible.get_variables())
+        if container:
+            return container
     raise RuntimeError(f"preflight runs need a Podman node, got backend {host.backend.NAME}")
 
 

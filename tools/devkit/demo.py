@@ -63,16 +63,21 @@ def pipeline_table(url: str, repository: Path) -> Table:
 
 
 def run_playbook(console: Console, playbook: Path, inventories: Sequence[Path], limit: str, log: Path,
-                 extra_vars: dict[str, str] | None = None) -> dict[str, int]:
-    """Run ansible-playbook, showing the current task; the full output goes to ``log``."""
+                 extra_vars: dict[str, str] | None = None, forks: int | None = None,
+                 options: Sequence[str] = ()) -> dict[str, int]:
+    """Run ansible-playbook, showing the current task; the full output goes to ``log``, with each
+    task's time (profile_tasks: ``slowest_tasks`` reads its summary back)."""
     bin_dir = Path(sys.executable).parent
     exe = bin_dir / "ansible-playbook"
-    cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "--limit", limit]
+    cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "--limit", limit, *options]
     for inventory in inventories:
         cmd += ["-i", str(inventory)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
+    if forks:
+        cmd += ["--forks", str(forks)]
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="all",
                CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF)),
                PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +104,16 @@ def run_playbook(console: Console, playbook: Path, inventories: Sequence[Path], 
         raise DemoError(f"ansible-playbook failed (rc {rc}); full log {log}:\n{tail}")
     recap["seconds"] = round(time.monotonic() - started)
     return recap
+
+
+_PROFILED = re.compile(r"^(?P<name>\S.*?) -{3,} (?P<seconds>\d+\.\d+)s$")
+
+
+def slowest_tasks(log: Path, count: int = 10) -> list[tuple[str, float]]:
+    """The slowest tasks of a run_playbook log, from profile_tasks' summary (the run's last lines)."""
+    rows = [(m["name"], float(m["seconds"])) for line in log.read_text().splitlines()
+            if (m := _PROFILED.match(line))]
+    return sorted(rows, key=lambda r: -r[1])[:count]
 
 
 def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeReport:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devkit.hosts import lab_ssh
 from devkit.hosts.podman import HostsError, podman, podman_env, run_logged
 
 SUITE = "bookworm"
@@ -42,13 +43,22 @@ BASE_PACKAGES = (
     "ca-certificates",
     "iproute2",
     "procps",
+    "openssh-server",
 )
 
 # The Containerfile turns the imported rootfs into a bootable systemd image. The apt lists are emptied
 # and dated 1970, so Ansible's apt cache_valid_time refreshes them on first use, as on a stale host.
+# sshd accepts the lab key only (devkit.hosts.lab_ssh); every node of one image shares the host keys
+# debootstrap made, which is why the inventories do not check them.
 CONTAINERFILE = """\
 FROM {base}
 ENV container=podman
+COPY authorized_keys /root/.ssh/authorized_keys
+RUN chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys \\
+ && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n' > /etc/ssh/sshd_config.d/lab.conf \\
+ && printf 'PermitRootLogin prohibit-password\\nUseDNS no\\n' >> /etc/ssh/sshd_config.d/lab.conf \\
+ && printf '#!/bin/sh\\nmkdir -p -m 0755 /run/sshd\\nexec /usr/sbin/sshd -i\\n' > {sshd_stdio} \\
+ && chmod 755 {sshd_stdio}
 RUN printf 'APT::Install-Recommends "false";\\nAPT::Install-Suggests "false";\\n' \\
       > /etc/apt/apt.conf.d/90tritonops-no-recommends \\
  && printf 'deb {mirror} {suite} main\\ndeb {mirror} {suite}-updates main\\n' > /etc/apt/sources.list \\
@@ -128,10 +138,11 @@ class ImageSpec:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def containerfile(self) -> str:
-        return CONTAINERFILE.format(base=self.base_image, mirror=self.mirror, suite=SUITE)
+        return CONTAINERFILE.format(base=self.base_image, mirror=self.mirror, suite=SUITE,
+                                    sshd_stdio=lab_ssh.NODE_SSHD_STDIO)
 
     def inputs_hash(self) -> str:
-        doc = {"rootfs": self.rootfs_hash(), "containerfile": self.containerfile()}
+        doc = {"rootfs": self.rootfs_hash(), "containerfile": self.containerfile(), "ssh_key": lab_ssh.lab_public_key()}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -247,6 +258,7 @@ def build_image(spec: ImageSpec, step: Step | None = None, force: bool = False) 
     say(f"podman build {spec.image}")
     with tempfile.TemporaryDirectory(prefix="ctx-", dir=cache_dir()) as ctx:
         (Path(ctx) / "Containerfile").write_text(spec.containerfile())
+        (Path(ctx) / "authorized_keys").write_text(lab_ssh.lab_public_key())
         run_logged(["podman", "build", "--arch", spec.arch, "--pull=never",
                     "--label", f"{INPUTS_LABEL}={spec.inputs_hash()}",
                     "-t", spec.image, "-f", str(Path(ctx) / "Containerfile"), ctx],
