@@ -79,6 +79,12 @@ options:
   keep:
     description: O(command=prune) how many releases to keep (the active and the current one always stay).
     type: int
+  lock_timeout:
+    description:
+      - Seconds the agent waits for another command that holds the releases folder (its lock file
+        C(.lock), held by a pull agent's poll or another play) before it fails naming the holder (C(rc) 3).
+      - Default the agent's (C(TRITONOPS_LOCK_TIMEOUT) on the node, else 60).
+    type: float
 attributes:
   check_mode:
     description: Can run in check mode and return a prediction of the change without modifying the node.
@@ -94,7 +100,10 @@ attributes:
     details: The active and the current release before and after.
 notes:
   - The agent prints one JSON object per command; a refused step fails the task with the agent's
-    message (it names the file and the step) and its exit code in C(rc) (1 refused, 2 usage, 3 unreachable).
+    message (it names the file and the step) and its exit code in C(rc) (1 refused, 2 usage, 3 unreachable
+    or the releases folder held by another command for longer than O(lock_timeout)).
+  - Every command that changes the node (install, activate, mark, prune) holds the releases folder's lock,
+    so a pull agent on the same node and this module never change it at once.
 """
 
 EXAMPLES = r"""
@@ -168,6 +177,8 @@ class Agent(object):
         p = module.params
         self.base = [p["python"] or sys.executable, p["agent"]]
         self.layout = ["--link", p["link"], "--releases", p["releases"]]
+        if p["lock_timeout"] is not None:
+            self.layout += ["--lock-timeout", str(p["lock_timeout"])]
 
     def run(self, command, *args):
         argv = self.base + [command] + self.layout + [str(a) for a in args]
@@ -248,6 +259,7 @@ def main():
             group=dict(type="str"),
             touch=dict(type="list", elements="str", default=[]),
             keep=dict(type="int"),
+            lock_timeout=dict(type="float"),
         ),
         required_if=[("command", cmd, fields) for cmd, fields in REQUIRES.items()],
         mutually_exclusive=[("agent", "agent_src")],

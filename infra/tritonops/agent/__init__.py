@@ -4,7 +4,8 @@ Everything that runs on a node or in a pod lives here, once: the manifest format
 (``manifest``), the release layout on disk (``releases``), Triton's HTTP API (``triton``), the golden
 gate of both modes (``golden``), release stores and signatures (``store``, ``signing``), the pull loop
 (``pull``), metrics (``metrics``) and the drift check (``drift``); the helpers every module shares:
-error classes (``errors``), bounded reads and atomic writes (``fsio``), exit codes (``exitcodes``).
+error classes (``errors``), bounded reads and atomic writes (``fsio``), HTTP requests with a deadline,
+a byte cap and same-origin redirects only (``netio``), exit codes (``exitcodes``).
 The controller imports the same modules, each name from its home; ``bundle.build`` writes them into
 one zipapp (``tritonops agent build``) that the roles push, the Kubernetes pod runs and the drift
 timer uses.

@@ -21,10 +21,12 @@ Temporary credentials (2 and 3) are fetched on first use and again before they e
 tried from ``min(15 min, half the lifetime)`` before expiry; if it fails, the old credentials are used
 until ``min(10 min, a quarter of the lifetime)`` before expiry, after which the failure is raised
 (botocore's advisory and mandatory windows, scaled down for short-lived credentials). Token files are
-read again on every refresh (the kubelet rotates them). Every request is bounded in time and size;
-no retries here (the agent's poll loop is the retry). A failure raises ``CredentialsError`` (a
-``StoreError``: exit 3, "retry later"), whose text names the variable and the endpoint but never a
-token, a key or a response body beyond STS's error code and message.
+read again on every refresh (the kubelet rotates them). Every request is bounded in time (one overall
+deadline: ``STS_TIMEOUT``, ``CONTAINER_TIMEOUT``) and size (``RESPONSE_MAX``) and follows no redirect
+(:mod:`netio`), so a token never reaches another host; no retries here (the agent's poll loop is the
+retry). A failure raises ``CredentialsError`` (a ``StoreError``: exit 3, "retry later"), whose text
+names the variable and the endpoint but never a token, a key or a response body beyond STS's error
+code and message.
 """
 
 from __future__ import annotations
@@ -36,14 +38,13 @@ import os
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ET  # noqa: S405 - bounded, DOCTYPE refused before parsing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import netio
 from .errors import StoreError
 from .fsio import read_bounded
 
@@ -100,27 +101,9 @@ def _read_token(path: str, variable: str) -> str:
     return token
 
 
-def _read_limited(resp: object, where: str) -> bytes:
-    data: bytes = resp.read(RESPONSE_MAX + 1)  # type: ignore[attr-defined]
-    if len(data) > RESPONSE_MAX:
-        raise CredentialsError(f"{where}: answer larger than {RESPONSE_MAX} bytes")
-    return data
-
-
 def _safe_url(url: str) -> str:
     """The URL without query or user info, for messages."""
-    p = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, "", "")) if p.netloc else url[:80]
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:  # a token never follows a redirect
-        return None
-
-
-# STS goes through the environment's proxy like any AWS SDK call; the container endpoint is link-local.
-_STS_OPENER = urllib.request.build_opener(_NoRedirect)
-_CONTAINER_OPENER = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
+    return netio.safe_url(url)
 
 
 class Provider:
@@ -248,21 +231,14 @@ class WebIdentityProvider(Provider):
         body = urllib.parse.urlencode({"Action": "AssumeRoleWithWebIdentity", "Version": STS_VERSION,
                                        "RoleArn": self.role_arn, "RoleSessionName": self.session_name,
                                        "WebIdentityToken": token}).encode()
-        req = urllib.request.Request(self.endpoint, data=body, method="POST", headers={
-            "Content-Type": "application/x-www-form-urlencoded; charset=utf-8", "Accept": "text/xml"})
-        try:
-            with _STS_OPENER.open(req, timeout=STS_TIMEOUT) as resp:
-                data = _read_limited(resp, where)
-        except urllib.error.HTTPError as e:
-            try:
-                data = e.read(RESPONSE_MAX + 1)
-            except OSError:
-                data = b""
-            if len(data) <= RESPONSE_MAX and data.lstrip().startswith(b"<"):
-                parse_sts(data, f"{where}: HTTP {e.code}")  # raises with STS's code and message
-            raise CredentialsError(f"{where}: HTTP {e.code} {e.reason}") from None
-        except (OSError, ValueError) as e:
-            raise CredentialsError(f"{where}: {getattr(e, 'reason', None) or e}") from None
+        resp = netio.request(self.endpoint, what=where, data=body, method="POST", headers={
+            "Content-Type": "application/x-www-form-urlencoded; charset=utf-8", "Accept": "text/xml"},
+            deadline=STS_TIMEOUT, limit=RESPONSE_MAX, error=CredentialsError, redirects=False)
+        data = resp.body
+        if not 200 <= resp.status < 300:
+            if len(data) < RESPONSE_MAX and data.lstrip().startswith(b"<"):  # whole, and XML
+                parse_sts(data, f"{where}: HTTP {resp.status}")  # raises with STS's code and message
+            raise CredentialsError(f"{where}: HTTP {resp.status} {netio.reason(resp.status)}".rstrip())
         c = parse_sts(data, where)
         return Credentials(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"],
                            parse_time(c["Expiration"], where))
@@ -306,14 +282,12 @@ class ContainerProvider(Provider):
             if "\r" in token or "\n" in token:
                 raise CredentialsError(f"{where}: the authorization token is not a legal header value")
             headers["Authorization"] = token
-        try:
-            req = urllib.request.Request(self.uri, headers=headers)
-            with _CONTAINER_OPENER.open(req, timeout=CONTAINER_TIMEOUT) as resp:
-                data = _read_limited(resp, where)
-        except urllib.error.HTTPError as e:
-            raise CredentialsError(f"{where}: HTTP {e.code} {e.reason}") from None
-        except (OSError, ValueError) as e:
-            raise CredentialsError(f"{where}: {getattr(e, 'reason', None) or e}") from None
+        # The container endpoint is link-local: never through a proxy.
+        resp = netio.request(self.uri, what=where, headers=headers, deadline=CONTAINER_TIMEOUT, limit=RESPONSE_MAX,
+                             error=CredentialsError, redirects=False, proxies={})
+        if not 200 <= resp.status < 300:
+            raise CredentialsError(f"{where}: HTTP {resp.status} {netio.reason(resp.status)}".rstrip())
+        data = resp.body
         try:
             doc = json.loads(data.decode("utf-8"))
             ak, sk, tok, exp = (doc[k] for k in ("AccessKeyId", "SecretAccessKey", "Token", "Expiration"))

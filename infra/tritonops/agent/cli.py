@@ -5,7 +5,8 @@ verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the 
 node's service). Drift: probe, check. Exit codes (exitcodes.py): 0 ok, 1 a release step failed or was
 refused (the message names the file and the step) or drift found, 2 usage error (a bad argument, or a
 file or folder named that cannot be used; nothing was changed), 3 the store or Triton did not answer or
-answered with something unusable (a check or pull that could not run).
+answered with something unusable (a check or pull that could not run), or another command held the
+node folder (releases/.lock, lock.py) for longer than --lock-timeout (the message names it).
 Secrets come from the environment only:
 TRITONOPS_ADMIN_SECRET (Triton's admin header) and, for an S3 store, the first of (aws_credentials.py):
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (static: MinIO, Ceph);
@@ -17,17 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 from typing import Any
 
-from . import argtypes, drift, manifest, releases
+from . import argtypes, drift, lock, manifest, releases
 from .errors import ReleaseError, StoreError, UsageError
 from .exitcodes import ExitCode
 from .metrics import serve
 from .pull import TRANSIENT_STEPS, Agent
-from .store import Store
+from .store import BLOB_TIMEOUT, METADATA_TIMEOUT, Store
 from .triton import DEFAULT_HEADER, Triton
 
 
@@ -35,6 +37,9 @@ def _layout(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--link", type=argtypes.path, required=True,
                     help="the models symlink (tritonserver --model-repository)")
     sp.add_argument("--releases", type=argtypes.path, required=True, help="folder holding one folder per release")
+    sp.add_argument("--lock-timeout", type=argtypes.number(0), default=None,
+                    help="seconds to wait for another command holding the releases folder "
+                         f"(default TRITONOPS_LOCK_TIMEOUT or {lock.DEFAULT_TIMEOUT:g})")
 
 
 def _pull_args(sp: argparse.ArgumentParser) -> None:
@@ -48,6 +53,11 @@ def _pull_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--keep", type=argtypes.count, default=3, help="releases to keep (default 3)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
+    sp.add_argument("--metadata-timeout", type=argtypes.number(0, low_ok=False), default=METADATA_TIMEOUT,
+                    help="seconds for one read of a pointer, manifest or signature, connect to last byte "
+                         f"(default {METADATA_TIMEOUT:g})")
+    sp.add_argument("--blob-timeout", type=argtypes.number(0, low_ok=False), default=BLOB_TIMEOUT,
+                    help=f"seconds for one file's download, connect to last byte (default {BLOB_TIMEOUT:g})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -97,15 +107,20 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--load-timeout", type=argtypes.number(0, low_ok=False), default=600.0)
     sp.add_argument("--golden-timeout", type=argtypes.number(0, low_ok=False), default=120.0)
     sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
+    sp.add_argument("--missed-polls", type=argtypes.count, default=3,
+                    help="/ready turns 503 when no poll has completed in this many intervals (default 3)")
     drift.add_commands(sub)
     return p
 
 
 def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
-    return Agent(Store(args.store, s3_endpoint=args.s3_endpoint), args.channel, args.link, args.releases,
+    store = Store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
+                  blob_timeout=args.blob_timeout)
+    return Agent(store, args.channel, args.link, args.releases,
                  args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
                  group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True),
-                 **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout} if triton else {}))
+                 **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout,
+                     "missed_polls": args.missed_polls} if triton else {}))
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -138,11 +153,26 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--trusted-key {key}: not found, or not a regular file")
 
 
+def _change(args: argparse.Namespace) -> Any:
+    """A command that changes the node folder (the caller holds its lock)."""
+    if args.cmd == "install":
+        return releases.install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
+    if args.cmd == "activate":
+        return releases.activate(args.link, args.releases, args.release, args.touch)
+    if args.cmd == "mark":
+        return releases.mark(args.releases, args.release)
+    if args.cmd == "prune":
+        return releases.prune(args.link, args.releases, args.keep)
+    if args.cmd == "recover":
+        return releases.recover(args.link, args.releases, args.grace)
+    return _agent(args).sync()
+
+
 def exit_code(e: ReleaseError) -> int:
     """UsageError 2, StoreError (or a step that could not reach the store or Triton) 3, any other failure 1."""
     if isinstance(e, UsageError):
         return ExitCode.USAGE
-    if isinstance(e, StoreError) or getattr(e, "step", None) in TRANSIENT_STEPS:
+    if isinstance(e, (StoreError, lock.LockBusy)) or getattr(e, "step", None) in TRANSIENT_STEPS:
         return ExitCode.FAILED
     return ExitCode.FINDINGS
 
@@ -156,22 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         if args.cmd == "status":
             out = releases.status(args.link, args.releases, args.release, args.digest)
-        elif args.cmd == "install":
-            out = releases.install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
-        elif args.cmd == "activate":
-            out = releases.activate(args.link, args.releases, args.release, args.touch)
-        elif args.cmd == "mark":
-            out = releases.mark(args.releases, args.release)
-        elif args.cmd == "prune":
-            out = releases.prune(args.link, args.releases, args.keep)
-        elif args.cmd == "recover":
-            out = releases.recover(args.link, args.releases, args.grace)
         elif args.cmd == "verify":
             out = {"files": len(manifest.verify(args.path)), "path": str(args.path)}
-        elif args.cmd == "sync":
-            out = _agent(args).sync()
-        else:
+        elif args.cmd == "pull":
+            if args.lock_timeout is not None:  # the daemon takes the lock per poll cycle (pull.py)
+                os.environ["TRITONOPS_LOCK_TIMEOUT"] = str(args.lock_timeout)
             return _pull(args)
+        else:
+            with releases.locked(args.releases, f"tritonops-agent {args.cmd}", args.lock_timeout):
+                out = _change(args)
     except ReleaseError as e:
         print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)

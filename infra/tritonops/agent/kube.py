@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import netio
 from .errors import ReleaseError
 
 API = "https://kubernetes.default.svc"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 SPEC_FIELDS = ("image", "command", "args")
+ANSWER_MAX = 64 << 20  # bytes of one API answer (a pod list) or one sidecar /status; every read is deadlined too
 
 Finding = dict[str, str]
 
@@ -47,15 +47,15 @@ class Kube:
             except (OSError, ssl.SSLError) as e:
                 raise ReleaseError(f"{self.sa_dir / 'ca.crt'}: cannot load the cluster CA ({e})") from None
         url = self.api + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        resp = netio.request(url, what=f"GET {url}", headers={"Authorization": f"Bearer {token}",
+                                                             "Accept": "application/json"},
+                             deadline=self.timeout, limit=ANSWER_MAX, context=ctx)
+        if not 200 <= resp.status < 300:
+            raise ReleaseError(f"GET {url}: HTTP {resp.status}: {resp.body.decode(errors='replace')[:300]}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=ctx) as resp:  # noqa: S310 - the API server
-                return dict(json.loads(resp.read().decode()))
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")[:300]
-            raise ReleaseError(f"GET {url}: HTTP {e.code}: {detail}") from None
-        except (OSError, ValueError) as e:
-            raise ReleaseError(f"GET {url}: {getattr(e, 'reason', None) or e}") from None
+            return dict(json.loads(resp.body.decode()))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ReleaseError(f"GET {url}: {e}") from None
 
     def pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
@@ -100,11 +100,14 @@ def _short(value: Any) -> str:
 
 def agent_status(ip: str, port: int) -> dict[str, Any]:
     """The release agent sidecar's /status (release served, channel pointer last read, refused digests)."""
+    url = f"http://{ip}:{port}/status"
+    resp = netio.request(url, deadline=10, limit=ANSWER_MAX)
     try:
-        with urllib.request.urlopen(f"http://{ip}:{port}/status", timeout=10) as resp:  # noqa: S310 - a pod
-            return dict(json.loads(resp.read().decode()))
-    except (OSError, ValueError) as e:
-        raise ReleaseError(f"http://{ip}:{port}/status: {getattr(e, 'reason', None) or e}") from None
+        if not 200 <= resp.status < 300:
+            raise ValueError(f"HTTP {resp.status}")
+        return dict(json.loads(resp.body.decode()))
+    except (ValueError, TypeError, RecursionError) as e:
+        raise ReleaseError(f"{url}: {e}") from None
 
 
 def release_findings(pods: list[dict[str, Any]], status: Callable[[str], dict[str, Any]]) -> list[Finding]:

@@ -19,9 +19,9 @@ from .fsio import read_bounded
 MANIFEST_FILE = "MANIFEST.sha256.json"
 _CHUNK = 1 << 20
 MANIFEST_MAX = 64 << 20  # bytes: a manifest of some 500,000 files
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: "$" would also match before a final newline
 # One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
-_SAFE_PART = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}$")
+_SAFE_PART = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}")  # fullmatch, as _HEX64
 
 
 def sha256_file(path: Path) -> str:
@@ -63,7 +63,7 @@ def digest(files: dict[str, str]) -> str:
 def check_path(rel: str, where: str = "manifest", error: type[ReleaseError] = ReleaseError) -> str:
     """A file path inside a release: relative, no '..', each part from a safe character set."""
     parts = rel.split("/")
-    if not rel or rel.startswith("/") or not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
+    if not rel or rel.startswith("/") or not all(_SAFE_PART.fullmatch(p) and p not in (".", "..") for p in parts):
         raise error(f"{where}: file path {rel!r} is not allowed (use letters, digits and '._+-' in each "
                            "part, not starting with '-')")
     return rel
@@ -79,7 +79,7 @@ def parse(raw: bytes, where: str) -> dict[str, str]:
         raise ReleaseError(f"{where}: expected {{'algorithm': 'sha256', 'files': {{PATH: SHA256, ...}}}}")
     files = {}
     for k, v in doc["files"].items():
-        if not isinstance(v, str) or not _HEX64.match(v):
+        if not isinstance(v, str) or not _HEX64.fullmatch(v):
             raise ReleaseError(f"{where}: files[{k!r}] is not a sha256 hex digest")
         files[check_path(str(k), where)] = v
     return files

@@ -12,7 +12,9 @@ models only the failed release had unloaded) and counts the step in the metrics.
 failed verification, its install, load or golden gate is refused until the pointer moves again; a
 fetch that failed (store unreachable, an object missing or damaged) is retried with backoff. A
 release not signed by a trusted key never reaches Triton: nothing is downloaded before the
-manifest's signature verifies.
+manifest's signature verifies. Every store read has a deadline and a byte cap (store, netio); in
+``run`` the stop event (SIGTERM) ends a download at once, and ``/ready`` turns false when no poll has
+completed in ``missed_polls`` intervals (a loop stuck on something the deadlines do not cover).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .fsio import write_atomic
 from .golden import golden_gate
 from .manifest import MANIFEST_FILE
 from .metrics import Metrics
-from .store import POINTER_MAX, Store, blob_key, channel_key, manifest_key
+from .store import POINTER_MAX, SIGNATURE_MAX, Store, blob_key, channel_key, manifest_key
 from .triton import Triton
 
 # Steps whose failure says the store or Triton did not answer (retried), not that the release is bad.
@@ -80,10 +82,10 @@ class Agent:
     def __init__(self, store: Store, channel: str, link: Path, releases_dir: Path, trusted_keys: list[Path],
                  triton: Triton | None = None, keep: int = 3, cache: Path | None = None,
                  owner: str | None = None, group: str | None = None, load_timeout: float = 600.0,
-                 golden_timeout: float = 120.0, log: Callable[[str], None] = print) -> None:
+                 golden_timeout: float = 120.0, log: Callable[[str], None] = print, missed_polls: int = 3) -> None:
         self.store, self.channel = store, channel
         self.link, self.releases = Path(link), Path(releases_dir)
-        self.trusted_keys = [Path(k) for k in trusted_keys]
+        self.trusted_keys = [signing.check_public_key(Path(k)) for k in trusted_keys]  # a bad key: exit 2
         self.triton, self.keep, self.cache = triton, keep, Path(cache) if cache else None
         self.owner, self.group = owner, group
         self.load_timeout, self.golden_timeout = load_timeout, golden_timeout
@@ -93,6 +95,8 @@ class Agent:
         self.retry_at: dict[str, tuple[int, float]] = {}  # digest -> (failed fetches, monotonic time of next try)
         self.pointer: dict[str, Any] | None = None
         self.polled = False
+        self.missed_polls = missed_polls  # /ready turns false when no poll completed in this many intervals
+        self.last_poll_done: float | None = None  # monotonic time the last poll returned
         self.switching = False
         self.interval = 0.0  # set by run(); one-shot polls retry a failed fetch on the next call
         self.lock = threading.Lock()
@@ -120,7 +124,14 @@ class Agent:
         """The channel tried, a gated release serving (also while the next one is being switched in:
         the old models serve until the new ones pass), and Triton answering."""
         serving = self.gated() or (self.switching and bool(releases.state(self.releases).get("current")))
-        return self.polled and serving and (self.triton is None or self.triton.ready())
+        return self.polled and serving and not self.stale() and (self.triton is None or self.triton.ready())
+
+    def stale(self) -> bool:
+        """No poll completed in ``missed_polls`` intervals: the loop is stuck (a hung store, Triton), so
+        /ready says so even while the last gated release serves. Never stale outside ``run``."""
+        if not self.interval or self.last_poll_done is None:
+            return False
+        return time.monotonic() - self.last_poll_done > self.missed_polls * self.interval
 
     def _export(self) -> None:
         st = releases.state(self.releases)
@@ -185,7 +196,8 @@ class Agent:
         releases folder (let alone Triton) before the signature verifies."""
         where = f"{self.store}/{manifest_key(digest)}"
         raw = _step("fetch", lambda: self.store.get(manifest_key(digest)))
-        sig = _step("fetch", lambda: self.store.get(manifest_key(digest) + signing.SIGNATURE_SUFFIX, limit=4096))
+        sig = _step("fetch", lambda: self.store.get(manifest_key(digest) + signing.SIGNATURE_SUFFIX,
+                                                    limit=SIGNATURE_MAX))
         if hashlib.sha256(raw).hexdigest() != digest:
             raise StepFailed("verify", f"{where}: sha256 of the manifest is not the digest the channel names")
         key = _step("verify", lambda: signing.verify(raw, sig, self.trusted_keys, where))
@@ -213,6 +225,7 @@ class Agent:
                         cached and cached.is_file() and self._copy_checked(cached, out, h)):
                     reused += 1
                     continue
+                # TODO(issue 21 item 1): pass the file's signed length (size=) once the manifest states it.
                 n = _step("fetch", lambda: self.store.download(blob_key(h), out, h))  # noqa: B023
                 local[h] = out  # a second file with this content is copied, not downloaded again
                 downloaded += n
@@ -300,7 +313,11 @@ class Agent:
             digest = pointer.get("digest")
             if (digest and not self.up_to_date() and digest not in self.refused
                     and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
-                out = self._attempt(pointer["release"], digest)
+                try:  # the whole change holds the node folder (releases.locked; lock.py), waiting a bounded time
+                    with releases.locked(self.releases, f"pull {self.channel}"):
+                        out = self._attempt(pointer["release"], digest)
+                except releases.lock.LockBusy as e:  # another command holds it: try again next poll
+                    out = {"result": "failed", "release": pointer["release"], "step": "lock", "error": str(e)}
                 result = "changed"
             elif digest and self.gated():
                 out.update(self._reconcile())
@@ -336,6 +353,10 @@ class Agent:
             self.switching = True
             applied = self.apply(release, digest)
         except StepFailed as e:
+            cancel = getattr(self.store, "cancel", None)
+            if cancel is not None and cancel.is_set():  # shutting down (SIGTERM): nothing was decided
+                self.log(f"release {release} ({digest[:12]}) not applied: stopped")
+                return {"result": "stopped", "release": release, "step": e.step, "error": e.reason}
             self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
             # Transient: the store, the link or Triton itself (not ready, restarting) may come back.
             if e.step in TRANSIENT_STEPS or (self.triton is not None and not self.triton.live()):
@@ -405,6 +426,8 @@ class Agent:
         it, after a random delay that spreads a fleet started together over one interval) until ``stop``."""
         stop = stop or threading.Event()
         self.interval = interval
+        self.store.cancel = stop  # SIGTERM ends a download at once, not after it (netio)
+        self.last_poll_done = time.monotonic()  # the first poll has missed_polls intervals too
         self.gate_active()
         self._write_textfile(textfile)
         # Not behind the random delay: a pod was not ready for up to one interval after its gate passed,
@@ -417,6 +440,7 @@ class Agent:
 
     def _poll_and_log(self, textfile: Path | None) -> None:
         out = self.poll()
+        self.last_poll_done = time.monotonic()
         if out["result"] not in ("not_modified", "unchanged"):
             self.log(json.dumps(out, sort_keys=True))
         self._write_textfile(textfile)

@@ -5,7 +5,13 @@ Layout (paths come from the caller)::
     <releases>/<release-id>/...              one folder per release, MANIFEST.sha256.json inside
     <releases>/.staging-<release-id>/        an install in progress (renamed when verified)
     <releases>/current.json                  {"current": id, "digest": ..., "history": [...]} after the gate
+    <releases>/.lock                         the node folder's lock while a command changes it (lock.py)
+    <releases>/.journal.json                 a multi-step change in progress (install's two renames)
     <link> -> releases/<release-id>          what tritonserver --model-repository points at
+
+Every function here that changes the folder or the link holds the node folder's lock
+(:mod:`lock`), and the first taker of the lock finishes or undoes what a killed process left in the
+journal, so a kill at any point leaves the last gated release installed and linked.
 
 ``active`` (where the link points) and ``current`` (the last release that passed its golden gate)
 differ only while a release is being switched; ``recover`` puts the link back on ``current`` when
@@ -14,21 +20,119 @@ whoever switched it died before the gate (the node stays safe without its contro
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import json
 import os
 import shutil
+import signal
 import tarfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from . import manifest
+from . import lock, manifest
 from .errors import ReleaseError, UsageError
 from .fsio import write_atomic
 from .manifest import MANIFEST_FILE
 
 STATE_FILE = "current.json"
 STAGING_PREFIX = ".staging-"
+JOURNAL_FILE = ".journal.json"
+# A staging entry changed less than this long ago may be a push in progress (the role copies the
+# tarball before it runs install): prune leaves it alone. Older ones are leftovers of a killed run.
+STAGING_GRACE = float(os.environ.get("TRITONOPS_STAGING_GRACE", 3600))
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def crash_point(step: str) -> None:
+    """Tests only: die here (SIGKILL, no cleanup) when TRITONOPS_TEST_CRASH_AT names this step."""
+    if os.environ.get("TRITONOPS_TEST_CRASH_AT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_journal(releases: Path, doc: dict[str, Any]) -> None:
+    write_atomic(Path(releases) / JOURNAL_FILE, json.dumps(doc, sort_keys=True) + "\n")
+
+
+def _clear_journal(releases: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (Path(releases) / JOURNAL_FILE).unlink()
+
+
+def replay(releases: Path) -> dict[str, Any] | None:
+    """Finish or undo the change a killed process left in the journal (the lock held); what was done.
+
+    install's repair is: journal -> rename dest aside -> rename staging to dest -> remove aside ->
+    clear. A verified copy at dest means it got through (only the leftovers go); no dest means it died
+    between the renames: the verified staging copy goes in (finished), else the aside copy comes back
+    (undone). Either way the link names an installed release again.
+    """
+    releases = Path(releases)
+    path = releases / JOURNAL_FILE
+    if not path.is_file():
+        # An agent from before the journal, killed between the renames: its copy aside goes back.
+        back = []
+        for aside in releases.glob(f"{STAGING_PREFIX}damaged-*"):
+            name = aside.name[len(f"{STAGING_PREFIX}damaged-"):]
+            with contextlib.suppress(UsageError):
+                gone = not (releases / check_release_id(name)).exists()
+                if gone and aside.is_dir() and (aside / MANIFEST_FILE).is_file():
+                    os.rename(aside, releases / name)
+                    back.append(name)
+        return {"done": "undone (copies aside renamed back)", "restored": back} if back else None
+    try:
+        doc = json.loads(path.read_text())
+        release = check_release_id(str(doc["release"]))
+        assert doc.get("op") == "install"
+    except (OSError, ValueError, KeyError, AssertionError):
+        _clear_journal(releases)
+        return {"journal": str(path), "done": "unreadable: removed"}
+    dest = releases / release
+    staging, aside = releases / f"{STAGING_PREFIX}{release}", releases / f"{STAGING_PREFIX}damaged-{release}"
+    done = "nothing to finish"
+    if not dest.is_dir():
+        try:
+            manifest.verify(staging)
+            os.rename(staging, dest)
+            done = "finished (the verified copy renamed into place)"
+        except (ReleaseError, OSError):
+            if aside.is_dir():
+                os.rename(aside, dest)
+                done = "undone (the previous copy renamed back)"
+    for p in (aside, staging):
+        _remove(p)
+    _clear_journal(releases)
+    return {"journal": str(path), "release": release, "done": done}
+
+
+@contextlib.contextmanager
+def locked(releases: Path, command: str, timeout: float | None = None) -> Iterator[None]:
+    """Hold the node folder's lock (:func:`lock.held`); the outermost taker replays the journal first."""
+    with lock.held(releases, command, timeout) as first:
+        if first:
+            try:
+                replay(releases)
+            except OSError as e:
+                raise ReleaseError(f"{Path(releases) / JOURNAL_FILE}: cannot finish or undo the interrupted change "
+                                   f"({e.strerror or e}); {command}: nothing was changed") from None
+        yield
+
+
+def _locked(command: str) -> Callable[[F], F]:
+    """The function runs holding the lock of its ``releases`` argument's folder."""
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            with locked(Path(sig.bind(*args, **kwargs).arguments["releases"]), command):
+                return fn(*args, **kwargs)
+        return inner  # type: ignore[return-value]
+    return wrap
 
 
 def check_release_id(release: str) -> str:
@@ -98,6 +202,9 @@ def status(link: Path, releases: Path, release: str | None = None, digest: str |
         "releases": list_releases(releases),
         "active_models": {},
     }
+    if (releases / JOURNAL_FILE).is_file():
+        out["journal"] = (f"{releases / JOURNAL_FILE}: a change was interrupted (a kill); the next command that "
+                          "changes this folder finishes or undoes it first")
     if active:
         try:
             out["active_models"] = manifest.model_digests(manifest.read(releases / active))
@@ -179,6 +286,7 @@ def _check_push(releases: Path, staging: Path, tarball: Path | None) -> None:
         raise UsageError(f"--tarball {tarball}: not a regular file; nothing was changed")
 
 
+@_locked("install")
 def install(releases: Path, staging: Path, release: str, tarball: Path | None = None,
             owner: str | None = None, group: str | None = None) -> dict[str, Any]:
     """Verify a pushed or fetched release in ``staging`` and rename it to releases/<release>.
@@ -215,9 +323,15 @@ def install(releases: Path, staging: Path, release: str, tarball: Path | None = 
         if repaired:
             aside = releases / f"{STAGING_PREFIX}damaged-{release}"
             _remove(aside)
+            _write_journal(releases, {"op": "install", "release": release, "pid": os.getpid()})
+            crash_point("install-journal")
             os.rename(dest, aside)
+            crash_point("install-aside")
             os.rename(staging, dest)
+            crash_point("install-swap")
             shutil.rmtree(aside)
+            crash_point("install-cleanup")
+            _clear_journal(releases)
         else:
             os.rename(staging, dest)
     except OSError as e:
@@ -247,6 +361,7 @@ def touch_models(release_dir: Path, models: list[str]) -> list[str]:
     return touched
 
 
+@_locked("activate")
 def activate(link: Path, releases: Path, release: str, touch: list[str] | None = None) -> dict[str, Any]:
     """Point the models symlink at releases/<release> by renaming a fresh symlink over it.
 
@@ -278,6 +393,7 @@ def activate(link: Path, releases: Path, release: str, touch: list[str] | None =
     return {"changed": True, "previous": previous, "active": release, "touched": touched}
 
 
+@_locked("mark")
 def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, Any]:
     """Record the release as current (after the golden gate) and append it to the history."""
     check_release_id(release)
@@ -295,10 +411,23 @@ def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, A
     return {"changed": True, "previous": st.get("current"), "current": release}
 
 
+def _last_change(path: Path) -> float:
+    """The newest ctime in ``path`` (a file or a folder tree): when anything was last written or renamed there."""
+    newest = 0.0
+    for p in [path, *(path.rglob("*") if path.is_dir() and not path.is_symlink() else [])]:
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.lstat(p).st_ctime)
+    return newest
+
+
+@_locked("prune")
 def prune(link: Path, releases: Path, keep: int) -> dict[str, Any]:
     """Keep the ``keep`` most recently current releases (always the active and current ones).
 
-    Only release folders (with a manifest) and this module's staging folders are ever removed.
+    Only release folders (with a manifest) and this module's staging folders are ever removed, and a
+    staging entry only once nothing has changed in it for ``STAGING_GRACE`` seconds: the lock is held,
+    so no install or fetch is filling it, and a push still on its way (the role copies its tarball
+    before it runs install) is younger than that.
     """
     if keep < 1:
         raise UsageError(f"--keep {keep}: must be at least 1")
@@ -315,11 +444,14 @@ def prune(link: Path, releases: Path, keep: int) -> dict[str, Any]:
             shutil.rmtree(releases / name)
             removed.append(name)
     for p in releases.glob(STAGING_PREFIX + "*") if releases.is_dir() else []:
+        if time.time() - _last_change(p) < STAGING_GRACE:
+            continue  # someone's push in progress
         _remove(p)
         removed.append(p.name)
     return {"changed": bool(removed), "removed": removed, "kept": sorted(kept & set(present))}
 
 
+@_locked("recover")
 def recover(link: Path, releases: Path, grace: float = 0.0) -> dict[str, Any]:
     """Deadman: the link names a release that never passed its gate -> point it back at ``current``.
 

@@ -8,15 +8,58 @@ trust one or more public keys (several while a key is rotated).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from .errors import ReleaseError, UsageError
+from .fsio import read_bounded
 
 SIGNATURE_SUFFIX = ".sig"
+PUBLIC_KEY_MAX = 16 << 10  # bytes: an Ed25519 public key in PEM is 113
+# DER of an Ed25519 SubjectPublicKeyInfo (RFC 8410): SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING (32 bytes) }
+_ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
+_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.S)
+# Algorithm OIDs (DER) an operator may hand us by mistake, to say what the key is instead.
+_OTHER_KEYS = {bytes.fromhex("06092a864886f70d010101"): "an RSA", bytes.fromhex("06072a8648ce3d0201"): "an EC",
+               bytes.fromhex("06032b6571"): "an Ed448", bytes.fromhex("06032b656e"): "an X25519",
+               bytes.fromhex("06032b656f"): "an X448"}
+
+
+def check_public_key(path: Path, option: str = "--trusted-key") -> Path:
+    """``path`` holds one Ed25519 public key in PEM (what ``tritonops release keygen`` writes); anything
+    else (missing, empty, a private key, another algorithm, garbage) is a UsageError naming the file and
+    what is wrong, so a bad key reads as a bad argument (exit 2), never as "does not verify" (exit 1)."""
+    where = f"{option} {path}"
+    try:
+        raw = read_bounded(Path(path), PUBLIC_KEY_MAX, UsageError)
+    except UsageError as e:
+        raise UsageError(f"{option} {e}") from None
+    if not raw.strip():
+        raise UsageError(f"{where}: empty; expected an Ed25519 public key (PEM, from tritonops release keygen)")
+    if b"PRIVATE KEY" in raw:
+        raise UsageError(f"{where}: a private key; nodes trust the public key only (the .pub file that "
+                         "tritonops release keygen writes, or openssl pkey -in KEY -pubout)")
+    m = _PEM.search(raw)
+    if m is None or m.group(1) != b"PUBLIC KEY":
+        found = f"a PEM {m.group(1).decode(errors='replace').lower()}" if m else "not PEM"
+        raise UsageError(f"{where}: {found}; expected '-----BEGIN PUBLIC KEY-----' (an Ed25519 public key)")
+    try:
+        der = base64.b64decode(b"".join(m.group(2).split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise UsageError(f"{where}: the PEM body is not base64; expected an Ed25519 public key") from None
+    if len(der) == len(_ED25519_SPKI) + 32 and der.startswith(_ED25519_SPKI):
+        return Path(path)
+    kind = next((name for oid, name in _OTHER_KEYS.items() if oid in der[:32]), None)
+    if kind:
+        raise UsageError(f"{where}: {kind} public key; release signatures are Ed25519 "
+                         "(tritonops release keygen writes a key pair)")
+    raise UsageError(f"{where}: not an Ed25519 public key ({len(der)} bytes of DER that are not one)")
 
 
 def _openssl(args: list[str], what: str) -> subprocess.CompletedProcess:
@@ -77,8 +120,7 @@ def verify(data: bytes, signature: bytes, trusted_keys: list[Path], what: str) -
         src.write_bytes(data)
         sig.write_bytes(signature)
         for key in trusted_keys:
-            if not Path(key).is_file():
-                raise UsageError(f"{key}: trusted public key not found, or not a regular file")
+            check_public_key(Path(key))
             r = _openssl(["pkeyutl", "-verify", "-pubin", "-inkey", str(key), "-rawin", "-in", str(src),
                           "-sigfile", str(sig)], str(key))
             if r.returncode == 0:

@@ -17,11 +17,15 @@ A store holds, under one prefix::
 
 Everything but the pointers is immutable. Pointers are read with conditional requests (ETag /
 If-None-Match, Last-Modified / If-Modified-Since; a size+mtime stamp for folders), so an idle poll
-costs one small request that answers 304. Every read is bounded in size and time.
+costs one small request that answers 304. Every read is bounded in size (``limit``; a blob by its
+stated length, else ``BLOB_MAX``) and in time (one overall deadline per request: ``timeout`` for
+metadata, ``blob_timeout`` for a file), follows redirects only within the store's origin and is
+ended at once by ``cancel`` (the agent's SIGTERM); see :mod:`netio`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import email.utils
 import hashlib
@@ -29,19 +33,22 @@ import hmac
 import os
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from . import aws_credentials
+from . import aws_credentials, netio
 from .aws_credentials import Credentials
 from .errors import StoreError, UsageError
 from .fsio import read_bounded
 from .manifest import MANIFEST_MAX
 
 POINTER_MAX = 256 << 10
+SIGNATURE_MAX = 4096
+# A blob's cap while the manifest states no lengths (issue 21 item 1): the largest model file we expect.
+BLOB_MAX = 256 << 30
+METADATA_TIMEOUT = 10.0  # seconds, overall, for a pointer, a manifest or a signature
+BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -62,12 +69,15 @@ def blob_key(sha256: str) -> str:
 class Store:
     """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
 
-    def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = METADATA_TIMEOUT,
+                 blob_timeout: float = BLOB_TIMEOUT, cancel: threading.Event | None = None) -> None:
+        """``timeout``: the overall deadline (connect, headers, body) of a pointer, manifest or signature
+        read; ``blob_timeout`` that of one file's download; ``cancel``: set it to end a request at once."""
         if not url.strip():
             raise UsageError("store: empty; expected s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
         url = url.rstrip("/") or url
         self.url = url
-        self.timeout = timeout
+        self.timeout, self.blob_timeout, self.cancel = timeout, blob_timeout, cancel
         self._validators: dict[str, dict[str, str]] = {}
         self.requests = 0
         self.credentials: aws_credentials.Provider | None = None  # found on the first S3 request
@@ -109,13 +119,21 @@ class Store:
                 self._credentials_found = True
         return self.credentials.get() if self.credentials else None
 
-    def _open(self, key: str, headers: dict[str, str]) -> Any:
+    def _request(self, key: str, headers: dict[str, str], limit: int, deadline: float,
+                 sink: Callable[[bytes], None] | None = None) -> netio.Response:
+        """One GET of ``key`` under a deadline and a byte cap; a same-origin redirect is signed again for
+        its URL, a redirect to another origin refused (netio)."""
         url = self._http_url(key)
-        if self.kind == "s3":
-            headers = {**headers, **sigv4_headers(url, self.region, credentials=self._credentials(), env={})}
+        creds = self._credentials() if self.kind == "s3" else None
+
+        def sign(target: str) -> dict[str, str]:
+            if self.kind != "s3":
+                return headers
+            return {**headers, **sigv4_headers(target, self.region, credentials=creds, env={})}
+
         self.requests += 1
-        req = urllib.request.Request(url, headers=headers)
-        return urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 - the operator's store
+        return netio.request(url, what=f"{self.url}/{key}", headers=sign, deadline=deadline, limit=limit,
+                             error=StoreError, sink=sink, cancel=self.cancel)
 
     def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
         """The object's bytes; None when ``conditional`` and unchanged since the last read."""
@@ -141,50 +159,72 @@ class Store:
             headers["If-None-Match"] = old["etag"]
         elif "modified" in old:
             headers["If-Modified-Since"] = old["modified"]
-        try:
-            with self._open(key, headers) as resp:
-                data = resp.read(limit + 1)
-                if len(data) > limit:
-                    raise StoreError(f"{where}: more than {limit} bytes")
-                validators = {}
-                if resp.headers.get("ETag"):
-                    validators["etag"] = resp.headers["ETag"]
-                if resp.headers.get("Last-Modified") and _settled(resp.headers["Last-Modified"]):
-                    validators["modified"] = resp.headers["Last-Modified"]
-                self._validators[key] = validators
-                return bytes(data)
-        except urllib.error.HTTPError as e:
-            if e.code == 304:
-                return None
-            raise StoreError(f"{where}: HTTP {e.code} {e.reason}") from None
-        except (OSError, ValueError) as e:
-            raise StoreError(f"{where}: {getattr(e, 'reason', None) or e}") from None
+        resp = self._request(key, headers, limit, self.timeout)
+        if resp.status == 304 and conditional:
+            return None
+        if not 200 <= resp.status < 300:
+            raise StoreError(f"{where}: HTTP {resp.status} {netio.reason(resp.status)}")
+        validators = {}
+        if resp.headers.get("ETag"):
+            validators["etag"] = resp.headers["ETag"]
+        if resp.headers.get("Last-Modified") and _settled(resp.headers["Last-Modified"]):
+            validators["modified"] = resp.headers["Last-Modified"]
+        self._validators[key] = validators
+        return resp.body
 
-    def download(self, key: str, dest: Path, sha256: str) -> int:
-        """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written."""
+    def download(self, key: str, dest: Path, sha256: str, size: int | None = None) -> int:
+        """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written.
+
+        Never more than ``size`` bytes (the length the signed metadata states) or, without one,
+        ``BLOB_MAX``; over HTTP(S) and S3 within ``blob_timeout`` seconds in all."""
+        # TODO(issue 21 item 1): the manifest states no file lengths yet, so callers pass size=None and a
+        # blob is capped only by BLOB_MAX (and the deadline); pass the signed length once it has one.
+        limit = BLOB_MAX if size is None else size
         h = hashlib.sha256()
-        size = 0
+        written = 0
         where = f"{self.url}/{key}"
         try:
-            if self.kind == "file":
-                self.requests += 1
-                path = self.root / key
-                if not path.is_file():  # never open a FIFO (blocks) or a device (endless)
-                    raise StoreError(f"{path}: not found, or not a regular file")
-            src = open(self.root / key, "rb") if self.kind == "file" else self._open(key, {})  # noqa: SIM115
-            with src, open(dest, "wb") as out:
-                for chunk in iter(lambda: src.read(1 << 20), b""):
+            with open(dest, "wb") as out:
+                def sink(chunk: bytes) -> None:
+                    nonlocal written
                     h.update(chunk)
                     out.write(chunk)
-                    size += len(chunk)
-        except urllib.error.HTTPError as e:
-            raise StoreError(f"{where}: HTTP {e.code} {e.reason}") from None
+                    written += len(chunk)
+
+                if self.kind == "file":
+                    self.requests += 1
+                    path = self.root / key
+                    if not path.is_file():  # never open a FIFO (blocks) or a device (endless)
+                        raise StoreError(f"{path}: not found, or not a regular file")
+                    with open(path, "rb") as src:
+                        for chunk in iter(lambda: src.read(min(1 << 20, limit + 1 - written)), b""):
+                            sink(chunk)
+                            if written > limit:
+                                raise StoreError(f"{path}: longer than the {limit} bytes allowed")
+                            if self.cancel is not None and self.cancel.is_set():
+                                raise StoreError(f"{path}: stopped (the agent is shutting down)")
+                else:
+                    resp = self._request(key, {}, limit, self.blob_timeout, sink=sink)
+                    if not 200 <= resp.status < 300:
+                        raise StoreError(f"{where}: HTTP {resp.status} {netio.reason(resp.status)}")
+        except StoreError:
+            _unlink(dest)
+            raise
         except OSError as e:
-            raise StoreError(f"{where}: {getattr(e, 'reason', None) or e.strerror or e}") from None
+            _unlink(dest)
+            raise StoreError(f"{where}: {e.strerror or e}") from None
+        if size is not None and written != size:
+            _unlink(dest)
+            raise StoreError(f"{where}: {written} bytes, not the {size} the manifest states")
         if h.hexdigest() != sha256:
-            os.unlink(dest)
+            _unlink(dest)
             raise StoreError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
-        return size
+        return written
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _settled(last_modified: str) -> bool:

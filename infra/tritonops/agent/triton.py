@@ -1,6 +1,8 @@
 """Triton over HTTP with the standard library: health, the repository API (admin header), inference.
 
-The admin header's value comes from the environment (``TRITONOPS_ADMIN_SECRET``), never argv. The
+The admin header's value comes from the environment (``TRITONOPS_ADMIN_SECRET``), never argv. Every
+call has one overall deadline (its ``timeout``) and a byte cap (``ANSWER_MAX``), and follows redirects
+only within Triton's origin (:mod:`netio`), so the admin header never reaches another host. The
 golden gate that sends each release's golden cases through this client is :mod:`golden`.
 """
 
@@ -10,15 +12,15 @@ import contextlib
 import json
 import os
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from . import netio
 from .errors import ReleaseError
 
 SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
 DEFAULT_HEADER = "triton-admin-key"
+ANSWER_MAX = 64 << 20  # bytes of one answer (an inference result of the golden gate is the largest)
 
 
 class Triton:
@@ -37,17 +39,15 @@ class Triton:
         if admin and self.secret:
             headers[self.header] = self.secret
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:  # noqa: S310
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")[:300]
+        where = f"{method} {self.url}{path}"
+        resp = netio.request(self.url + path, what=where, headers=headers, data=data, method=method,
+                             deadline=timeout or self.timeout, limit=ANSWER_MAX, error=ReleaseError)
+        raw = resp.body
+        if not 200 <= resp.status < 300:
+            detail = raw.decode(errors="replace")[:300]
             with contextlib.suppress(ValueError, AttributeError):
                 detail = json.loads(detail).get("error", detail)
-            raise ReleaseError(f"{method} {self.url}{path}: HTTP {e.code}: {detail}") from None
-        except (OSError, ValueError) as e:
-            raise ReleaseError(f"{method} {self.url}{path}: {getattr(e, 'reason', None) or e}") from None
+            raise ReleaseError(f"{where}: HTTP {resp.status}: {detail}")
         try:
             return json.loads(raw.decode()) if raw.strip() else None
         except (ValueError, RecursionError):

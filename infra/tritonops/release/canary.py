@@ -23,15 +23,16 @@ from __future__ import annotations
 import json
 import math
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tritonops.agent import netio
 from tritonops.agent.errors import ReleaseError
 from tritonops.observability import rules as r
 from tritonops.observability.metrics import CANARY, STABLE, TRACK
+
+QUERY_ANSWER_MAX = 16 << 20  # bytes of one Prometheus answer
 
 # A Prometheus duration: 30s, 10m, 1h30m (the window goes into the query, so nothing else passes).
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
@@ -152,17 +153,20 @@ def verdict(model: str, stable: TrackFigures, canary: TrackFigures, gate: Gate) 
 def query(prometheus: str, expr: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """An instant query (``/api/v1/query``): the vector's samples, or GateError naming what failed."""
     url = prometheus.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the operator's Prometheus
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as e:  # Prometheus answers 400/422/503 with a JSON error
+    try:  # one deadline for the whole answer, however slowly it trickles; the answer's size capped
+        resp = netio.request(url, what=prometheus, deadline=timeout_s, limit=QUERY_ANSWER_MAX)
+    except ReleaseError as e:
+        raise GateError(f"cannot query Prometheus: {e}") from None
+    if resp.status != 200:  # Prometheus answers 400/422/503 with a JSON error
         try:
-            detail = json.loads(e.read()).get("error") or e.reason
+            detail = json.loads(resp.body).get("error") or resp.status
         except ValueError:
-            detail = e.reason
-        raise GateError(f"{prometheus}: query {expr!r} failed: HTTP {e.code}: {detail}") from None
-    except (OSError, ValueError) as e:
-        raise GateError(f"{prometheus}: cannot query Prometheus: {getattr(e, 'reason', None) or e}") from None
+            detail = resp.body[:200].decode(errors="replace")
+        raise GateError(f"{prometheus}: query {expr!r} failed: HTTP {resp.status}: {detail}")
+    try:
+        body = json.loads(resp.body)
+    except ValueError as e:
+        raise GateError(f"{prometheus}: cannot query Prometheus: not JSON ({e})") from None
     if body.get("status") != "success" or body.get("data", {}).get("resultType") != "vector":
         raise GateError(f"{prometheus}: query {expr!r}: unexpected answer {str(body)[:200]}")
     return list(body["data"]["result"])

@@ -7,6 +7,11 @@ one object written last, so agents see either the old release or the whole new o
 copies one channel's release to another, ``rollback`` moves a channel back through its history,
 ``status`` reads the pointers and what each target reports it serves.
 
+A pointer moves by compare-and-swap, so two moves at once never lose one (from the pointer or its
+history): on S3 a conditional PUT (``If-Match`` the ETag read, ``If-None-Match: *`` for the first
+write), retried after reading again when someone else moved it first; in a folder store, the
+read-modify-write holds a lock (``channels/.lock``, :mod:`tritonops.agent.lock`).
+
 Stores: ``s3://BUCKET/PREFIX`` (boto3; credentials from boto3's chain) or a folder that a static
 HTTP server publishes to air-gapped sites (agents read it over http(s)://). The layout is
 ``tritonops.agent.store``'s; reads go through the same ``Store`` class the agents use.
@@ -15,12 +20,14 @@ HTTP server publishes to air-gapped sites (agents read it over http(s)://). The 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import manifest, signing
+from tritonops.agent import lock, manifest, netio, signing
 from tritonops.agent.errors import ReleaseError, StoreError, UsageError
 from tritonops.agent.pull import parse_pointer
 from tritonops.agent.releases import check_release_id
@@ -29,7 +36,9 @@ from tritonops.release import canary
 from tritonops.release.push import check_repository
 
 HISTORY = 20
+SWAP_TRIES = 8  # conditional writes of one pointer before giving up (each after reading it again)
 TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
+TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
 
 
 class Writer:
@@ -116,6 +125,54 @@ class Writer:
             raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
 
 
+    def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str = "move",
+             content_type: str = "application/json") -> bytes | None:
+        """Read-modify-write of one object that never loses a concurrent write: ``change`` gets the
+        current bytes (None when absent) and returns the new ones (None: nothing to write); it may be
+        called again with newer bytes when someone else wrote first. Returns what was written."""
+        if self.reader.kind == "file":
+            folder = (self.root / key).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"{folder}: cannot write ({e.strerror or e})") from None
+            with lock.held(folder, f"tritonops release {what}"):
+                dest = self.root / key
+                new = change(self.reader.get(key, limit=POINTER_MAX) if dest.is_file() else None)
+                if new is not None:
+                    self.put(key, new, content_type)
+                return new
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for attempt in range(SWAP_TRIES):
+            try:
+                try:
+                    got = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+                    old, etag = bytes(got["Body"].read(POINTER_MAX + 1)), got["ETag"]
+                except ClientError as e:
+                    if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                        raise
+                    old, etag = None, None
+                if old is not None and len(old) > POINTER_MAX:
+                    raise StoreError(f"{self.url}/{key}: more than {POINTER_MAX} bytes")
+                new = change(old)
+                if new is None:
+                    return None
+                cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=new, ContentType=content_type,
+                                       **cond)
+                return new
+            except ClientError as e:
+                err = e.response.get("Error", {}).get("Code")
+                if err not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    raise StoreError(f"{self.url}/{key}: {e}") from None
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # someone else moved it: read again
+            except BotoCoreError as e:
+                raise StoreError(f"{self.url}/{key}: {e}") from None
+        raise StoreError(f"{self.url}/{key}: moved by someone else on each of {SWAP_TRIES} tries while this {what} "
+                         "was being written; nothing was written, run it again")
+
+
 def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
     try:
         raw = store.get(channel_key(channel), limit=POINTER_MAX)
@@ -126,17 +183,37 @@ def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
     return parse_pointer(raw or b"", f"{store}/{channel_key(channel)}")
 
 
-def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: str) -> dict[str, Any]:
-    """Point ``channel`` at a release (one object written: atomic for readers); keep a history."""
-    old = read_pointer(writer, channel)
-    if old and old["digest"] == digest and old["release"] == release:
-        return {**old, "changed": False}
-    history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}] if old else [])
-    history += (old or {}).get("history", [])
-    doc = {"channel": channel, "release": release, "digest": digest, "note": note,
-           "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "history": history[:HISTORY]}
-    writer.put(channel_key(channel), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), "application/json")
-    return {**doc, "changed": True, "previous": old["release"] if old else None}
+Target = Callable[[dict[str, Any] | None], tuple[str, str, str]]
+
+
+def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: str,
+                 target: Target | None = None) -> dict[str, Any]:
+    """Point ``channel`` at a release (one object written: atomic for readers); keep a history.
+
+    The write is a compare-and-swap (:meth:`Writer.swap`): a move made meanwhile by someone else is
+    read again and kept in the history. ``target``, when given, picks (release, digest, note) from the
+    pointer as it is at the time of the write (rollback: "the one before the current one").
+    """
+    key = channel_key(channel)
+    seen: dict[str, Any] = {}
+
+    def change(raw: bytes | None) -> bytes | None:
+        old = None if raw is None else parse_pointer(raw, f"{writer.url}/{key}")
+        rel, dig, why = target(old) if target else (release, digest, note)
+        seen.update(old=old, release=rel, digest=dig)
+        if old and old["digest"] == dig and old["release"] == rel:
+            return None
+        history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}] if old else [])
+        history += (old or {}).get("history", [])
+        doc = {"channel": channel, "release": rel, "digest": dig, "note": why,
+               "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "history": history[:HISTORY]}
+        seen["doc"] = doc
+        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+    if writer.swap(key, change, what=note) is None:
+        return {**(seen["old"] or {}), "changed": False}
+    old = seen["old"]
+    return {**seen["doc"], "changed": True, "previous": old["release"] if old else None}
 
 
 def publish(source: Path, to: str, channel: str | None, signing_key: Path, target: str | None = None,
@@ -219,14 +296,20 @@ def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str
     cur = read_pointer(writer, channel)
     if cur is None:
         raise UsageError(f"{to}: channel {channel!r} does not exist")
-    earlier = [h for h in cur.get("history", []) if h.get("digest") != cur["digest"]]
-    pick = next((h for h in earlier if release in (None, h.get("release"))), None)
-    if pick is None:
-        have = ", ".join(h.get("release", "?") for h in earlier) or "none"
-        raise UsageError(f"{to}: channel {channel!r} has no earlier release {release or ''} (history: {have})")
-    moved = move_pointer(writer, channel, pick["release"], pick["digest"], f"rollback from {cur['release']}")
-    return {"channel": channel, "release": pick["release"], "digest": pick["digest"], "changed": moved["changed"],
-            "previous": cur["release"]}
+
+    def choose(now: dict[str, Any] | None) -> tuple[str, str, str]:
+        now = now or cur  # the pointer as it is when written (moved meanwhile: back from there)
+        earlier = [h for h in now.get("history", []) if h.get("digest") != now["digest"]]
+        pick = next((h for h in earlier if release in (None, h.get("release"))), None)
+        if pick is None:
+            have = ", ".join(h.get("release", "?") for h in earlier) or "none"
+            raise UsageError(f"{to}: channel {channel!r} has no earlier release {release or ''} (history: {have})")
+        return pick["release"], pick["digest"], f"rollback from {now['release']}"
+
+    choose(cur)  # refused before anything is written
+    moved = move_pointer(writer, channel, "", "", "rollback", target=choose)
+    return {"channel": channel, "release": moved["release"], "digest": moved["digest"], "changed": moved["changed"],
+            "previous": moved.get("previous", cur["release"])}
 
 
 def _parse_metrics(text: str) -> list[dict[str, Any]]:
@@ -244,7 +327,6 @@ def _parse_metrics(text: str) -> list[dict[str, Any]]:
 def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
     """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
     import urllib.parse
-    import urllib.request
 
     for url in targets:
         parts = urllib.parse.urlsplit(url)
@@ -259,11 +341,13 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
         out["channels"][c] = None if p is None else {k: p.get(k) for k in ("release", "digest", "published", "note")}
     for url in targets:
         row: dict[str, Any] = {"target": url}
-        try:
-            with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the operator's targets
-                series = _parse_metrics(resp.read(TARGET_METRICS_MAX).decode(errors="replace"))
-        except (OSError, ValueError) as e:  # unreachable, or not a metrics page
-            row["error"] = str(getattr(e, "reason", None) or e)
+        try:  # one deadline for the whole page, however slowly it trickles
+            resp = netio.request(url, deadline=TARGET_TIMEOUT, limit=TARGET_METRICS_MAX)
+            if resp.status != 200:
+                raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
+            series = _parse_metrics(resp.body.decode(errors="replace"))
+        except (ReleaseError, ValueError) as e:  # unreachable, slow, too big, or not a metrics page
+            row["error"] = str(e)
             out["targets"].append(row)
             continue
         for s in series:
