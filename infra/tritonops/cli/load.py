@@ -71,7 +71,8 @@ def _model_name(name: str) -> str:
 
 
 def _endpoint(url: str) -> str:
-    """host:port, or a URL with a scheme as ``smoke`` takes it (http://HOST:8000, grpc://HOST:8001) -> host:port."""
+    """A typer callback: host:port, or a URL with a scheme as ``smoke`` takes it (http://HOST:8000,
+    grpc://HOST:8001), checked; :func:`_address` turns it into host:port and a protocol."""
     if not url.strip():
         raise typer.BadParameter("an empty endpoint: give host:port")
     if "://" not in url:
@@ -82,7 +83,19 @@ def _endpoint(url: str) -> str:
         raise typer.BadParameter(str(e)) from None
     if endpoint.tls:
         raise typer.BadParameter(f"{url!r}: load is measured over plain HTTP or gRPC; give http:// or grpc://")
-    return endpoint.address
+    return url
+
+
+def _address(url: str, protocol: str | None) -> tuple[str, str]:
+    """(host:port, protocol) from --url and --protocol: the URL's scheme, when it has one, is the protocol,
+    and a --protocol that contradicts it is a usage error."""
+    if "://" not in url:
+        return url, protocol or "http"
+    endpoint = Endpoint.parse(url)
+    if protocol is not None and protocol != endpoint.protocol:
+        raise typer.BadParameter(f"--url {url!r} is {endpoint.protocol}, --protocol says {protocol}: give one",
+                                 param_hint="'--protocol'")
+    return endpoint.address, endpoint.protocol
 
 
 _DURATION = cli_params.finite(0, low_ok=False)
@@ -93,7 +106,9 @@ def bench_cmd(
     url: Annotated[
         str, typer.Option(help="Triton HTTP or gRPC endpoint: host:port or http://HOST:PORT", callback=_endpoint)
     ] = "127.0.0.1:8000",
-    protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
+    protocol: Annotated[
+        str | None, typer.Option(help="http or grpc (default: --url's scheme, else http)")
+    ] = None,
     mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
     concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
     rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = 100.0,
@@ -122,6 +137,7 @@ def bench_cmd(
     loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url or
     the engine could not measure (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed).
     """
+    url, protocol = _address(url, protocol)
     if engine == "perf_analyzer":
         require("bench", "obs")  # perf_analyzer loads libcudart.so.12 (nvidia-cuda-runtime-cu12)
     try:
@@ -199,10 +215,19 @@ def tune_cmd(
     recommendation is written into MODEL/config.pbtxt changing only dynamic_batching and
     instance_group: comments, license header and field order stay, and the file is replaced atomically.
 
+    A setting perf_analyzer cannot measure stably is measured again with longer windows, then as the
+    median of 5 rounds; each trial says how it was measured (stable, stable-after-retry, median-of-5).
+    A setting that could not be measured at all stops the climb there, and nothing is recommended.
+
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
-    errors, 2 bad arguments, an unusable config.pbtxt or a model the server does not serve, 3 no
-    Triton answers at --url, the engine is missing, or the 'obs' extra (matplotlib, for the plot) is not installed.
+    errors, or a setting could not be measured, 2 bad arguments, an unusable config.pbtxt or a model
+    the server does not serve, 3 no Triton answers at --url, the engine is missing, or the 'obs'
+    extra (matplotlib, for the plot) is not installed.
     """
+    url, protocol = _address(url, None)
+    if protocol != "http":
+        raise typer.BadParameter("tune reloads models through Triton's HTTP repository API: give http://HOST:PORT",
+                                 param_hint="'--url'")
     config_path = repository / model / "config.pbtxt"
     try:
         spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
@@ -231,14 +256,14 @@ def tune_cmd(
             progress.advance(task)
             progress.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
-                + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"), highlight=False,
-                markup=False)
+                f"  {t.measured}" + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
+                highlight=False, markup=False)
 
         result = tuner.tune(url, spec, space, load, budget_ms, search=search, on_trial=on_trial)  # type: ignore[arg-type]
     png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
     out = result.to_dict()
     out["plot"] = str(png)
-    if result.best and write:
+    if result.best and write:  # never when the search is incomplete (then there is no best)
         tuner.write_recommendation(config_path, result.best.setting)
         out["written"] = str(config_path)
     if as_json:
@@ -251,6 +276,8 @@ def tune_cmd(
                     f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {budget_ms:g} ms)")
             if write:
                 c.print(f"wrote {config_path}")
+        elif result.incomplete:
+            c.print(f"[red]no recommendation: {escape(result.incomplete)}[/]", soft_wrap=True)
         else:
             c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
         c.print(f"plot: {png}")

@@ -33,12 +33,16 @@ class BenchConfig:
     allowed_hosts: tuple[str, ...] = ()
     engine: Engine = "python"
     stability_pct: float = 10.0  # perf_analyzer: how far windows may differ and still count as stable
+    max_windows: int = 5  # perf_analyzer: max_seconds is split into this many windows (it needs 3 to judge)
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "max_requests", "batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name}: must be >= 1, got {value}")
+        if self.max_windows < 3:
+            raise ValueError(f"max_windows: must be >= 3 (perf_analyzer judges stability over 3), "
+                             f"got {self.max_windows}")
         for name in ("rate", "max_seconds", "request_timeout_s", "stability_pct"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):  # nan and inf are refused too

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from tritonops.triton.load_config import BenchConfig
 
-# perf_analyzer stops after this many measurement windows when throughput and latency do not settle;
-# the run's time budget is split into this many windows (it ends after 3 when they agree).
-MAX_WINDOWS = 5
+# The run's time budget is split into ``BenchConfig.max_windows`` windows (perf_analyzer's
+# --max-trials); it ends after 3 when they agree, and fails (:class:`Unstable`) after the last.
 MIN_WINDOW_MS = 200
 # Shared libraries perf_analyzer needs to start, and where each comes from.
 _LIBRARIES = {
@@ -36,6 +35,13 @@ _LIBRARIES = {
 
 class PerfAnalyzerError(RuntimeError):
     """perf_analyzer is missing, cannot start, or could not measure."""
+
+
+class Unstable(PerfAnalyzerError):
+    """perf_analyzer ran, but found no stable windows: throughput or latency varied more than allowed."""
+
+
+UNSTABLE_MARK = "Failed to obtain stable measurement"
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,8 @@ class PerfAnalyzer:
             except subprocess.TimeoutExpired:
                 raise PerfAnalyzerError(f"perf_analyzer ran past {time_limit(cfg):.0f} s and was stopped") from None
             if proc.returncode != 0 or not out.exists():
-                raise PerfAnalyzerError(failure(proc.stdout + proc.stderr, cfg))
+                text = proc.stdout + proc.stderr
+                raise (Unstable if UNSTABLE_MARK in text else PerfAnalyzerError)(failure(text, cfg))
             return parse_csv(out.read_text())
 
 
@@ -109,13 +116,13 @@ def arguments(cfg: BenchConfig) -> list[str]:
     if cfg.max_requests is not None:
         args += ["--request-count", str(cfg.max_requests)]
     else:
-        args += ["--measurement-interval", str(window_ms(cfg)), "--max-trials", str(MAX_WINDOWS),
+        args += ["--measurement-interval", str(window_ms(cfg)), "--max-trials", str(cfg.max_windows),
                  "--stability-percentage", f"{cfg.stability_pct:g}"]
     return args
 
 
 def window_ms(cfg: BenchConfig) -> int:
-    return max(MIN_WINDOW_MS, int(cfg.max_seconds * 1000 / MAX_WINDOWS))
+    return max(MIN_WINDOW_MS, int(cfg.max_seconds * 1000 / cfg.max_windows))
 
 
 def time_limit(cfg: BenchConfig) -> float:
@@ -125,9 +132,9 @@ def time_limit(cfg: BenchConfig) -> float:
 
 def failure(output: str, cfg: BenchConfig) -> str:
     """A one-line reason from perf_analyzer's output for a failed run."""
-    if "Failed to obtain stable measurement" in output:
+    if UNSTABLE_MARK in output:
         return (f"perf_analyzer found no stable measurement: throughput and latency varied by more than "
-                f"{cfg.stability_pct:g}% over {MAX_WINDOWS} windows of {window_ms(cfg)} ms (a busy machine or "
+                f"{cfg.stability_pct:g}% over {cfg.max_windows} windows of {window_ms(cfg)} ms (a busy machine or "
                 "server); raise --duration or --stability")
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower()]

@@ -10,6 +10,13 @@ errors (settings within 5% of it count as equal; the simplest, measured first, w
 recommendation is written back into the model's ``config.pbtxt`` changing only the batching and
 instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throughput against p95 for
 every setting.
+
+A setting perf_analyzer could not measure stably (a busy machine: at concurrency 64 the load generator
+alone keeps two cores busy) is measured again with windows twice as long and twice as many
+(:func:`measure_steadily`), and if still unstable, as the median of :data:`MEDIAN_ROUNDS` rounds each
+averaging perf_analyzer's last three windows with no stability demanded. Every trial says how it was
+measured (:attr:`Trial.measured`); none is dropped, and the climb stops rather than step past a
+dimension whose setting could not be measured at all (:attr:`TuneResult.incomplete`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +43,14 @@ Search = Literal["climb", "grid"]
 # A setting must beat another by more than this fraction of throughput to count as better: below it,
 # two perf_analyzer runs of one setting differ on a busy machine.
 MIN_GAIN = 0.05
+# An unstable measurement is measured again with windows this many times longer, and this many times more.
+RETRY_SCALE = 2
+# Still unstable: the median of this many rounds (odd: the median is one round's own figures).
+MEDIAN_ROUNDS = 5
+# The rounds' stability percentage: any three windows count as stable, so each round reports their average.
+ROUND_STABILITY_PCT = 1e6
+# How a trial was measured, the last for a setting that could not be measured at all.
+STABLE, RETRIED, UNMEASURED = "stable", "stable-after-retry", "unmeasured"
 
 
 @dataclass(frozen=True)
@@ -98,7 +114,7 @@ def _better(new: Trial, old: Trial, min_gain: float) -> bool:
         math.isnan(old.report.p95_ms) or new.report.p95_ms < old.report.p95_ms * (1 - min_gain))
 
 
-def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN_GAIN) -> None:
+def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN_GAIN) -> str | None:
     """Coordinate ascent through ``space``, one dimension at a time, in the order that matters most.
 
     1. batching off and on (no preferred size, the smallest delay) at the smallest instance count;
@@ -107,25 +123,43 @@ def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN
 
     On a model where batching pays, this measures 5 settings where :meth:`Space.grid` measures 10
     (instances 1,2; delays 0,2000). ``trial`` measures one setting.
+
+    Returns None, or why the climb stopped early: a setting could not be measured at all
+    (:attr:`Trial.unmeasured`), so the dimension it belongs to is undecided and the climb does not go on
+    as if the setting had lost (it went on with batching off, and recommended it, when batching on was
+    unmeasured).
     """
     counts, delays = space.counts, space.delays
     best = trial(Setting(False, counts[0]))
+    if best.unmeasured:
+        return _stopped("batching", best)
     if space.max_batch_size > 0:
         on = trial(Setting(True, counts[0], (), delays[0]))
+        if on.unmeasured:
+            return _stopped("batching", on)
         best = on if _better(on, best, min_gain) else best
     for n in counts[1:]:
         t = trial(dataclasses.replace(best.setting, instances=n))
+        if t.unmeasured:
+            return _stopped("instances", t)
         if not _better(t, best, min_gain):
             break
         best = t
     if not best.setting.dynamic_batching:
-        return
+        return None
     for delay in delays[1:]:
         t = trial(dataclasses.replace(best.setting, max_queue_delay_us=delay))
+        if t.unmeasured:
+            return _stopped("queue delay", t)
         if not _better(t, best, min_gain):
             break
         best = t
-    trial(dataclasses.replace(best.setting, preferred_batch_sizes=(space.max_batch_size,)))
+    t = trial(dataclasses.replace(best.setting, preferred_batch_sizes=(space.max_batch_size,)))
+    return _stopped("preferred batch size", t) if t.unmeasured else None
+
+
+def _stopped(dimension: str, t: Trial) -> str:
+    return f"the climb stopped at {dimension}: {t.setting.label} could not be measured ({t.failure})"
 
 
 def apply(spec: ModelSpec, setting: Setting) -> ModelSpec:
@@ -171,6 +205,14 @@ class Trial:
     report: bench.BenchReport
     within_budget: bool
     failure: str = ""  # why the engine could not measure this setting (then report.errors says so)
+    # How: "stable" (perf_analyzer's windows agreed), "stable-after-retry" (with longer windows),
+    # "median-of-N" (N rounds, none stable), "unmeasured" (no figures), "one-run" (the python engine).
+    measured: str = STABLE
+    note: str = ""  # why it was measured again (perf_analyzer's instability), when it was
+
+    @property
+    def unmeasured(self) -> bool:
+        return self.measured == UNMEASURED
 
     @property
     def error_free(self) -> bool:
@@ -190,6 +232,8 @@ class Trial:
             **{k: report[k] for k in ("throughput_rps", "inferences_per_s", "p50_ms", "p95_ms", "p99_ms",
                                       "errors", "server", "engine")},
             "failure": self.failure,
+            "measured": self.measured,
+            "note": self.note,
         }
 
 
@@ -199,11 +243,13 @@ class TuneResult:
     budget_ms: float
     trials: list[Trial]
     best: Trial | None
+    incomplete: str = ""  # why the search is undecided (a setting could not be measured); then best is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "p95_budget_ms": self.budget_ms,
+            "incomplete": self.incomplete or None,
             "recommended": self.best.to_dict() if self.best else None,
             "trials": [t.to_dict() for t in self.trials],
         }
@@ -232,17 +278,11 @@ def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: f
     raise RuntimeError(f"{model}: not ready {timeout}s after loading a new configuration")
 
 
-def measure(
-    http_url: str,
-    spec: ModelSpec,
-    setting: Setting,
-    load: BenchConfig,
-    *,
-    warmup_requests: int = 50,
-) -> bench.BenchReport:
-    """Reload ``spec.name`` with ``setting`` through the repository API, warm it up, bench it.
+def load_setting(http_url: str, spec: ModelSpec, setting: Setting, load: BenchConfig, *,
+                 warmup_requests: int = 50) -> None:
+    """Reload ``spec.name`` with ``setting`` through the repository API and warm it up.
 
-    The warm-up is a few requests from the python engine; the measurement uses ``load.engine``.
+    The warm-up is a few requests from the python engine.
     """
     bench.check_target(http_url, load.allowed_hosts)
     client = httpclient.InferenceServerClient(http_url)
@@ -254,7 +294,68 @@ def measure(
     if warmup_requests:
         bench.run(dataclasses.replace(load, engine="python", max_requests=warmup_requests,
                                       max_seconds=min(5.0, load.max_seconds)))
+
+
+def measure(
+    http_url: str,
+    spec: ModelSpec,
+    setting: Setting,
+    load: BenchConfig,
+    *,
+    warmup_requests: int = 50,
+) -> bench.BenchReport:
+    """Reload ``spec.name`` with ``setting`` (:func:`load_setting`), then bench it once with ``load.engine``."""
+    load_setting(http_url, spec, setting, load, warmup_requests=warmup_requests)
     return bench.run(load)
+
+
+def longer(load: BenchConfig, scale: int = RETRY_SCALE) -> BenchConfig:
+    """``load`` with windows ``scale`` times longer and ``scale`` times as many of them."""
+    return dataclasses.replace(load, max_seconds=load.max_seconds * scale * scale,
+                               max_windows=load.max_windows * scale)
+
+
+def median_report(reports: Sequence[bench.BenchReport]) -> bench.BenchReport:
+    """One report from several rounds: the median round by throughput, with each latency the rounds' median.
+
+    A round with errors is the report (errors decide, and its figures may be missing)."""
+    failed = [r for r in reports if r.errors]
+    if failed:
+        return failed[0]
+    ranked = sorted(reports, key=lambda r: r.inferences_per_s)
+    mid = ranked[(len(ranked) - 1) // 2]
+    return dataclasses.replace(
+        mid, p50_ms=statistics.median(r.p50_ms for r in reports), p95_ms=statistics.median(r.p95_ms for r in reports),
+        p99_ms=statistics.median(r.p99_ms for r in reports), mean_ms=statistics.median(r.mean_ms for r in reports),
+        elapsed_s=sum(r.elapsed_s for r in reports),
+    )
+
+
+def measure_steadily(
+    load: BenchConfig,
+    run: Callable[[BenchConfig], bench.BenchReport] = bench.run,
+    rounds: int = MEDIAN_ROUNDS,
+) -> tuple[bench.BenchReport, str, str]:
+    """Measure the loaded setting: (report, how it was measured, why it was measured again).
+
+    perf_analyzer first with ``load``; when it finds no stable windows, again with :func:`longer`
+    windows ("stable-after-retry"); when still unstable, ``rounds`` runs that accept any three
+    windows (each averages them) and the median of those ("median-of-N"). The python engine has no
+    windows: one run ("one-run"). Other failures (perf_analyzer missing, requests failing) raise.
+    """
+    if load.engine != "perf_analyzer":
+        return run(load), "one-run", ""
+    try:
+        return run(load), STABLE, ""
+    except perf_analyzer.Unstable as e:
+        first = str(e)
+    try:
+        return run(longer(load)), RETRIED, first
+    except perf_analyzer.Unstable as e:
+        second = str(e)
+    loose = dataclasses.replace(load, stability_pct=ROUND_STABILITY_PCT, max_windows=3)
+    reports = [run(loose) for _ in range(rounds)]
+    return median_report(reports), f"median-of-{rounds}", f"{first}; with longer windows: {second}"
 
 
 def tune(
@@ -268,10 +369,13 @@ def tune(
     warmup_requests: int = 50,
     on_trial: Callable[[Trial], None] | None = None,
     restore: bool = True,
+    run: Callable[[BenchConfig], bench.BenchReport] = bench.run,
 ) -> TuneResult:
     """Search ``space`` (``climb``: :func:`climb`; ``grid``: every setting) and recommend a setting.
 
-    ``spec`` (the repository's config) is reloaded at the end.
+    Each setting is measured with :func:`measure_steadily` (``run`` is one bounded run). A setting that
+    still could not be measured stays among the trials, unmeasured; then the search is incomplete and
+    nothing is recommended. ``spec`` (the repository's config) is reloaded at the end.
     """
     if not (math.isfinite(budget_ms) and budget_ms > 0):
         raise ValueError(f"budget_ms: must be a finite number > 0, got {budget_ms}")
@@ -285,22 +389,27 @@ def tune(
         if setting in trials:
             return trials[setting]
         try:
-            report = measure(http_url, spec, setting, load, warmup_requests=warmup_requests)
-            t = Trial(setting, report, within_budget=report.p95_ms <= budget_ms)
-        except perf_analyzer.PerfAnalyzerError as e:  # e.g. no stable measurement: this setting only
+            load_setting(http_url, spec, setting, load, warmup_requests=warmup_requests)
+            report, how, note = measure_steadily(load, run)
+            t = Trial(setting, report, within_budget=report.p95_ms <= budget_ms, measured=how, note=note)
+        except perf_analyzer.PerfAnalyzerError as e:  # it could not measure this setting at all
             t = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
-                      failure=str(e))
+                      failure=str(e), measured=UNMEASURED)
         trials[setting] = t
         if on_trial:
             on_trial(t)
         return t
 
+    incomplete: str | None = None
     try:
         if search == "grid":
             for setting in space.grid():
                 trial(setting)
+            missing = [t.setting.label for t in trials.values() if t.unmeasured]
+            if missing:
+                incomplete = f"the grid could not measure {len(missing)} setting(s): {'; '.join(missing)}"
         else:
-            climb(space, trial)
+            incomplete = climb(space, trial)
     finally:
         if restore:
             client = httpclient.InferenceServerClient(http_url)
@@ -311,7 +420,8 @@ def tune(
                 _wait_ready(client, spec.name)
             finally:
                 client.close()
-    return TuneResult(spec.name, budget_ms, list(trials.values()), recommend(list(trials.values())))
+    done = list(trials.values())
+    return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done), incomplete or "")
 
 
 # The top-level fields a setting decides; write_recommendation changes these and nothing else.

@@ -44,7 +44,8 @@ def test_run_refuses_a_remote_target_before_connecting() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("concurrency", 0), ("max_requests", 0), ("max_seconds", 0), ("rate", -1), ("batch_size", 0)],
+    [("concurrency", 0), ("max_requests", 0), ("max_seconds", 0), ("rate", -1), ("batch_size", 0),
+     ("max_windows", 2)],
 )
 def test_bench_config_bounds(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):

@@ -1,0 +1,148 @@
+"""Benchmark: ``tritonops tune``'s recommendation (its defaults, the climb) against the best of the full grid.
+
+Builds the wide MLP (``tests/wide_mlp.py``: onnxruntime, one thread, batching saves compute; the
+operator's config has batching off, one CPU instance), starts a CPU-only Triton (explicit model
+control) and runs the tuner twice with the ``tritonops tune`` command's own defaults (read from its
+signature: concurrency, p95 budget, duration, stability, instance counts, queue delays;
+``--concurrency 64`` is the load of issue 22, where perf_analyzer itself keeps two cores busy):
+
+1. ``--search climb`` (the default): its recommendation;
+2. ``--search grid``: every setting, each printed with its throughput, p95 and how it was measured
+   (stable, stable-after-retry, median-of-N).
+
+The verdict is the recommendation's throughput *as the grid measured it* over the grid's best
+throughput within the budget (same run, so the two figures share the machine's state); the
+target is within 5% (``--tolerance``). The climb's own figure is printed beside it. Prints figures;
+exit 1 when the ratio misses the target or either search is incomplete. Everything runs on
+127.0.0.1 and every load is bounded in time (about 4 minutes on 2 cores).
+
+    .venv/bin/python tests/benchmarks/bench_tune_grid.py [--concurrency 16] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "infra"), str(ROOT / "tests")]
+
+import wide_mlp  # noqa: E402
+from tritonops.cli.load import tune_cmd  # noqa: E402
+from tritonops.model_repo import pbtxt  # noqa: E402
+from tritonops.triton import perf_analyzer, server, tune  # noqa: E402
+from tritonops.triton.load_config import BenchConfig  # noqa: E402
+
+
+def cli_defaults() -> dict[str, object]:
+    """``tritonops tune``'s defaults, from the command itself (so this benchmark follows them)."""
+    return {name: p.default for name, p in inspect.signature(tune_cmd).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", type=int, help="default: tune's own default")
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    d = cli_defaults()
+    args.concurrency = args.concurrency or int(d["concurrency"])  # type: ignore[call-overload]
+    perf_analyzer.find()
+    work = Path(tempfile.mkdtemp(prefix="tritonops-bench-tune-grid-"))
+    folder = wide_mlp.build(work / "repo")
+    spec = pbtxt.parse((folder / "config.pbtxt").read_text())
+    space = tune.Space(spec.max_batch_size or 0, tuple(int(x) for x in str(d["instances"]).split(",")),
+                       tuple(int(x) for x in str(d["delays"]).split(",")))
+    budget = float(d["budget_ms"])  # type: ignore[arg-type]
+    t0 = time.monotonic()
+    results: dict[str, tune.TuneResult] = {}
+    seconds: dict[str, float] = {}
+    with server.running(work / "repo", model_control_mode="explicit", load_models=[wide_mlp.NAME],
+                        workdir=work / "t") as s:
+        load = BenchConfig(url=s.http_url, model=wide_mlp.NAME, concurrency=args.concurrency, max_requests=None,
+                           max_seconds=float(d["duration"]), stability_pct=float(d["stability"]),  # type: ignore[arg-type]
+                           engine="perf_analyzer")
+        for search in ("climb", "grid"):
+            log(f"{search}:")
+            started = time.monotonic()
+            results[search] = tune.tune(s.http_url, spec, space, load, budget, search=search,
+                                        on_trial=show)
+            seconds[search] = round(time.monotonic() - started, 1)
+    climb, grid = results["climb"], results["grid"]
+    usable = [t for t in grid.trials if t.usable]
+    grid_best = max(usable, key=lambda t: t.report.inferences_per_s) if usable else None
+    rec = climb.best
+    in_grid = next((t for t in grid.trials if rec and t.setting == rec.setting), None)
+    ratio = (in_grid.report.inferences_per_s / grid_best.report.inferences_per_s
+             if in_grid and grid_best and in_grid.usable else 0.0)
+    # With no setting within the budget (a loaded machine) nothing is recommended; the search itself is
+    # still judged: the climb's fastest setting against the grid's fastest, budget aside, as the grid measured them.
+    measured = [t for t in grid.trials if t.error_free and not t.unmeasured]
+    grid_fastest = max(measured, key=lambda t: t.report.inferences_per_s) if measured else None
+    climb_fastest = max((t for t in climb.trials if t.error_free), key=lambda t: t.report.inferences_per_s,
+                        default=None)
+    fastest_in_grid = next((t for t in grid.trials if climb_fastest and t.setting == climb_fastest.setting), None)
+    raw_ratio = (fastest_in_grid.report.inferences_per_s / grid_fastest.report.inferences_per_s
+                 if fastest_in_grid and grid_fastest else 0.0)
+    ok = bool(rec and grid_best) and not climb.incomplete and not grid.incomplete and ratio >= 1 - args.tolerance
+    out = {
+        "model": wide_mlp.NAME, "concurrency": args.concurrency, "p95_budget_ms": budget,
+        "duration_s": d["duration"], "stability_pct": d["stability"], "instances": d["instances"],
+        "delays": d["delays"],
+        "grid": [row(t) for t in grid.trials], "climb": [row(t) for t in climb.trials],
+        "recommended": rec.setting.label if rec else None, "climb_incomplete": climb.incomplete or None,
+        "grid_best": grid_best.setting.label if grid_best else None, "grid_incomplete": grid.incomplete or None,
+        "ratio_to_grid_best": round(ratio, 3), "tolerance": args.tolerance, "ok": ok,
+        "climb_fastest": climb_fastest.setting.label if climb_fastest else None,
+        "grid_fastest": grid_fastest.setting.label if grid_fastest else None,
+        "fastest_ratio_budget_aside": round(raw_ratio, 3),
+        "seconds": seconds, "wall_s": round(time.monotonic() - t0, 1),
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"\n{wide_mlp.NAME}, http, concurrency {args.concurrency}; tune's defaults: p95 budget {budget:g} ms, "
+              f"{d['duration']} s per setting, stability {d['stability']}%, instances {d['instances']}, "
+              f"delays {d['delays']} us")
+        print(f"{'setting (full grid)':<45} {'inf/s':>8} {'p95 ms':>8}  measured")
+        for t in grid.trials:
+            mark = " <- grid best" if t is grid_best else (" <- recommended" if t is in_grid else "")
+            if t is grid_best and t is in_grid:
+                mark = " <- grid best = recommended"
+            print(f"{t.setting.label:<45} {t.report.inferences_per_s:8.0f} {t.report.p95_ms:8.1f}  {t.measured}"
+                  f"{'' if t.within_budget else ' (over budget)'}{mark}")
+        own = f"{rec.report.inferences_per_s:.0f} inf/s as the climb measured it" if rec else "-"
+        print(f"climb: {len(climb.trials)} settings in {seconds['climb']} s, recommended "
+              f"{rec.setting.label if rec else None} ({own}) {climb.incomplete}")
+        print(f"grid: {len(grid.trials)} settings in {seconds['grid']} s {grid.incomplete}")
+        print(f"budget aside: the climb's fastest ({out['climb_fastest']}) / the grid's fastest "
+              f"({out['grid_fastest']}), as the grid measured them: {raw_ratio:.3f}")
+        print(f"recommendation / grid best (both as the grid measured them): {ratio:.3f}"
+              f"   within {args.tolerance:.0%}: {ok}   (wall {out['wall_s']} s)")
+    return 0 if ok else 1
+
+
+def row(t: tune.Trial) -> dict[str, object]:
+    return {"setting": t.setting.label, "inferences_per_s": round(t.report.inferences_per_s, 1),
+            "p95_ms": None if t.report.p95_ms != t.report.p95_ms else round(t.report.p95_ms, 2),
+            "within_budget": t.within_budget, "measured": t.measured, "failure": t.failure}
+
+
+def show(t: tune.Trial) -> None:
+    log(f"  {t.setting.label:<45} {t.report.inferences_per_s:8.0f} inf/s  p95 {t.report.p95_ms:7.1f} ms"
+        f"  {t.measured}{'' if t.within_budget else '  over budget'} {t.failure}")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
