@@ -6,13 +6,6 @@ same template as the unit's arguments: ``unit_args`` as the unit holds them (the
 the ``$TRITON_SERVER_ADMIN_ARGS`` reference), ``args`` as the process receives them (the admin
 header's value redacted). Nothing here ever holds the secret: a running process's arguments are
 redacted as soon as they are read.
-
-Every other property of the unit is compared too, whatever its name: once the role has restarted the
-unit it records ``systemctl show`` (``unit_properties``: what systemd itself fills in for the unit as
-rendered, its defaults included) with what changes at run time left out (``RUNTIME_PROPERTIES``:
-state, PIDs, timestamps, accounting counters, the orderings other units add); the live ``systemctl
-show`` is compared with that record, so a drop-in that sets anything the role does not is a finding.
-The role writes no drop-in: every one is a finding (``unit:DropInPaths``).
 """
 
 from __future__ import annotations
@@ -33,29 +26,6 @@ REDACTED = "<redacted>"
 RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
 ADMIN_API = "model-repository"  # the category of repository index and load
 _EXEC_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
-# What systemd fills in at run time, never compared; roles/triton_server/vars/main.yml holds the same
-# names and pattern (_triton_server_unit_runtime, _triton_server_unit_exec_runtime) to record with.
-RUNTIME = (
-    # state and its bookkeeping
-    "ActiveState", "SubState", "LoadError", "Result", "CleanResult", "ReloadResult", "NRestarts", "Job",
-    "FreezerState", "ConditionResult", "AssertResult", "Conditions", "Asserts", "NeedDaemonReload", "Refs",
-    "Markers", "StatusText", "StatusErrno", "StatusBusError", "StatusVarlinkError", "InvocationID",
-    "[A-Za-z]*Timestamp(Monotonic)?",
-    # the running process
-    "MainPID", "ControlPID", "ExecMainPID", "ExecMainCode", "ExecMainStatus", "UID", "GID", "ControlGroup",
-    "ControlGroupId", "NFileDescriptorStore", "EffectiveCPUs", "EffectiveMemoryNodes",
-    # accounting counters
-    "MemoryCurrent", "MemoryAvailable", "MemoryPeak", "MemorySwapCurrent", "MemorySwapPeak", "MemoryZSwapCurrent",
-    "CPUUsageNSec", "TasksCurrent", "IO(Read|Write)(Bytes|Operations)", "IP(Ingress|Egress)(Bytes|Packets)",
-    # what other units add (an After= of another unit is a Before= here)
-    "Before", "After", "WantedBy", "RequiredBy", "RequisiteOf", "BoundBy", "UpheldBy", "ConsistsOf",
-    "ConflictedBy", "TriggeredBy", "OnFailureOf", "OnSuccessOf", "ReloadPropagatedFrom", "StopPropagatedFrom",
-    "References", "ReferencedBy", "SliceOf")
-RUNTIME_PROPERTIES = f"^({'|'.join(RUNTIME)})$"
-EXEC_RUNTIME = " ; start_time=[^}]*}"  # an Exec* command's last run (start/stop time, pid, exit code)
-_RUNTIME = re.compile(RUNTIME_PROPERTIES)
-_EXEC_RUN = re.compile(EXEC_RUNTIME)
-DETAIL_MAX = 300
 
 Finding = dict[str, str]
 
@@ -88,68 +58,28 @@ def read_expected(path: Path) -> dict[str, Any]:
     for field, kind in (("service", str), ("unit_args", list), ("args", list)):
         if not isinstance(doc, dict) or not isinstance(doc.get(field), kind):
             raise ValueError(f"{path}: field {field!r} missing or not a {kind.__name__}")
-    if "unit_properties" in doc and not isinstance(doc["unit_properties"], str):
-        raise ValueError(f"{path}: field 'unit_properties' not a str")
     return dict(doc)
-
-
-def read_unit_properties(path: Path) -> dict[str, str]:
-    """The unit's properties the role recorded; ValueError naming the file when it is unusable."""
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror}); the triton_server role writes it") from None
-    except ValueError as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
-        raise ValueError(f"{path}: not an object of property names to strings")
-    return dict(doc)
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """``systemctl show`` output as {property: value}; a property listed more than once (one line per
-    ExecStartPre= command) holds its values one a line."""
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        if "=" in line:
-            key, value = line.split("=", 1)
-            props[key] = f"{props[key]}\n{value}" if key in props else value
-    return props
-
-
-def unit_properties(show: dict[str, str]) -> dict[str, str]:
-    """What the role records and the check compares: run-time properties left out, every Exec* command's
-    last run cut off (what the role's task does with the same two patterns)."""
-    return {k: _EXEC_RUN.sub(" }", v) for k, v in show.items() if not _RUNTIME.match(k)}
-
-
-def live_properties(show: dict[str, str]) -> dict[str, str]:
-    """``unit_properties`` as a finding may hold them (the admin header's value redacted)."""
-    return {k: _shown(v) for k, v in unit_properties(show).items()}
 
 
 def systemd_show(service: str) -> dict[str, str]:
-    """Every property of the unit as systemd runs it (drop-ins merged); ReleaseError when systemd cannot say."""
+    """The unit's properties as systemd runs it (drop-ins merged); ReleaseError when systemd cannot say."""
+    props = ["ExecStart", "User", "MainPID", "DropInPaths", "ActiveState"]
     try:
-        out = subprocess.run(["systemctl", "show", service], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["systemctl", "show", service, *[f"--property={p}" for p in props]],
+                             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ReleaseError(f"systemctl show {service}: {e}") from None
     if out.returncode != 0:
         raise ReleaseError(f"systemctl show {service}: exit {out.returncode}: {out.stderr.strip()[:300]}")
-    return parse_show(out.stdout)
-
-
-def unit_state(show: dict[str, str]) -> dict[str, Any]:
-    """The unit as ``systemctl show`` says systemd runs it (arguments redacted), JSON-able."""
-    return {"exec_start": [triton_args(m.split()) for m in _EXEC_ARGV.findall(show.get("ExecStart", ""))],
-            "user": show.get("User", ""), "drop_ins": show.get("DropInPaths", "").split(),
-            "active": show.get("ActiveState", ""), "properties": live_properties(show)}
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
 
 def state(service: str) -> dict[str, Any]:
     """The unit as systemd runs it and the running process (arguments redacted), JSON-able."""
     show = systemd_show(service)
-    unit = unit_state(show)
+    unit = {"exec_start": [triton_args(m.split()) for m in _EXEC_ARGV.findall(show.get("ExecStart", ""))],
+            "user": show.get("User", ""), "drop_ins": show.get("DropInPaths", "").split(),
+            "active": show.get("ActiveState", "")}
     pid = int(show.get("MainPID") or 0)
     process = None
     if pid > 0:
@@ -190,41 +120,8 @@ def compare_args(where: str, expected: list[str], actual: list[str]) -> list[Fin
     return findings
 
 
-def _shown(value: str) -> str:
-    """A property's value as a finding may hold it: the admin header's value redacted."""
-    return "\n".join(" ".join(redact(line.split(" "))) for line in value.split("\n"))
-
-
-def _clip(value: str) -> str:
-    value = value.replace("\n", " | ") or "(empty)"
-    return value if len(value) <= DETAIL_MAX else value[:DETAIL_MAX] + "..."
-
-
-def compare_properties(recorded: dict[str, str], live: dict[str, str], drop_ins: str = "",
-                       skip: tuple[str, ...] = ()) -> list[Finding]:
-    """One finding per property whose live value differs from what the role recorded (an absent property
-    is an empty one: ``systemctl show`` leaves empty ones out). The role writes no drop-in: any is one.
-
-    An Exec*Ex property (the same commands, their prefixes as flags) is reported only when its twin
-    without Ex is not (a ``+`` prefix shows in ExecStartEx alone).
-    """
-    recorded = live_properties(recorded)
-    recorded["DropInPaths"] = ""
-    differ = {prop for prop in (recorded.keys() | live.keys()) if recorded.get(prop, "") != live.get(prop, "")}
-    findings = []
-    for prop in sorted(differ - set(skip)):
-        if prop.startswith("Exec") and prop.endswith("Ex") and (prop[:-2] in differ or prop[:-2] in skip):
-            continue
-        want, have = recorded.get(prop, ""), live.get(prop, "")
-        findings.append({"resource": f"unit:{prop}",
-                         "detail": f"{_clip(have)}, the role's unit has {_clip(want)}{drop_ins}"})
-    return findings
-
-
-def compare(expected: dict[str, Any], now: dict[str, Any],
-            properties: dict[str, str] | None = None) -> list[Finding]:
-    """Findings of the unit (drop-ins included) and the running process against the role's state;
-    ``properties``: the unit's properties the role recorded (every other one compared with them)."""
+def compare(expected: dict[str, Any], now: dict[str, Any]) -> list[Finding]:
+    """Findings of the unit (drop-ins included) and the running process against the role's state."""
     unit, process = now["unit"], now["process"]
     drop_ins = f" (drop-ins: {', '.join(unit['drop_ins'])})" if unit["drop_ins"] else ""
     findings: list[Finding] = []
@@ -234,13 +131,6 @@ def compare(expected: dict[str, Any], now: dict[str, Any],
     else:
         for f in compare_args("unit", expected["unit_args"], unit["exec_start"][0]):
             findings.append({**f, "detail": f["detail"] + drop_ins})
-    if properties is not None:
-        # ExecStart as a whole (the binary, its flags) only when its arguments alone did not tell.
-        # User: compared below where the role sets one (not for the container unit, which runs as root).
-        skip = (("ExecStart",) if findings else ()) + (("User",) if expected.get("user") else ())
-        findings += compare_properties(properties, unit.get("properties", {}), drop_ins, skip)
-    elif unit["drop_ins"]:  # no record to compare with: the role writes no drop-in all the same
-        findings += compare_properties({}, {"DropInPaths": " ".join(unit["drop_ins"])})
     want_user = expected.get("user")
     if want_user and unit["user"] != want_user:
         findings.append({"resource": "unit:User", "detail": f"{unit['user'] or 'root'}, the role says "
@@ -330,17 +220,7 @@ def host_findings(expected_file: Path) -> list[Finding]:
         expected = read_expected(expected_file)
     except ValueError as e:
         return [{"resource": "triton:expected-state", "detail": str(e)}]
-    findings: list[Finding] = []
-    properties = None
-    if "unit_properties" not in expected:
-        findings.append({"resource": "triton:expected-unit", "detail": f"{expected_file}: no field 'unit_properties' "
-                                                                       "(written by an older triton_server role)"})
-    else:
-        try:
-            properties = read_unit_properties(Path(expected["unit_properties"]))
-        except ValueError as e:
-            findings.append({"resource": "triton:expected-unit", "detail": str(e)})
-    findings += compare(expected, state(expected["service"]), properties)
+    findings = compare(expected, state(expected["service"]))
     if not any(f["resource"] == "process" for f in findings):
         findings += posture_findings(**expected_posture(expected["args"]))
     return findings
