@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import journal, role_defaults
-from node_helpers import assert_hardened
+from node_helpers import assert_hardened, podman_container
 from tritonclient.utils import InferenceServerException
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
@@ -62,7 +62,7 @@ def address(host: Any, host_vars: dict[str, Any]) -> str:
     """Where the controller reaches the node: its own address for Podman nodes, else ansible_host."""
     if os.environ.get("TRITONOPS_NODE_ADDRESS"):
         return os.environ["TRITONOPS_NODE_ADDRESS"]
-    if host_vars.get("ansible_connection", "").endswith("podman"):
+    if podman_container(host_vars):
         return str(host.check_output("hostname -I").split()[0])
     return str(host_vars.get("ansible_host") or host_vars.get("inventory_hostname") or host.backend.get_hostname())
 

@@ -41,15 +41,18 @@ def test_the_connection_names_the_lab_key_and_the_images_sshd() -> None:
     assert "openssh-server" in images.BASE_PACKAGES
 
 
-def test_the_lab_key_is_made_once_private_and_is_an_image_input(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_node_gets_the_lab_key_and_the_image_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # molecule's platforms mount the file devkit's nodes get.
+    mount = f"${{HOME}}/{lab_ssh.LAB_KEY.relative_to('~')}.pub:{lab_ssh.AUTHORIZED_KEYS}:ro"
     monkeypatch.setattr(lab_ssh, "LAB_KEY", tmp_path / "ssh" / "id_ed25519")
-    spec = ImageSpec(mirror="http://deb.example/debian")
-    first = spec.inputs_hash()
+    before = ImageSpec(mirror="http://deb.example/debian").inputs_hash()
+    pub = lab_ssh.lab_public_key()
     key = tmp_path / "ssh" / "id_ed25519"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert lab_ssh.lab_public_key().startswith("ssh-ed25519 ")
-    assert spec.inputs_hash() == first, "an existing key is kept"
-    key.unlink()
-    key.with_suffix(".pub").unlink()
-    assert spec.inputs_hash() != first, "a new key means a new image"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and pub.read_text().startswith("ssh-ed25519 ")
+    mtime = key.stat().st_mtime_ns
+    assert lab_ssh.lab_public_key() == pub and key.stat().st_mtime_ns == mtime, "an existing key is kept"
+    assert ImageSpec(mirror="http://deb.example/debian").inputs_hash() == before, "the image holds no key"
+    for f in (".config/molecule/config.yml", *map(str, REPO.glob("roles/*/molecule/*/molecule.yml"))):
+        doc = yaml.safe_load((REPO / f).read_text())
+        for platform in doc.get("platforms", []):
+            assert mount in platform.get("volumes", []), f"{f}: {platform['name']} lacks the lab key"

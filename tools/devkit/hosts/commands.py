@@ -18,6 +18,7 @@ from rich.table import Table
 from tritonops.agent.exitcodes import ExitCode
 
 from devkit.hosts.images import ImageSpec, build_image, image_status
+from devkit.hosts.lab_ssh import lab_public_key
 from devkit.hosts.nodes import NAME_RE, list_nodes, node_dicts, node_down, node_up
 from devkit.hosts.podman import HostsError
 
@@ -67,6 +68,7 @@ def build(
     start = time.monotonic()
     spec = ImageSpec(arch=arch.value)
     try:
+        lab_public_key()  # the nodes' SSH key (molecule mounts it too): made with the image it goes with
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
             task = progress.add_task(f"image {spec.image}", total=None)

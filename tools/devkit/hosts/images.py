@@ -48,13 +48,13 @@ BASE_PACKAGES = (
 
 # The Containerfile turns the imported rootfs into a bootable systemd image. The apt lists are emptied
 # and dated 1970, so Ansible's apt cache_valid_time refreshes them on first use, as on a stale host.
-# sshd accepts the lab key only (devkit.hosts.lab_ssh); every node of one image shares the host keys
+# sshd takes keys only: a node gets the lab key as /root/.ssh/authorized_keys, mounted when it starts
+# (devkit.hosts.lab_ssh), so the image holds no key. Every node of one image shares the host keys
 # debootstrap made, which is why the inventories do not check them.
 CONTAINERFILE = """\
 FROM {base}
 ENV container=podman
-COPY authorized_keys /root/.ssh/authorized_keys
-RUN chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys \\
+RUN install -d -m 700 /root/.ssh \\
  && printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\n' > /etc/ssh/sshd_config.d/lab.conf \\
  && printf 'PermitRootLogin prohibit-password\\nUseDNS no\\n' >> /etc/ssh/sshd_config.d/lab.conf \\
  && printf '#!/bin/sh\\nmkdir -p -m 0755 /run/sshd\\nexec /usr/sbin/sshd -i\\n' > {sshd_stdio} \\
@@ -142,7 +142,7 @@ class ImageSpec:
                                     sshd_stdio=lab_ssh.NODE_SSHD_STDIO)
 
     def inputs_hash(self) -> str:
-        doc = {"rootfs": self.rootfs_hash(), "containerfile": self.containerfile(), "ssh_key": lab_ssh.lab_public_key()}
+        doc = {"rootfs": self.rootfs_hash(), "containerfile": self.containerfile()}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -258,7 +258,6 @@ def build_image(spec: ImageSpec, step: Step | None = None, force: bool = False) 
     say(f"podman build {spec.image}")
     with tempfile.TemporaryDirectory(prefix="ctx-", dir=cache_dir()) as ctx:
         (Path(ctx) / "Containerfile").write_text(spec.containerfile())
-        (Path(ctx) / "authorized_keys").write_text(lab_ssh.lab_public_key())
         run_logged(["podman", "build", "--arch", spec.arch, "--pull=never",
                     "--label", f"{INPUTS_LABEL}={spec.inputs_hash()}",
                     "-t", spec.image, "-f", str(Path(ctx) / "Containerfile"), ctx],

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from devkit.hosts import lab_ssh
 from devkit.hosts.images import ImageSpec
 from devkit.hosts.podman import HostsError, podman
 
@@ -78,6 +79,7 @@ def node_up(name: str, arch: str = "amd64", publish: Sequence[str] = (), replace
             args += ["--cap-add", cap]
         for port in publish:
             args += ["--publish", port]
+        args += ["--volume", f"{lab_ssh.lab_public_key()}:{lab_ssh.AUTHORIZED_KEYS}:ro"]
         podman([*args, spec.image, "/sbin/init"])
     wait_systemd(name, timeout=boot_timeout * (2.5 if spec.foreign else 1))
     return get_node(name)
