@@ -28,6 +28,9 @@ SAMPLE_REPO = ROOT / "examples" / "model_repository"
 # The project folder (stacks/, ansible/, roles/) for code that resolves it (tritonops.project), wherever
 # pytest is started from; a test that needs another one passes --project-dir or sets the variable itself.
 os.environ.setdefault("TRITONOPS_PROJECT_DIR", str(ROOT))
+# rich sizes a console made at import time (tritonops.cli.output's) from COLUMNS then: one width for
+# every test, whichever module a pytest-xdist worker imports first.
+os.environ.setdefault("COLUMNS", "200")
 
 TIERS = ("unit", "integration", "host")
 # The tier of every test under a folder of tests/ (its first path part), unless the file marks its own.
