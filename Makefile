@@ -66,11 +66,13 @@ TEST_PATHS := tests/unit tests/integration tests/infra tests/collection
 # pytest-xdist spreads unit and integration over PYTEST_WORKERS processes (on 2 cores: unit 159 s instead
 # of about 350 s, integration 322 s instead of about 670 s); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
+# Each stage's test times, for .ci/run's list of the slowest tests (out/pytest/<stage>.xml).
+JUNIT = --junit-xml=out/pytest/$@.xml
 unit: venv checkov
-	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) -m unit $(TEST_PATHS)
+	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) -m unit $(TEST_PATHS) $(JUNIT)
 
 integration: venv apt
-	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) -m integration $(TEST_PATHS)
+	$(BIN)/pytest -q -rs --durations=10 -n $(PYTEST_WORKERS) -m integration $(TEST_PATHS) $(JUNIT)
 
 # `make check`: the fast tier to run before every commit (lint and the unit tests that are not slow:
 # no servers beyond loopback helpers, no Podman nodes; a few minutes).
@@ -94,15 +96,15 @@ print-test-stages:
 # The built collection used as a user would, against a Podman node (tests/collection: its host-tier
 # test; the tarball and ansible-test sanity checks run in `integration`).
 collection: venv apt
-	$(BIN)/pytest -q -rs -m host tests/collection
+	$(BIN)/pytest -q -rs -m host tests/collection $(JUNIT)
 
 # The rendered dev Triton pod under `podman kube play` (tests/infra/kube_play: init container, securityContext,
 # golden gate, a publish reaching the pod, a tampered release refused; about 2 minutes with the image cached).
 kube-play: venv apt
-	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/kube_play
+	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/kube_play $(JUNIT)
 
 drift-live: venv apt
-	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live
+	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live $(JUNIT)
 
 # Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
 # locally built Podman images (`python -m devkit hosts build` is a no-op while its inputs are unchanged),
