@@ -16,14 +16,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from agent_harness import SAMPLE, release_source
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.golden import read_golden
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store, blob_key, sigv4_headers
 from tritonops.release import publish as pub
-
-SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +33,6 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"key": key, "pub": pubkey, "rogue": rogue}
 
 
-def _repo(tmp_path: Path, name: str, note: str = "") -> Path:
-    src = tmp_path / "src" / name
-    shutil.copytree(SAMPLE, src, ignore=shutil.ignore_patterns("__pycache__"))
-    if note:
-        with (src / "mlp" / "1" / "model.py").open("a") as f:
-            f.write(f"\n# {note}\n")
-    return src
-
-
 def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node") -> Agent:
     root = tmp_path / name
     (root / "releases").mkdir(parents=True, exist_ok=True)
@@ -51,7 +41,7 @@ def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node"
 
 def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    out = pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    out = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     assert (out["uploaded"], out["changed"]) == (out["files"] - out["already_there"] - out["duplicates"], True)
     agent = _agent(tmp_path, store, keys)
     result = agent.poll()
@@ -60,17 +50,17 @@ def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dic
     assert agent.store.requests == 3 + distinct  # pointer, manifest, signature, each distinct file once
     assert os.readlink(agent.link) == "releases/r1"
     assert releases.state(agent.releases)["digest"] == out["digest"]
-    assert manifest.verify(agent.releases / "r1") == manifest.tree_files(_repo(tmp_path, "again"))
+    assert manifest.verify(agent.releases / "r1") == manifest.tree_files(release_source(tmp_path, "again"))
     assert agent.poll()["result"] == "not_modified"
     assert 'tritonops_release_up_to_date{channel="stable"} 1' in agent.metrics.render()
 
 
 def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
-    out = pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    out = pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     assert out["uploaded"] == 1
     result = agent.poll()
     assert (result["result"], result["reused"], result["loaded"]) == ("applied", out["files"] - 1, [])
@@ -80,11 +70,11 @@ def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[s
 def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
         tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     before = agent.store.requests
-    pub.publish(_repo(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2")
+    pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2")
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
     assert "does not verify with any trusted key" in result["error"]
@@ -96,10 +86,10 @@ def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
 
 def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = tmp_path / "store"
-    pub.publish(_repo(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, str(store), keys)
     agent.poll()
-    src = _repo(tmp_path, "b", "tampered")
+    src = release_source(tmp_path, "b", "tampered")
     (store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))).write_text("import os\n")
     pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
     result = agent.poll()
@@ -111,10 +101,10 @@ def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_pat
 
 def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = tmp_path / "store"
-    pub.publish(_repo(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, str(store), keys)
     agent.poll()
-    src = _repo(tmp_path, "b", "two")
+    src = release_source(tmp_path, "b", "two")
     blob = store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))
     pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
     blob.rename(blob.with_suffix(".away"))  # the object store loses it for a while
@@ -127,14 +117,14 @@ def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path:
 
 def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     with pytest.raises(ReleaseError, match="release id 'r1' was published with other content"):
-        pub.publish(_repo(tmp_path, "b", "other"), store, "stable", keys["key"], target="cpu", version="r1")
+        pub.publish(release_source(tmp_path, "b", "other"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     # A second store (another team, a restored bucket) reusing the id with other content:
     other = str(tmp_path / "other-store")
-    pub.publish(_repo(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
     agent.store = Store(other)
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
@@ -143,8 +133,8 @@ def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Pat
 
 def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    r1 = pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    r1 = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     back = pub.rollback(store, "stable")
     assert (back["release"], back["digest"], back["previous"]) == ("r1", r1["digest"], "r2")
     with pytest.raises(ReleaseError, match="no earlier release r9"):
@@ -157,10 +147,10 @@ def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: d
 def _switched_in_ungated(tmp_path: Path, keys: dict[str, Path]) -> Agent:
     """r1 gated and serving, r2 fetched and its link switched, its gate never run."""
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
-    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
     releases.activate(agent.link, agent.releases, "r2")
     return agent
@@ -176,7 +166,7 @@ def test_deadman_reverts_a_release_that_never_passed_its_gate(tmp_path: Path, ke
 def test_hand_made_models_at_the_link_are_kept_outside_releases_and_never_pruned(
         tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     (agent.link / "handmade").mkdir(parents=True)
     (agent.releases / "notes").mkdir()
@@ -189,7 +179,7 @@ def test_hand_made_models_at_the_link_are_kept_outside_releases_and_never_pruned
 
 def test_http_mirror_idle_poll_is_one_conditional_request(tmp_path: Path, keys: dict[str, Path]) -> None:
     mirror = tmp_path / "mirror"
-    pub.publish(_repo(tmp_path, "a"), str(mirror), "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), str(mirror), "stable", keys["key"], target="cpu", version="r1")
     old = (datetime.datetime.now() - datetime.timedelta(minutes=5)).timestamp()
     os.utime(mirror / "channels" / "stable.json", (old, old))
     codes: list[int] = []
@@ -267,7 +257,7 @@ def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, key
     from tritonops.agent import bundle
 
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = bundle.build(tmp_path / "tritonops-agent.pyz")
     (tmp_path / "node" / "releases").mkdir(parents=True)
     out = subprocess.run([str(_oldest_python()), "-I", str(agent), "sync", "--store", store, "--channel", "stable",
@@ -296,7 +286,7 @@ def test_recover_with_grace_leaves_a_switch_in_progress_alone(tmp_path: Path, ke
 def test_a_corrupt_current_json_is_unknown_state_not_a_crash(tmp_path: Path, keys: dict[str, Path],
                                                               content: str) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     (agent.releases / releases.STATE_FILE).write_text(content)
@@ -308,7 +298,7 @@ def test_a_corrupt_current_json_is_unknown_state_not_a_crash(tmp_path: Path, key
 
 
 def test_a_source_with_a_link_leaving_it_is_refused(tmp_path: Path, keys: dict[str, Path]) -> None:
-    src = _repo(tmp_path, "a")
+    src = release_source(tmp_path, "a")
     (tmp_path / "secret.txt").write_text("not for the fleet")
     (src / "mlp" / "1" / "extra.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(ReleaseError, match="extra.txt: a symbolic link to a file outside"):
@@ -320,7 +310,7 @@ def test_install_refuses_a_tarball_larger_than_the_free_space(tmp_path: Path, mo
     import tarfile
     from collections import namedtuple
 
-    src = _repo(tmp_path, "a")
+    src = release_source(tmp_path, "a")
     tarball = tmp_path / "r1.tar"
     with tarfile.open(tarball, "w") as tf:
         tf.add(src, arcname=".")
@@ -335,11 +325,11 @@ def test_install_refuses_a_tarball_larger_than_the_free_space(tmp_path: Path, mo
 def test_ready_stays_up_while_the_next_release_is_switched_in(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
     agent = _agent(tmp_path, store, keys)
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     assert agent.ready() is False  # nothing tried yet
     agent.poll()
     assert agent.ready() is True
-    pub.publish(_repo(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
+    pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
     releases.activate(agent.link, agent.releases, "r2")
     agent.switching = True  # between activate and the gate: the gated models still serve
@@ -354,7 +344,7 @@ def test_the_sidecar_is_ready_after_its_first_poll_not_after_a_random_delay(
     # run() polls once before the delay that spreads a fleet: with a 1-hour interval the pod is ready at once
     # (it waited up to one interval after its gate passed: 18-28 s of a played dev pod's 21-31 s start).
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store, keys)
     stop = threading.Event()
     runner = threading.Thread(target=agent.run, args=(3600.0,), kwargs={"stop": stop}, daemon=True)

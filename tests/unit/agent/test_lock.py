@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_harness import release_source
 from tritonops.agent import lock, manifest, releases, signing
 from tritonops.agent.cli import main
 from tritonops.agent.manifest import MANIFEST_FILE
@@ -26,8 +27,6 @@ from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
 from tritonops.release import publish as pub
 from tritonops.release import push
-
-SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +36,6 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"key": key, "pub": pubkey}
 
 
-def _repo(tmp_path: Path, name: str, note: str = "") -> Path:
-    src = tmp_path / "src" / name
-    shutil.copytree(SAMPLE, src, ignore=shutil.ignore_patterns("__pycache__"))
-    if note:
-        with (src / "mlp" / "1" / "model.py").open("a") as f:
-            f.write(f"\n# {note}\n")
-    return src
-
-
 def _agent(node: Path, store: str, keys: dict[str, Path]) -> Agent:
     (node / "releases").mkdir(parents=True, exist_ok=True)
     return Agent(Store(store), "stable", node / "models", node / "releases", [keys["pub"]], log=lambda m: None)
@@ -53,7 +43,7 @@ def _agent(node: Path, store: str, keys: dict[str, Path]) -> Agent:
 
 def _push(tmp_path: Path, release: str, note: str, releases_dir: Path) -> Path:
     """What the role's push leaves on a node before it runs install: releases/.staging-<id>.tar."""
-    staged = push.prepare(_repo(tmp_path, release, note), tmp_path / "cache", "cpu", version=release)
+    staged = push.prepare(release_source(tmp_path, release, note), tmp_path / "cache", "cpu", version=release)
     tar = releases_dir / f"{releases.STAGING_PREFIX}{release}.tar"
     shutil.copyfile(staged["tarball"], tar)
     return tar
@@ -62,7 +52,7 @@ def _push(tmp_path: Path, release: str, note: str, releases_dir: Path) -> Path:
 def test_two_agents_at_once_on_one_node_folder_both_apply_and_refuse_nothing(
         tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     real = Store.download
 
     def slow(self: Store, key: str, dest: Path, sha256: str) -> int:
@@ -96,7 +86,7 @@ def test_two_agents_at_once_on_one_node_folder_both_apply_and_refuse_nothing(
 def test_a_push_staging_tarball_survives_a_concurrent_pull_agents_prune(
         tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path / "node", store, keys)
     tar = _push(tmp_path, "p2", "pushed", agent.releases)  # the role copied it; its install comes next
     assert agent.poll()["result"] == "applied"  # ...which prunes
@@ -113,7 +103,7 @@ def test_a_push_staging_tarball_survives_a_concurrent_pull_agents_prune(
 def test_a_poll_waits_for_a_push_install_then_fails_naming_the_holder_and_retries(
         tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
-    pub.publish(_repo(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path / "node", store, keys)
     monkeypatch.setenv("TRITONOPS_LOCK_TIMEOUT", "0.2")
     taken, done = threading.Event(), threading.Event()
@@ -188,7 +178,7 @@ def test_the_lock_is_reentrant_in_a_thread_and_exclusive_across_threads(tmp_path
 def r1_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A push tarball of release r1 (prepared once: validating the sample takes a while)."""
     tmp = tmp_path_factory.mktemp("push")
-    return Path(push.prepare(_repo(tmp, "r1"), tmp / "cache", "cpu", version="r1")["tarball"])
+    return Path(push.prepare(release_source(tmp, "r1"), tmp / "cache", "cpu", version="r1")["tarball"])
 
 
 def _agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
