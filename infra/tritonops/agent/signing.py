@@ -35,31 +35,37 @@ def check_public_key(path: Path, option: str = "--trusted-key") -> Path:
     """``path`` holds one Ed25519 public key in PEM (what ``tritonops release keygen`` writes); anything
     else (missing, empty, a private key, another algorithm, garbage) is a UsageError naming the file and
     what is wrong, so a bad key reads as a bad argument (exit 2), never as "does not verify" (exit 1)."""
-    where = f"{option} {path}"
     try:
         raw = read_bounded(Path(path), PUBLIC_KEY_MAX, UsageError)
     except UsageError as e:
         raise UsageError(f"{option} {e}") from None
+    public_key_der(raw, f"{option} {path}", UsageError)
+    return Path(path)
+
+
+def public_key_der(raw: bytes, where: str, error: type[ReleaseError] = UsageError) -> bytes:
+    """The DER SubjectPublicKeyInfo of the one Ed25519 public key in PEM ``raw``; else ``error`` naming
+    ``where`` and what ``raw`` is instead (empty, a private key, another algorithm, not PEM)."""
     if not raw.strip():
-        raise UsageError(f"{where}: empty; expected an Ed25519 public key (PEM, from tritonops release keygen)")
+        raise error(f"{where}: empty; expected an Ed25519 public key (PEM, from tritonops release keygen)")
     if b"PRIVATE KEY" in raw:
-        raise UsageError(f"{where}: a private key; nodes trust the public key only (the .pub file that "
-                         "tritonops release keygen writes, or openssl pkey -in KEY -pubout)")
+        raise error(f"{where}: a private key; nodes trust the public key only (the .pub file that "
+                    "tritonops release keygen writes, or openssl pkey -in KEY -pubout)")
     m = _PEM.search(raw)
     if m is None or m.group(1) != b"PUBLIC KEY":
         found = f"a PEM {m.group(1).decode(errors='replace').lower()}" if m else "not PEM"
-        raise UsageError(f"{where}: {found}; expected '-----BEGIN PUBLIC KEY-----' (an Ed25519 public key)")
+        raise error(f"{where}: {found}; expected '-----BEGIN PUBLIC KEY-----' (an Ed25519 public key)")
     try:
         der = base64.b64decode(b"".join(m.group(2).split()), validate=True)
     except (binascii.Error, ValueError):
-        raise UsageError(f"{where}: the PEM body is not base64; expected an Ed25519 public key") from None
+        raise error(f"{where}: the PEM body is not base64; expected an Ed25519 public key") from None
     if len(der) == len(_ED25519_SPKI) + 32 and der.startswith(_ED25519_SPKI):
-        return Path(path)
+        return der
     kind = next((name for oid, name in _OTHER_KEYS.items() if oid in der[:32]), None)
     if kind:
-        raise UsageError(f"{where}: {kind} public key; release signatures are Ed25519 "
-                         "(tritonops release keygen writes a key pair)")
-    raise UsageError(f"{where}: not an Ed25519 public key ({len(der)} bytes of DER that are not one)")
+        raise error(f"{where}: {kind} public key; release signatures are Ed25519 "
+                    "(tritonops release keygen writes a key pair)")
+    raise error(f"{where}: not an Ed25519 public key ({len(der)} bytes of DER that are not one)")
 
 
 def _openssl(args: list[str], what: str) -> subprocess.CompletedProcess:
@@ -82,17 +88,36 @@ def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
         raise UsageError(f"{public_key}: a folder; the public key needs a file path")
     private_key.parent.mkdir(parents=True, exist_ok=True)
     public_key.parent.mkdir(parents=True, exist_ok=True)
-    old = os.umask(0o077)
+    # The private key is made in a private (0700) folder beside its name, then hard-linked to the name: the
+    # link fails on any existing name (a file, a link, a dangling link planted meanwhile), so the key is
+    # only ever written to a new file and never through a link.
+    tmp = Path(tempfile.mkdtemp(prefix=".tritonops-keygen-", dir=private_key.parent))
     try:
-        r = _openssl(["genpkey", "-algorithm", "ed25519", "-out", str(private_key)], str(private_key))
+        made, pub = tmp / "key", tmp / "key.pub"
+        old = os.umask(0o077)
+        try:
+            r = _openssl(["genpkey", "-algorithm", "ed25519", "-out", str(made)], str(private_key))
+        finally:
+            os.umask(old)
+        if r.returncode != 0:
+            raise ReleaseError(f"{private_key}: openssl genpkey failed: {r.stderr.strip()}")
+        os.chmod(made, 0o600)
+        r = _openssl(["pkey", "-in", str(made), "-pubout", "-out", str(pub)], str(public_key))
+        if r.returncode != 0:
+            raise ReleaseError(f"{public_key}: openssl pkey failed: {r.stderr.strip()}")
+        try:
+            os.link(made, private_key)
+        except FileExistsError:
+            raise UsageError(f"{private_key}: exists; remove it first if you really mean to replace the key") from None
+        except OSError as e:
+            raise ReleaseError(f"{private_key}: cannot write ({e.strerror or e})") from None
+        fd, pub_tmp = tempfile.mkstemp(prefix=f".{public_key.name}.", dir=public_key.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pub.read_bytes())
+        os.chmod(pub_tmp, 0o644)
+        os.replace(pub_tmp, public_key)  # replaces a link at that name, never writes through it
     finally:
-        os.umask(old)
-    if r.returncode != 0:
-        raise ReleaseError(f"{private_key}: openssl genpkey failed: {r.stderr.strip()}")
-    r = _openssl(["pkey", "-in", str(private_key), "-pubout", "-out", str(public_key)], str(public_key))
-    if r.returncode != 0:
-        raise ReleaseError(f"{public_key}: openssl pkey failed: {r.stderr.strip()}")
-    os.chmod(public_key, 0o644)
+        shutil.rmtree(tmp, ignore_errors=True)
     return private_key, public_key
 
 
