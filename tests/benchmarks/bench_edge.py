@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_edge.py                  # 1 node, then 10 nodes
     .venv/bin/python tests/benchmarks/bench_edge.py --nodes 1        # one node only
     .venv/bin/python tests/benchmarks/bench_edge.py --reuse tritonops-edge-1   # a converged node: no first converge
+    .venv/bin/python tests/benchmarks/bench_edge.py --nodes 1 --prefix edge-e --keep --drift   # own names, kept, drift timed
 
 For each fleet size: the first converge of fresh Podman nodes (gpu_facts, triton_server from the wheel,
 the sample repository as a release), a re-converge with nothing to change (changed must be 0) and a
@@ -10,7 +11,8 @@ the sample repository as a release), a re-converge with nothing to change (chang
 of the no-change run (profile_tasks). Ansible reaches the nodes over SSH with pipelining and
 ControlPersist (ansible/inventories/local, devkit.hosts.lab_ssh), one fork per node. The one-node run
 also times publishing a new model release through the same playbook, golden gate included. The nodes
-(``edge-bench-N``) are removed at the end. Needs root, Podman and the node image (built if missing).
+(``edge-bench-N``, or ``--prefix``-N) are removed at the end unless ``--keep``. ``--drift`` also times
+``tritonops drift`` (ansible and models sources) on the first node after the check run. Needs root, Podman and the node image (built if missing).
 Exits 1 when a no-change or check run changed anything.
 """
 
@@ -28,6 +30,7 @@ from devkit.hosts.images import ImageSpec, build_image, cache_dir
 from devkit.hosts.nodes import node_down, node_up
 from rich.console import Console
 from rich.table import Table
+from tritonops.drift.run import run as drift_run
 
 PLAYBOOK = REPO / "ansible" / "edge.yml"
 LOCAL = REPO / "ansible" / "inventories" / "local"
@@ -35,7 +38,7 @@ LOGS = cache_dir() / "logs"
 
 
 def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
-          rows: list[tuple[str, dict[str, int]]]) -> None:
+          rows: list[tuple[str, dict[str, int]]], drift: bool = False) -> None:
     inventory = tmp / f"hosts-{len(names)}.yml"
     inventory.write_text(json.dumps({"all": {"children": {"edge": {"hosts": {n: {} for n in names}}}}}))
     size = f"{len(names)} node{'s' if len(names) > 1 else ''}"
@@ -53,6 +56,18 @@ def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
         converge("first converge")
     no_change = converge("re-converge (no change)")
     converge("check --diff", options=("--check", "--diff"))
+    if drift:
+        start = time.monotonic()
+        report = drift_run(["ansible", "models"], [LOCAL, inventory], limit=names[0], forks=5)
+        seconds = round(time.monotonic() - start, 1)
+        clean = not report.errors and not report.findings
+        rows.append((f"{size}: tritonops drift on {names[0]}", {"seconds": seconds, "ok": int(clean),
+                                                               "changed": len(report.findings),
+                                                               "failed": len(report.errors)}))
+        console.print(f"{size}: tritonops drift {seconds}s "
+                      + " ".join(f"{x.source}={x.seconds}s" for x in report.results))
+        if not clean:
+            console.print(report.to_json())
     table = Table(title=f"{size}: slowest ten tasks of the no-change re-converge")
     table.add_column("task")
     table.add_column("seconds", justify="right")
@@ -73,19 +88,21 @@ def main(argv: list[str]) -> int:
     console = Console()
     reuse = argv[argv.index("--reuse") + 1] if "--reuse" in argv else None
     sizes = [int(n) for n in argv[argv.index("--nodes") + 1].split(",")] if "--nodes" in argv else [1, 10]
+    prefix = argv[argv.index("--prefix") + 1] if "--prefix" in argv else "edge-bench"
+    keep, drift = "--keep" in argv, "--drift" in argv
     build_image(ImageSpec(arch="amd64"))
     rows: list[tuple[str, dict[str, int]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp_dir:
         for size in [1] if reuse else sizes:
-            names = [reuse] if reuse else [f"edge-bench-{i}" for i in range(1, size + 1)]
+            names = [reuse] if reuse else [f"{prefix}-{i}" for i in range(1, size + 1)]
             try:
                 for name in names:
                     if not reuse:
                         node_down(name)
                     node_up(name)
-                fleet(console, names, Path(tmp_dir), fresh=not reuse, rows=rows)
+                fleet(console, names, Path(tmp_dir), fresh=not reuse, rows=rows, drift=drift)
             finally:
-                for name in names if not reuse else []:
+                for name in names if not (reuse or keep) else []:
                     node_down(name)
     table = Table(title="edge benchmark (ansible/edge.yml over the lab's SSH, local Podman nodes, 2-core host)")
     for col in ("step", "seconds", "ok", "changed", "failed"):
@@ -93,8 +110,8 @@ def main(argv: list[str]) -> int:
     for label, recap in rows:
         table.add_row(label, str(recap["seconds"]), str(recap["ok"]), str(recap["changed"]), str(recap["failed"]))
     console.print(table)
-    quiet = [r for label, r in rows if "no change" in label or "check" in label]
-    return 0 if quiet and all(r["changed"] == 0 for r in quiet) else 1
+    quiet = [r for label, r in rows if "no change" in label or "check" in label or "drift" in label]
+    return 0 if quiet and all(r["changed"] == 0 and r["failed"] == 0 for r in quiet) else 1
 
 
 if __name__ == "__main__":
