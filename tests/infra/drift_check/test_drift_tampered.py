@@ -8,7 +8,13 @@ the drift_check timer. Each test changes one thing, runs the check, and puts the
 - a drop-in that replaces ExecStart with a command line without the restricted-API flags and with
   another model control mode: reported in the unit (before a restart), then in the running process
   and the live posture (admin APIs answer without the header, HTTP and gRPC) once Triton restarts;
-- Triton running as another user (a drop-in setting User=root).
+- Triton running as another user (a drop-in setting User=root);
+- a drop-in setting what the roles never set (Environment=, LimitNOFILE=, ExecStartPre=): each property
+  reported by its name, against the record of the unit the roles wrote once systemd had loaded their
+  changes (/etc/tritonserver/expected-unit.json), and the drop-in itself, with no restart.
+
+The project's own drop-in (model_repository's deadman, tritonops-model-repository.conf) is in that
+record: the converged node is clean.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ SERVICE = DEFAULTS["drift_check_service_name"]
 AGENT = f"{DEFAULTS['drift_check_install_dir']}/tritonops-agent.pyz"
 TRITON = "tritonserver"
 DROP_IN = f"/etc/systemd/system/{TRITON}.service.d/zz-drift-test.conf"
+OWN_DROP_IN = f"/etc/systemd/system/{TRITON}.service.d/tritonops-model-repository.conf"
+RECORD = "/etc/tritonserver/expected-unit.json"
 TEXTFILE = f"/var/lib/prometheus/node-exporter/{TEXTFILE_NAME}"
 
 # Runs on the node with the drift check's environment (its admin secret): waits until Triton is ready,
@@ -116,6 +124,22 @@ def test_converged_node_is_clean(host: Any) -> None:
     assert service_count(host) == 0, journal(host, SERVICE)
 
 
+def test_the_record_is_the_unit_with_the_projects_drop_in(host: Any) -> None:
+    """The roles' record (taken last by model_repository, after its drop-in): root's, no run-time state,
+    no secret, the deadman's drop-in in it, and the live unit agrees with it property by property."""
+    from tritonops.agent import effective
+
+    record = host.file(RECORD)
+    assert (record.user, record.group, record.mode) == ("root", "root", 0o644)
+    text = record.content_string
+    assert "molecule-only" not in text
+    recorded = json.loads(text)
+    assert not {"MainPID", "InvocationID", "ActiveEnterTimestamp", "NeedDaemonReload"} & recorded.keys()
+    assert recorded["DropInPaths"] == OWN_DROP_IN and "recover --link" in recorded["ExecStartPre"], recorded
+    live = effective.live_properties(effective.parse_show(host.check_output(f"systemctl show {TRITON}.service")))
+    assert effective.compare_properties(recorded, live) == []
+
+
 @pytest.fixture
 def by_hand(host: Any) -> Iterator[None]:
     node_api(host, "load-by-hand")
@@ -151,7 +175,7 @@ def exec_start_drop_in(host: Any) -> Iterator[str]:
 def test_drop_in_replacing_exec_start_is_reported(host: Any, exec_start_drop_in: str) -> None:
     # Not restarted yet: the unit as systemd would run it differs, the process still runs the role's.
     found = check(host)
-    assert set(found) == {"unit:--model-control-mode", "unit:$TRITON_SERVER_ADMIN_ARGS"}, found
+    assert set(found) == {"unit:--model-control-mode", "unit:$TRITON_SERVER_ADMIN_ARGS", "unit:DropInPaths"}, found
     assert "--model-control-mode=poll, the role says --model-control-mode=explicit" in found["unit:--model-control-mode"]
     assert DROP_IN in found["unit:--model-control-mode"]
     # Restarted: the process runs it, and the admin APIs answer anyone (HTTP index and load, gRPC).
@@ -174,5 +198,34 @@ def as_root(host: Any) -> Iterator[None]:
 
 def test_triton_running_as_another_user_is_reported(host: Any, as_root: None) -> None:
     found = check(host)
-    assert set(found) == {"unit:User", "process:user"}, found
+    assert set(found) == {"unit:User", "unit:Group", "unit:DropInPaths", "process:user"}, found
     assert found["process:user"].endswith("runs as root, the role says triton")
+    assert found["unit:Group"].startswith("root, the role's unit has triton"), found
+
+
+# Properties the roles never set; LimitNOFILE= sets the soft limit too. The deadman's drop-in sets an
+# Environment= and an ExecStartPre= of its own: these add to them.
+FOREIGN = "[Service]\nEnvironment=GRPC_TRACE=all\nLimitNOFILE=65536\nExecStartPre=/bin/true\n"
+
+
+@pytest.fixture
+def foreign_drop_in(host: Any) -> Iterator[None]:
+    host.run(f"mkdir -p {os.path.dirname(DROP_IN)} && printf '%s' {shlex.quote(FOREIGN)} > {DROP_IN}")
+    assert host.run("systemctl daemon-reload").rc == 0
+    yield
+    host.run(f"rm -f {DROP_IN}")
+    assert host.run("systemctl daemon-reload").rc == 0
+
+
+def test_drop_in_setting_what_the_roles_never_set_is_reported(host: Any, foreign_drop_in: None) -> None:
+    found = check(host)
+    assert set(found) == {"unit:Environment", "unit:LimitNOFILE", "unit:LimitNOFILESoft", "unit:ExecStartPre",
+                          "unit:DropInPaths"}, found
+    assert "GRPC_TRACE=all" in found["unit:Environment"] and DROP_IN in found["unit:Environment"], found
+    assert found["unit:LimitNOFILE"].startswith("65536, the role's unit has "), found
+    # Added to the deadman's own ExecStartPre (the role's unit has that one).
+    assert found["unit:ExecStartPre"].startswith("adds { path=/bin/true ; argv[]=/bin/true ; ignore_errors=no }; "
+                                                 "the role's unit has 1 value"), found
+    assert found["unit:DropInPaths"].startswith(f"{OWN_DROP_IN} {DROP_IN}, the role's unit has {OWN_DROP_IN}"), found
+    # The timer's own run (sandboxed) sees the same.
+    assert service_count(host) == len(found), journal(host, SERVICE)
