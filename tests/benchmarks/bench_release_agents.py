@@ -16,7 +16,10 @@ cost each agent), then, once every agent serves release 1, measures:
 * a release: release 2 (one file of one model changed) is published; the time from the pointer
   write to each agent serving it (p50/p95/max; split into the wait for the agent's next poll and the
   agent's own apply time), the requests and bytes at the bucket meanwhile;
-* an extrapolation to 10,000 devices polling every 60 s, from the measured per-agent figures.
+* an extrapolation to 10,000 devices polling every 60 s, from the measured per-agent figures;
+* with ``--rollout 10,50,100``, first (before the idle window): a release by a staged rollout (``tritonops.release.rollout``; the agents
+  then write a status report per release): per wave, the time from its pointer write until every
+  agent of the waves so far serves it (none beyond), and the time of each ``advance``.
 
 The last line printed is one JSON object with every figure. Everything started here (moto_server,
 the worker processes, the temporary folders) is stopped and removed at the end, on failure and on
@@ -91,7 +94,8 @@ def worker(conn: Any, first: int, count: int, cfg: dict[str, Any]) -> None:
         messages.append([])
         crashed.append(None)
         agents.append(Agent(Store(cfg["store"], s3_endpoint=cfg["endpoint"]), CHANNEL, home / "models",
-                            home / "releases", [Path(cfg["pubkey"])], triton=None, log=make_log(i)))
+                            home / "releases", [Path(cfg["pubkey"])], triton=None, log=make_log(i),
+                            agent_id=f"agent-{first + i:05d}", report=bool(cfg.get("rollout"))))
 
     def run(i: int) -> None:
         try:
@@ -270,7 +274,8 @@ class Bench:
     def start_agents(self) -> float:
         a = self.args
         cfg = {"store": f"s3://{BUCKET}/{PREFIX}", "endpoint": self.endpoint, "interval": a.interval,
-               "jitter": a.jitter, "pubkey": str(self.tmp / "keys" / "release.pub"), "base": str(self.tmp / "agents")}
+               "jitter": a.jitter, "pubkey": str(self.tmp / "keys" / "release.pub"), "base": str(self.tmp / "agents"),
+               "rollout": a.rollout}  # --rollout: the agents write status reports (one PUT per release each)
         ctx = mp.get_context("spawn")
         launched = time.time()
         per, extra = divmod(a.agents, a.processes)
@@ -415,7 +420,7 @@ class Bench:
         gets = [x for n, x in enumerate(lines) if x[1] == "GET" and n != pub_get]
         body = sum(sizes.get(x[2], sizes_before.get(x[2], 0)) for x in gets if x[3] == 200)
         by_kind = Counter(("pointer" if x[2] == ptr else "manifest" if x[2].endswith("manifest.json")
-                           else "signature" if x[2].endswith(".sig") else "blob" if "/blobs/" in x[2] else "other")
+                           else "signature" if x[2].endswith((".sig", ".sigs")) else "blob" if "/blobs/" in x[2] else "other")
                           + f" {x[3]}" for x in gets)
         if polls["error"] or any(x[3] not in (200, 304) for x in gets):
             raise RuntimeError(f"polls failed during the release: {polls}, {sorted(by_kind.items())}")
@@ -484,6 +489,51 @@ class Bench:
               f"of bodies (this release's size), spread over ~{FLEET_INTERVAL:g}-{spread:g}s: "
               f"~{e['release_extra_req_per_s_mean']:.0f} requests/s on top of idle while it rolls out")
 
+    def rollout_run(self) -> None:
+        """A release by a staged rollout (--rollout): the time from each wave's pointer write until every
+        agent of waves 0..w serves it (and none beyond), and what each ``advance`` (reading 1 report per
+        agent from the bucket) took."""
+        from tritonops.agent import rollout as agent_rollout
+        from tritonops.release import rollout as ro
+        from tritonops.release.publish import publish
+
+        a, f = self.args, self.figures
+        model = self.tmp / "repo" / CHANGED_FILE
+        model.write_text(f"# rolled-out release of the scale benchmark ({time.time_ns()})\n" + model.read_text())
+        store, key = f"s3://{BUCKET}/{PREFIX}", self.tmp / "keys" / "release.key"
+        rel = publish(self.tmp / "repo", to=store, channel=None, signing_key=key, target="cpu",
+                      s3_endpoint=self.endpoint, channels=[CHANNEL])["release"]
+        waves = ro.parse_waves(a.rollout)
+        t0 = time.time()
+        started = ro.start(store, CHANNEL, rel, waves, 0.05, s3_endpoint=self.endpoint, pointer_args={"keys": [key]})
+        firsts = {n: agent_rollout.wave_of(f"agent-{n:05d}", [], started["rollout"]) for n in range(a.agents)}
+        out: list[dict[str, Any]] = []
+        for w in range(len(waves)):
+            want = {n for n, first in firsts.items() if first is not None and first <= w}
+            deadline = t0 + 3 * a.interval * (1 + a.jitter) + a.release_timeout
+            while True:
+                rows = self.snap(consistent=False)
+                on = {r["agent"] for r in rows if r["current"] == rel}
+                if want <= on:
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError(f"wave {w}: {len(want - on)} of {len(want)} agents not on {rel}")
+                time.sleep(0.2)
+            t_on = time.time()
+            if on - want:
+                raise RuntimeError(f"wave {w}: {len(on - want)} agents beyond the wave took {rel}")
+            adv = ro.advance(store, CHANNEL, s3_endpoint=self.endpoint, pointer_args={"keys": [key]})
+            t_adv = time.time()
+            out.append({"wave": w, "spec": adv["waves"][w]["spec"], "agents": len(want),
+                        "all_on_s": round(t_on - t0, 2), "advance_s": round(t_adv - t_on, 2), "result": adv["result"]})
+            print(f"rollout wave {w} ({out[-1]['spec']}): {len(want)} agents on {rel} {t_on - t0:.1f}s after the "
+                  f"wave's pointer write; advance ({adv['targeted']} targeted, {adv['failed']} failed) took "
+                  f"{t_adv - t_on:.2f}s: {adv['result']}")
+            if adv["result"] not in ("advanced", "complete"):
+                raise RuntimeError(f"rollout wave {w}: {adv['result']} {adv.get('reason', '')}")
+            t0 = t_adv
+        f["rollout"] = {"release": rel, "waves": out}
+
     def stop(self) -> None:
         for conn in self.conns:
             with contextlib.suppress(OSError):
@@ -537,6 +587,8 @@ class Bench:
         print(f"cold start: all {a.agents} agents installed release 1 ({r1['files']} files, {blobs} distinct) "
               f"within {t_all - started:.1f}s of launching the workers (p50 {pct(first, 50):.1f}s, "
               f"max {max(first):.1f}s); {c['gets_per_agent']} GETs per agent, {c['blob_gets_per_agent']} of them blobs")
+        if a.rollout:  # first, so that its figures do not wait on the idle window and release 2
+            self.rollout_run()
         self.idle()
         self.release(sizes_1)
         self.extrapolate()
@@ -553,6 +605,8 @@ def main() -> int:
     p.add_argument("--processes", type=int, default=4, help="worker processes the agents are spread over (4)")
     p.add_argument("--sync-timeout", type=float, default=300.0, help="seconds allowed for all agents to install "
                                                                      "release 1 (default 300)")
+    p.add_argument("--rollout", metavar="WAVES", help="first roll a release out in these waves (e.g. 10,50,100): "
+                                                      "time until each wave serves it, and each advance")
     p.add_argument("--release-timeout", type=float, default=120.0, help="seconds allowed beyond 3 intervals for "
                                                                         "all agents to install release 2 (120)")
     args = p.parse_args()

@@ -78,7 +78,8 @@ class Stack:
         return str(p["release"])
 
     def publish(self, track: str, release: str, channel: str) -> None:
-        pub.publish(self.repos[track], self.store, channel, self.key, target="cpu", version=release)
+        pub.publish(self.repos[track], self.store, channel, self.key, target="cpu", version=release,
+                    channels=["canary", "stable"])  # a canary release may be promoted to stable
 
     def load(self, track: str, seconds: float) -> Any:
         """Bounded closed-loop load (one request in flight) on one server: the live test's own helper."""
@@ -150,7 +151,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def promote(stack: Stack, *extra: str) -> tuple[int, dict[str, Any]]:
     """``tritonops release promote canary stable --prometheus ... --json``: exit code and report."""
     res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--store", stack.store,
-                                   "--prometheus", stack.prom_url, *GATE, "--json", *extra])
+                                   "--key", str(stack.key), "--prometheus", stack.prom_url, *GATE, "--json", *extra])
     assert res.exit_code in (0, 1), res.output
     return res.exit_code, json.loads(res.stdout)
 
@@ -212,7 +213,7 @@ def test_failing_canary_is_refused_with_its_failure_ratio(stack: Stack) -> None:
             time.sleep(3)
             code, report = promote(stack)
             res = CliRunner().invoke(app, ["release", "promote", "canary", "stable", "--store", stack.store,
-                                           "--prometheus", stack.prom_url, *GATE])
+                                           "--key", str(stack.key), "--prometheus", stack.prom_url, *GATE])
     finally:
         stack.set_fault("canary", delay_ms=BASE_MS)
     assert code == 1 and report["verdict"] == "refuse"

@@ -113,8 +113,9 @@ class Replica:
             return str(r.read().decode())
 
     def failures(self, step: str) -> float:
-        m = re.search(rf'tritonops_release_failures_total{{channel="stable",step="{step}"}} (\S+)', self.metrics())
-        return float(m.group(1)) if m else 0.0
+        found = re.findall(rf'tritonops_release_failures_total{{channel="stable",class="\w+",step="{step}"}} (\S+)',
+                           self.metrics())  # one series per class (retry, refused)
+        return sum(float(v) for v in found)
 
     def ready(self) -> bool:
         try:
@@ -177,8 +178,10 @@ class Fleet:
         for rel, text in (edit or {}).items():
             p = src / rel
             p.write_text(text if rel.endswith(".json") else p.read_text() + text)
+        # ``key`` signs the manifest; the channel pointer is always the channel key's (a rogue manifest behind a
+        # good pointer: the agents refuse it at verify, before any file is fetched)
         out = pub.publish(src, STORE, "stable", key or self.key, target="cpu", version=name,
-                          s3_endpoint=self.endpoint)
+                          s3_endpoint=self.endpoint, channel_keys=[self.key])
         self.published[name] = out
         return out
 
@@ -332,7 +335,7 @@ def test_4_replicas_keep_serving_through_an_s3_outage_and_catch_up(fleet: Fleet)
 
 def test_5_rollback_moves_every_replica_back_without_a_download(fleet: Fleet) -> None:
     before = [r.metrics() for r in fleet.replicas]
-    out = pub.rollback(STORE, "stable", release="r2", s3_endpoint=fleet.endpoint)
+    out = pub.rollback(STORE, "stable", release="r2", s3_endpoint=fleet.endpoint, keys=fleet.key)
     assert out["release"] == "r2" and out["previous"] == "r6"
     fleet.wait("all back on r2", _on("r2"), timeout=INTERVAL * 1.2 + 60)
     pattern = r"tritonops_release_downloaded_bytes_total (\S+)"

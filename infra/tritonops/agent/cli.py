@@ -1,12 +1,14 @@
 """tritonops-agent: the release agent's command line (one JSON object on stdout per command).
 
 Push mode (the model_repository role runs these on a node): status, install, activate, mark, prune,
-verify, recover. Pull mode: ``sync`` (a pod's init container) and ``pull`` (the sidecar, or an edge
-node's service). Drift: probe, check. Exit codes (exitcodes.py): 0 ok, 1 a release step failed or was
-refused (the message names the file and the step) or drift found, 2 usage error (a bad argument, or a
-file or folder named that cannot be used; nothing was changed), 3 the store or Triton did not answer or
-answered with something unusable (a check or pull that could not run), or another command held the
-node folder (releases/.lock, lock.py) for longer than --lock-timeout (the message names it).
+verify, recover (with ``--triton``: the release pointed back at is reloaded in a running Triton and
+gated again before ``status`` reports it ``served``). Pull mode: ``sync`` (a pod's init container)
+and ``pull`` (the sidecar, or an edge node's service). Drift: probe, check. Exit codes (exitcodes.py):
+0 ok, 1 a release step failed and was refused (the message names the file and the step) or drift
+found, 2 usage error (a bad argument, or a file or folder named that cannot be used; nothing was
+changed), 3 the store, the disk or Triton did not answer or answered with something unusable (a
+failure of class ``retry``, failures.py: a check or pull that could not run), or another command held
+the node folder (releases/.lock, lock.py) for longer than --lock-timeout (the message names it).
 Secrets come from the environment only:
 TRITONOPS_ADMIN_SECRET (Triton's admin header) and, for an S3 store, the first of (aws_credentials.py):
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (static: MinIO, Ceph);
@@ -24,11 +26,12 @@ import sys
 import threading
 from typing import Any
 
-from . import argtypes, drift, lock, manifest, releases
+from . import argtypes, drift, failures, lock, manifest, releases
 from .errors import ReleaseError, StoreError, UsageError
 from .exitcodes import ExitCode
 from .metrics import serve
-from .pull import TRANSIENT_STEPS, Agent
+from .pull import Agent
+from .serve import StepFailed, serve_release
 from .store import BLOB_TIMEOUT, METADATA_TIMEOUT, Store
 from .triton import DEFAULT_HEADER, Triton
 
@@ -90,6 +93,12 @@ def parser() -> argparse.ArgumentParser:
     _layout(sp)
     sp.add_argument("--grace", type=argtypes.number(0), default=0.0,
                     help="only revert a switch older than this many seconds (a timer on a running node)")
+    sp.add_argument("--triton", type=argtypes.url,
+                    help="a running Triton (HTTP endpoint): reload every model of the release the link points "
+                         "at and gate it again (recorded as served only when the gate passes)")
+    sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
+    sp.add_argument("--load-timeout", type=argtypes.number(0, low_ok=False), default=600.0)
+    sp.add_argument("--golden-timeout", type=argtypes.number(0, low_ok=False), default=120.0)
     sp = sub.add_parser("verify", help="check a release folder against its manifest")
     sp.add_argument("path", type=argtypes.path)
     sp = sub.add_parser("sync", help="pull: put the channel's release in place (a pod's init container)")
@@ -109,6 +118,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
     sp.add_argument("--missed-polls", type=argtypes.count, default=3,
                     help="/ready turns 503 when no poll has completed in this many intervals (default 3)")
+    # Staged rollouts (rollout.py): the agent's identity, its groups, and its status reports.
+    sp.add_argument("--agent-id",
+                    help="this agent's id in rollouts and reports (default: POD_NAME, else the host name)")
+    sp.add_argument("--group-label", action="append", default=[],
+                    help="a group this agent belongs to, for rollout waves that name groups (repeatable)")
+    sp.add_argument("--report", action="store_true",
+                    help="write a status report to the store (reports/CHANNEL/AGENT.json) after each release "
+                         "(a folder or s3:// store the agent may write)")
+    sp.add_argument("--report-key", type=argtypes.path,
+                    help="a private key (PEM) to sign the reports with (the root's 'report' role); none: unsigned")
     drift.add_commands(sub)
     return p
 
@@ -120,7 +139,9 @@ def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
                  args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
                  group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True),
                  **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout,
-                     "missed_polls": args.missed_polls} if triton else {}))
+                     "missed_polls": args.missed_polls, "agent_id": args.agent_id,
+                     "group_labels": args.group_label, "report": args.report,
+                     "report_key": args.report_key} if triton else {}))
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -128,11 +149,15 @@ def _pull(args: argparse.Namespace) -> int:
     if args.listen:
         serve(args.listen, agent.metrics, agent.ready, agent.status)
     if args.once:
-        agent.gate_active()
+        start = agent.gate_active()
         out = agent.poll()
+        if (start.get("class") and out["result"] != "error" and not out.get("class")
+                and not agent.gated()):  # what serves failed its gate (a store error is said as such)
+            out = {**out, "result": "failed", "step": start["step"], "class": start["class"],
+                   "cause": start["cause"], "error": start["error"]}
         print(json.dumps(out, indent=2, sort_keys=True))
-        if out["result"] == "error" or out.get("step") in TRANSIENT_STEPS:
-            return ExitCode.FAILED  # the store or Triton did not answer: nothing was decided
+        if out["result"] == "error" or out.get("class") == failures.RETRY or out.get("step") == "lock":
+            return ExitCode.FAILED  # the store, the disk or Triton did not answer: nothing was decided
         return ExitCode.FINDINGS if out["result"] == "failed" else ExitCode.OK
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -151,6 +176,9 @@ def _check_args(args: argparse.Namespace) -> None:
     for key in getattr(args, "trusted_key", []):
         if not key.is_file():
             raise UsageError(f"--trusted-key {key}: not found, or not a regular file")
+    report_key = getattr(args, "report_key", None)
+    if report_key is not None and not report_key.is_file():
+        raise UsageError(f"--report-key {report_key}: not found, or not a regular file")
 
 
 def _change(args: argparse.Namespace) -> Any:
@@ -159,21 +187,32 @@ def _change(args: argparse.Namespace) -> Any:
         return releases.install(args.releases, args.staging, args.release, args.tarball, args.owner, args.group)
     if args.cmd == "activate":
         return releases.activate(args.link, args.releases, args.release, args.touch)
-    if args.cmd == "mark":
-        return releases.mark(args.releases, args.release)
+    if args.cmd == "mark":  # after the controller's gate: what the link serves now is gated
+        return releases.mark(args.releases, args.release, link=args.link)
     if args.cmd == "prune":
         return releases.prune(args.link, args.releases, args.keep)
     if args.cmd == "recover":
-        return releases.recover(args.link, args.releases, args.grace)
+        out = releases.recover(args.link, args.releases, args.grace)
+        current = releases.state(args.releases).get("current")
+        if (args.triton and current and releases.active_release(args.link, args.releases) == current
+                and not releases.served(args.link, args.releases)):
+            out["served"] = serve_release(Triton(args.triton, args.header), args.link, args.releases, current,
+                                          load_timeout=args.load_timeout, golden_timeout=args.golden_timeout)
+        else:
+            out["served"] = releases.served(args.link, args.releases)
+        return out
     return _agent(args).sync()
 
 
 def exit_code(e: ReleaseError) -> int:
-    """UsageError 2, StoreError (or a step that could not reach the store or Triton) 3, any other failure 1."""
+    """UsageError 2; StoreError, a held lock, or a step whose failure may pass on retry (failures.py: the
+    store, the disk, Triton) 3; any other failure (refused) 1."""
     if isinstance(e, UsageError):
         return ExitCode.USAGE
-    if isinstance(e, (StoreError, lock.LockBusy)) or getattr(e, "step", None) in TRANSIENT_STEPS:
+    if isinstance(e, (StoreError, lock.LockBusy)):
         return ExitCode.FAILED
+    if isinstance(e, StepFailed):
+        return ExitCode.FAILED if e.classify()[0] == failures.RETRY else ExitCode.FINDINGS
     return ExitCode.FINDINGS
 
 
@@ -199,5 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)
         return exit_code(e)
+    except OSError as e:  # the node's file system (a full disk at mark): named, classed, never a traceback
+        klass, cause = failures.classify(args.cmd, e)
+        msg = f"{e.filename or getattr(args, 'releases', '')}: {args.cmd}: {e.strerror or e} ({klass}: {cause})"
+        print(json.dumps({"error": msg, "class": klass, "cause": cause}))
+        print(f"error: {msg}", file=sys.stderr)
+        return ExitCode.FAILED if klass == failures.RETRY else ExitCode.FINDINGS
     print(json.dumps(out, indent=2, sort_keys=True))
     return 0

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 
 class ReleaseError(Exception):
-    """A release step failed; the message names the file, the field or the step (exit 1)."""
+    """A release step failed; the message names the file, the field or the step (exit 1).
+
+    ``status`` is the HTTP status of the answer that made it (Triton's, a store's) when one came: what
+    :mod:`failures` reads, with the step and the ``errno`` of an ``OSError`` underneath, to tell a
+    failure that may pass on retry from one that never will."""
+
+    status: int | None = None
 
 
 class UsageError(ReleaseError, ValueError):

@@ -4,6 +4,14 @@ A manifest is what a release *is*: its digest (the sha256 of the manifest's text
 release in a store, the signature covers that text, and nodes verify every file against it.
 
     {"algorithm": "sha256", "files": {"mlp/config.pbtxt": "<hex>", ...}}
+
+A manifest published for pull mode (``tritonops release publish``) also states, under the same
+signature, every file's length, the release id and the channels it may be served on, so that a
+mirror can neither send more bytes than were signed, relabel the release, nor serve it on another
+channel (issue 21 item 1)::
+
+    {"algorithm": "sha256", "files": {...}, "lengths": {"mlp/config.pbtxt": 312, ...},
+     "release": "r7", "channels": ["canary", "stable"]}
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from .errors import ReleaseError
 from .fsio import read_bounded
@@ -50,9 +59,21 @@ def links_leaving(root: Path) -> list[str]:
                   if p.is_symlink() and root not in p.resolve().parents and p.resolve() != root)
 
 
-def text(files: dict[str, str]) -> str:
-    """The manifest's stable text: sorted keys, two-space indentation, a trailing newline."""
-    return json.dumps({"algorithm": "sha256", "files": files}, sort_keys=True, indent=2) + "\n"
+def text(files: dict[str, str], lengths: dict[str, int] | None = None, release: str | None = None,
+         channels: list[str] | None = None) -> str:
+    """The manifest's stable text: sorted keys, two-space indentation, a trailing newline. With ``lengths``,
+    ``release`` and ``channels`` (all three: a pull-mode release) those are part of it."""
+    doc: dict[str, object] = {"algorithm": "sha256", "files": files}
+    if lengths is not None or release is not None or channels is not None:
+        if lengths is None or release is None or not channels or set(lengths) != set(files):
+            raise ReleaseError("manifest: lengths (one per file), release and channels go together")
+        doc.update(lengths=lengths, release=release, channels=sorted(set(channels)))
+    return json.dumps(doc, sort_keys=True, indent=2) + "\n"
+
+
+def tree_lengths(root: Path, files: dict[str, str]) -> dict[str, int]:
+    """The length in bytes of each file of ``files`` under ``root``."""
+    return {rel: (Path(root) / rel).stat().st_size for rel in files}
 
 
 def digest(files: dict[str, str]) -> str:
@@ -83,6 +104,35 @@ def parse(raw: bytes, where: str) -> dict[str, str]:
             raise ReleaseError(f"{where}: files[{k!r}] is not a sha256 hex digest")
         files[check_path(str(k), where)] = v
     return files
+
+
+def parse_release(raw: bytes, where: str) -> dict[str, Any]:
+    """A pull-mode manifest: ``files`` as :func:`parse`, and the signed ``lengths`` (one per file),
+    ``release`` and ``channels`` it must state; a manifest without them is refused (nothing of it is
+    downloaded without a signed length)."""
+    files = parse(raw, where)
+    doc = json.loads(raw.decode("utf-8"))
+    lengths, release, channels = doc.get("lengths"), doc.get("release"), doc.get("channels")
+    if not isinstance(lengths, dict) or not isinstance(release, str) or not isinstance(channels, list):
+        missing = [k for k, t in (("lengths", dict), ("release", str), ("channels", list))
+                   if not isinstance(doc.get(k), t)]
+        raise ReleaseError(f"{where}: states no {', '.join(missing)} (a manifest from before signed lengths, "
+                           "release ids and channels): re-publish the release with this version")
+    if set(lengths) != set(files):
+        odd = sorted(set(lengths) ^ set(files))[:3]
+        raise ReleaseError(f"{where}: lengths must name exactly the files (differs at {odd!r})")
+    for k, v in lengths.items():
+        if type(v) is not int or v < 0:
+            raise ReleaseError(f"{where}: lengths[{k!r}] is not a length in bytes")
+    if not channels or not all(isinstance(c, str) and c for c in channels):
+        raise ReleaseError(f"{where}: channels is not a list of channel names")
+    return {"files": files, "lengths": dict(lengths), "release": release, "channels": list(channels)}
+
+
+def file_digest(release_dir: Path) -> str:
+    """sha256 of a release folder's manifest file as written (the digest its store names it by)."""
+    path = Path(release_dir) / MANIFEST_FILE
+    return hashlib.sha256(read_bounded(path, MANIFEST_MAX)).hexdigest()
 
 
 def read(release_dir: Path) -> dict[str, str]:

@@ -22,10 +22,20 @@ HELP = {
     "tritonops_release_last_success_timestamp_seconds": ("gauge", "When the target last reached its channel."),
     "tritonops_release_last_poll_timestamp_seconds": ("gauge", "When the channel pointer was last read."),
     "tritonops_release_polls_total": ("counter", "Channel polls by result (not_modified, unchanged, changed, error)."),
-    "tritonops_release_failures_total": ("counter", "Release attempts that failed, by the step that failed."),
+    "tritonops_release_failures_total": ("counter", "Release attempts that failed, by the step that failed and "
+                                                    "its class: retry (may pass later: store, disk, Triton, "
+                                                    "lock) or refused (never will; failures.py)."),
+    "tritonops_release_textfile_errors_total": ("counter", "Writes of the node-exporter textfile that failed, by "
+                                                           "errno (ENOSPC: a full disk); the agent goes on."),
     "tritonops_release_apply_seconds": ("gauge", "Seconds the last release took from pointer to mark."),
     "tritonops_release_downloaded_bytes_total": ("counter", "Bytes downloaded from the store."),
     "tritonops_release_store_requests_total": ("counter", "Requests sent to the store."),
+    "tritonops_release_metadata_expired": ("gauge", "1 when the channel's signed pointer has expired (freeze: "
+                                                    "nothing new is applied, the gated release serves)."),
+    "tritonops_release_metadata_rejected_total": ("counter", "Signed metadata refused, by reason (rollback, "
+                                                             "expired, channel, relabel, signature, length)."),
+    "tritonops_release_rollout_targeted": ("gauge", "1 when the channel's rollout (or no rollout) takes this "
+                                                    "target, 0 when it waits for a later wave (wave: its first)."),
     "tritonops_release_credentials_errors_total": ("counter", "Failed attempts to get S3 credentials (STS "
                                                               "AssumeRoleWithWebIdentity, the container credentials "
                                                               "endpoint, a token file), by source."),
@@ -51,6 +61,11 @@ class Metrics:
         """Set one series and drop the metric's others (an info metric that moved to a new release)."""
         with self._lock:
             self._values[name] = {tuple(sorted(labels.items())): float(value)}
+
+    def clear(self, name: str) -> None:
+        """Drop every series of the metric (an info metric that no longer holds)."""
+        with self._lock:
+            self._values[name] = {}
 
     def inc(self, name: str, by: float = 1.0, **labels: str) -> None:
         with self._lock:

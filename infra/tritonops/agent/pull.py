@@ -8,17 +8,23 @@ answered 304). When the pointer names a new release the agent applies it, step b
     (repository API, admin header) -> golden gate -> unload dropped models -> mark -> prune
 
 Any failure rolls back to the last gated release (symlink back, its models reloaded side by side,
-models only the failed release had unloaded) and counts the step in the metrics. A release that
-failed verification, its install, load or golden gate is refused until the pointer moves again; a
-fetch that failed (store unreachable, an object missing or damaged) is retried with backoff. A
-release not signed by a trusted key never reaches Triton: nothing is downloaded before the
-manifest's signature verifies. Every store read has a deadline and a byte cap (store, netio); in
-``run`` the stop event (SIGTERM) ends a download at once, and ``/ready`` turns false when no poll has
-completed in ``missed_polls`` intervals (a loop stuck on something the deadlines do not cover).
+models only the failed release had unloaded, its golden gate run again) and counts the step and the
+failure's class in the metrics. "Gated" means served: the node reports a release gated (``/ready``,
+``tritonops_release_info``) only after a gate passed against what Triton answers since the link last
+moved (releases.served), so one pointed back at by a rollback or ``recover`` is reloaded and gated
+again first. Failures are classed by cause (failures.py): what may pass later (the store, a full disk,
+Triton down, the lock) is retried with backoff; what never will (a bad signature or digest, a release
+that cannot be laid out, a model config Triton refused, a failed gate) is refused until the pointer
+moves again; ``/status`` shows the class, the cause and the next retry. A release not signed by a
+trusted key never reaches Triton: nothing is downloaded before the manifest's signature verifies.
+Every store read has a deadline and a byte cap (store, netio); in ``run`` the stop event (SIGTERM)
+ends a download at once, and ``/ready`` turns false when no poll has completed in ``missed_polls``
+intervals (a loop stuck on something the deadlines do not cover).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -31,67 +37,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import manifest, releases, signing
-from .errors import ReleaseError, StoreError
+from . import failures, manifest, metadata, releases, rollout, signing
+from .errors import ReleaseError
 from .fsio import write_atomic
 from .golden import golden_gate
 from .manifest import MANIFEST_FILE
 from .metrics import Metrics
-from .store import POINTER_MAX, SIGNATURE_MAX, Store, blob_key, channel_key, manifest_key
+from .serve import StepFailed, _step, serve_release
+from .store import POINTER_MAX, Store, blob_key, channel_key
 from .triton import Triton
-
-# Steps whose failure says the store or Triton did not answer (retried), not that the release is bad.
-TRANSIENT_STEPS = ("fetch", "triton")
-
-
-class StepFailed(ReleaseError):
-    def __init__(self, step: str, reason: str) -> None:
-        super().__init__(f"{step}: {reason}")
-        self.step, self.reason = step, reason
-
-
-def _step(name: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except StepFailed:
-        raise
-    except (ReleaseError, OSError) as e:
-        raise StepFailed(name, str(e)) from None
-
-
-def parse_pointer(raw: bytes, where: str) -> dict[str, Any]:
-    """A channel pointer read from a store; anything else is the store's fault (StoreError, exit 3)."""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-        release, digest = str(doc["release"]), str(doc["digest"])
-    except (ValueError, RecursionError, KeyError, TypeError):
-        raise StoreError(f"{where}: expected a channel pointer {{'release': ID, 'digest': SHA256}}") from None
-    try:
-        releases.check_release_id(release)
-    except ReleaseError as e:
-        raise StoreError(f"{where}: {e}") from None
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise StoreError(f"{where}: digest {digest[:80]!r} is not a sha256 hex digest")
-    history = doc.get("history", [])
-    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        raise StoreError(f"{where}: history is not a list of {{'release', 'digest'}} entries")
-    return dict(doc)
 
 
 class Agent:
     def __init__(self, store: Store, channel: str, link: Path, releases_dir: Path, trusted_keys: list[Path],
                  triton: Triton | None = None, keep: int = 3, cache: Path | None = None,
                  owner: str | None = None, group: str | None = None, load_timeout: float = 600.0,
-                 golden_timeout: float = 120.0, log: Callable[[str], None] = print, missed_polls: int = 3) -> None:
+                 golden_timeout: float = 120.0, log: Callable[[str], None] = print, missed_polls: int = 3,
+                 agent_id: str | None = None, group_labels: list[str] | tuple[str, ...] = (), report: bool = False,
+                 report_key: Path | None = None) -> None:
         self.store, self.channel = store, channel
         self.link, self.releases = Path(link), Path(releases_dir)
         self.trusted_keys = [signing.check_public_key(Path(k)) for k in trusted_keys]  # a bad key: exit 2
+        # The root and channel versions this node trusts (<releases>/.trusted.json; --trusted-key files at first).
+        self.trusted = metadata.Trusted(self.releases, self.trusted_keys)
+        self.frozen = False  # the channel's signed pointer has expired: nothing new is applied
         self.triton, self.keep, self.cache = triton, keep, Path(cache) if cache else None
         self.owner, self.group = owner, group
         self.load_timeout, self.golden_timeout = load_timeout, golden_timeout
         self.log = log
         self.metrics = Metrics()
         self.refused: dict[str, str] = {}
+        self.failures: dict[str, dict[str, Any]] = {}  # digest -> its last failure: class, cause, next retry
         self.retry_at: dict[str, tuple[int, float]] = {}  # digest -> (failed fetches, monotonic time of next try)
         self.pointer: dict[str, Any] | None = None
         self.polled = False
@@ -101,6 +77,10 @@ class Agent:
         self.interval = 0.0  # set by run(); one-shot polls retry a failed fetch on the next call
         self.lock = threading.Lock()
         channel_key(channel)
+        # Staged rollouts (rollout.py): who this agent is, its groups, and its status reports to the store.
+        self.agent_id, self.group_labels = rollout.identity(agent_id, group_labels)  # a bad one: exit 2
+        self.report, self.report_key = report, report_key
+        self.rollout_state: str | None = None  # why the channel's release is (not) for this agent yet
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -108,17 +88,22 @@ class Agent:
         st = releases.state(self.releases)
         return {"channel": self.channel, "pointer": self.pointer, "current": st.get("current"),
                 "active": releases.active_release(self.link, self.releases), "digest": st.get("digest"),
-                "refused": self.refused}
+                "refused": self.refused, "failure": self.failures.get(str((self.pointer or {}).get("digest"))),
+                "served": self.gated(), "agent": self.agent_id, "rollout": self.rollout_state,
+                "trusted": {"root_version": self.trusted.root.version, "expired": self.frozen,
+                            **self.trusted.channels.get(self.channel, {})}}
 
     def gated(self) -> bool:
-        st = releases.state(self.releases)
-        return bool(st.get("current")) and releases.active_release(self.link, self.releases) == st.get("current")
+        """The link names the last gated release and its gate passed against Triton since the link last
+        moved (releases.served): never only because the link matches ``current.json``."""
+        return releases.served(self.link, self.releases)
 
     def up_to_date(self) -> bool:
         if not self.pointer or not self.gated():
             return False
         digest = self.pointer["digest"]
-        return releases.state(self.releases).get("digest") == digest or digest in self.refused
+        waiting = (self.rollout_state or "").startswith(("not targeted", "halted"))  # the rollout keeps it here
+        return releases.state(self.releases).get("digest") == digest or digest in self.refused or waiting
 
     def ready(self) -> bool:
         """The channel tried, a gated release serving (also while the next one is being switched in:
@@ -138,11 +123,14 @@ class Agent:
         if self.gated():
             self.metrics.replace("tritonops_release_info", 1, channel=self.channel, release=str(st["current"]),
                                  digest=str(st.get("digest") or ""))
+        else:  # not served (re-pointed, not gated again yet): claim no release
+            self.metrics.clear("tritonops_release_info")
         if self.pointer:
             self.metrics.replace("tritonops_release_channel_info", 1, channel=self.channel,
                                  release=self.pointer["release"], digest=self.pointer["digest"])
-        ok = self.up_to_date()
+        ok = self.up_to_date() and not self.frozen  # an expired pointer: the channel may have moved unseen
         self.metrics.set("tritonops_release_up_to_date", 1 if ok else 0, channel=self.channel)
+        self.metrics.set("tritonops_release_metadata_expired", 1 if self.frozen else 0, channel=self.channel)
         if ok:
             self.metrics.set("tritonops_release_last_success_timestamp_seconds", time.time(), channel=self.channel)
         self.metrics.set("tritonops_release_store_requests_total", self.store.requests)
@@ -191,17 +179,29 @@ class Agent:
             if tmp and os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def fetch(self, release: str, digest: str) -> dict[str, Any]:
+    def _rejected(self, reason: str, message: str) -> None:
+        """Count and log metadata the node refuses to act on (metadata.REASONS)."""
+        self.metrics.inc("tritonops_release_metadata_rejected_total", channel=self.channel, reason=reason)
+        self.log(f"channel {self.channel}: metadata refused ({reason}): {message}")
+
+    def fetch(self, release: str, digest: str, length: int | None = None) -> dict[str, Any]:
         """Verify the signed manifest, then fetch and install the release's files. Nothing reaches the
-        releases folder (let alone Triton) before the signature verifies."""
-        where = f"{self.store}/{manifest_key(digest)}"
-        raw = _step("fetch", lambda: self.store.get(manifest_key(digest)))
-        sig = _step("fetch", lambda: self.store.get(manifest_key(digest) + signing.SIGNATURE_SUFFIX,
-                                                    limit=SIGNATURE_MAX))
-        if hashlib.sha256(raw).hexdigest() != digest:
-            raise StepFailed("verify", f"{where}: sha256 of the manifest is not the digest the channel names")
-        key = _step("verify", lambda: signing.verify(raw, sig, self.trusted_keys, where))
-        files = _step("verify", lambda: manifest.parse(raw, where))
+        releases folder (let alone Triton) before the signatures verify; the manifest is read under the
+        length its signed pointer states (``length``, else the trusted pointer's when it names ``digest``),
+        and each file under the length the manifest states."""
+        if length is None and self.pointer and (self.pointer.get("digest"), self.pointer.get("release")) == (
+                digest, release):
+            length = int(self.pointer["length"])
+        try:
+            raw, doc, signers = metadata.fetch_manifest(self.store, digest, length, release, self.channel,
+                                                        self.trusted.root)
+        except metadata.Rejected as e:
+            self._rejected(e.reason, str(e))
+            raise StepFailed("verify", str(e), e) from None
+        except ReleaseError as e:  # the store did not answer, or lost the object: retried
+            raise StepFailed("fetch", str(e), e) from None
+        files, lengths = doc["files"], doc["lengths"]
+        key = ",".join(k[:16] for k in signers)
         dest = self.releases / release
         if dest.is_dir():
             _step("verify", lambda: releases._refuse_reuse(dest, files))
@@ -225,8 +225,7 @@ class Agent:
                         cached and cached.is_file() and self._copy_checked(cached, out, h)):
                     reused += 1
                     continue
-                # TODO(issue 21 item 1): pass the file's signed length (size=) once the manifest states it.
-                n = _step("fetch", lambda: self.store.download(blob_key(h), out, h))  # noqa: B023
+                n = _step("fetch", lambda: self.store.download(blob_key(h), out, h, size=lengths[rel]))  # noqa: B023
                 local[h] = out  # a second file with this content is copied, not downloaded again
                 downloaded += n
                 self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
@@ -245,9 +244,9 @@ class Agent:
 
     def apply(self, release: str, digest: str) -> dict[str, Any]:
         """Activate, load, gate, unload, mark, prune; on failure roll back and raise StepFailed."""
-        prev = releases.active_release(self.link, self.releases)
-        if prev and not releases.state(self.releases).get("current"):
-            prev = None  # never gated: nothing to go back to
+        prev = releases.state(self.releases).get("current")  # the last gated release: what a rollback returns to
+        if prev and not (self.releases / prev).is_dir():
+            prev = None
         prev_models = manifest.model_digests(manifest.read(self.releases / prev)) if prev else {}
         new_dir = self.releases / release
         new_models = manifest.model_digests(manifest.read(new_dir))
@@ -262,13 +261,14 @@ class Agent:
             if self.triton:
                 for m in to_load:
                     _step("load", lambda: self.triton.load(m, timeout=self.load_timeout))  # type: ignore  # noqa: B023
+                releases.crash_point("apply-loaded")
                 gate = _step("golden", lambda: golden_gate(self.triton, new_dir, sorted(new_models),  # type: ignore
                                                            timeout=self.golden_timeout))
                 if not gate["ok"]:
                     raise StepFailed("golden", "; ".join(gate["failed"]))
                 for m in to_unload:
                     _step("unload", lambda: self.triton.unload(m))  # type: ignore  # noqa: B023
-            _step("mark", lambda: releases.mark(self.releases, release, digest))
+            _step("mark", lambda: releases.mark(self.releases, release, digest, link=self.link))
         except StepFailed:
             self._rollback(prev, to_load, prev_models)
             raise
@@ -276,57 +276,148 @@ class Agent:
         return {"release": release, "loaded": to_load, "unloaded": to_unload, "pruned": pruned["removed"]}
 
     def _rollback(self, prev: str | None, loaded: list[str], prev_models: dict[str, str]) -> None:
-        """Back to the last gated release: link, its models reloaded side by side, new-only models unloaded."""
+        """Back to the last gated release: the link, every one of its models loaded again (those the
+        failed release had loaded re-read from its files, side by side), new-only models unloaded, and its
+        golden gate run again against what Triton answers: only a passing gate marks it served."""
         try:
             if prev:
                 back = [m for m in loaded if m in prev_models]
                 releases.activate(self.link, self.releases, prev, touch=back)
-                if self.triton:
-                    for m in back:
-                        self.triton.load(m, timeout=self.load_timeout)
             if self.triton:
                 for m in loaded:
                     if m not in prev_models:
                         self.triton.unload(m)
+            if prev:
+                self._serve(prev, touch=False)
         except (ReleaseError, OSError) as e:
             self.log(f"rollback to {prev} incomplete: {e}")
 
+    def _serve(self, release: str, touch: bool = True) -> dict[str, Any]:
+        """Make Triton serve ``release`` (the link points at it) and gate it: mark it served on a pass,
+        raise StepFailed otherwise. ``touch``: every model re-read from its files (Triton keeps a model
+        whose folder is not newer than what it loaded: after a rollback or ``recover`` it may still hold
+        the refused release's)."""
+        out = serve_release(self.triton, self.link, self.releases, release, load_timeout=self.load_timeout,
+                            golden_timeout=self.golden_timeout, touch=touch)
+        self.log(f"release {release} served again and gated: {json.dumps(out, sort_keys=True)}")
+        return out
+
+    def _failed(self, release: str, digest: str, e: StepFailed) -> dict[str, Any]:
+        """Count, class (failures.py) and remember a failed step: retried with backoff or refused."""
+        live = None
+        if self.triton is not None and e.step in failures.TRITON_STEPS:
+            live = self.triton.live()
+        klass, cause = e.classify(live)
+        labels = {"channel": self.channel, "step": e.step, "class": klass}  # "class": not a keyword argument
+        self.metrics.inc("tritonops_release_failures_total", 1.0, **labels)
+        tries = self.retry_at.get(digest, (0, 0.0))[0] + 1
+        if klass == failures.RETRY:
+            # It may pass later: retry with backoff (1, 2, 4 ... 32 intervals of this poll), staying
+            # "behind" meanwhile so that TritonopsReleaseBehindChannel can fire.
+            delay = self.interval * 2 ** min(tries - 1, 5)
+            self.retry_at[digest] = (tries, time.monotonic() + delay)
+            self.failures[digest] = failures.record(e.step, e.reason, klass, cause, tries, time.time() + delay)
+            self.log(f"release {release} ({digest[:12]}) not applied (try {tries}, {cause}, will retry): {e}")
+        else:
+            self.refused[digest] = str(e)
+            self.retry_at.pop(digest, None)
+            self.failures[digest] = failures.record(e.step, e.reason, klass, cause, tries)
+            self.log(f"release {release} ({digest[:12]}) refused ({cause}) at {e}")
+        return {"result": "failed", "release": release, "step": e.step, "error": e.reason, "class": klass,
+                "cause": cause}
+
     # --- one poll, the loop, and the pod's init step -----------------------------------------------
+
+    def _read_pointer(self, conditional: bool = True) -> bool:
+        """Read the channel pointer and trust it only once it verifies against the trusted root (following
+        a root rotation it names first) and is no rollback, no other channel's, not expired (metadata).
+        True when a new pointer was read and trusted, False when unchanged (304); raises when refused
+        (metadata.Rejected, counted) or unreadable. An expired pointer freezes the channel."""
+        key = channel_key(self.channel)
+        where = f"{self.store}/{key}"
+        raw = self.store.get(key, limit=POINTER_MAX, conditional=conditional)
+        if raw is None:
+            if self.pointer and not self.frozen and self.trusted.expired(self.channel):
+                self.frozen = True
+                self._rejected("expired", f"{where}: version {self.pointer['version']} expired at "
+                                          f"{self.pointer['expires']}; the gated release keeps serving")
+            return False
+        try:
+            pointer = self.trusted.check(raw, self.channel, self.store, where)
+        except metadata.Rejected as e:
+            self.frozen = self.frozen or e.reason == "expired"
+            self._rejected(e.reason, str(e))
+            raise
+        except ReleaseError:
+            self.store.forget(key)  # a root could not be read: read the pointer again next poll
+            raise
+        self.trusted.accept(self.channel, pointer)  # saved under the folder's lock: with the release, or alone
+        self.pointer, self.frozen = pointer, False
+        return True
+
+    def _save_trust(self) -> None:
+        """Persist the trusted state under the node folder's lock; when busy, on the next poll."""
+        try:
+            with releases.locked(self.releases, f"pull {self.channel}"):
+                self.trusted.save()
+        except (releases.lock.LockBusy, OSError) as e:
+            self.log(f"{self.trusted.path}: not written yet ({e}); trying again on the next poll")
 
     def poll(self) -> dict[str, Any]:
         """Read the pointer; apply a new release. Returns what happened (never raises on a failed step)."""
         with self.lock:
             self.metrics.set("tritonops_release_last_poll_timestamp_seconds", time.time(), channel=self.channel)
             try:
-                raw = self.store.get(channel_key(self.channel), limit=POINTER_MAX, conditional=True)
-                if raw is not None:
-                    self.pointer = parse_pointer(raw, f"{self.store}/{channel_key(self.channel)}")
+                new = self._read_pointer()
             except ReleaseError as e:
                 self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result="error")
                 self._export()
-                return {"result": "error", "error": str(e)}
+                out_err: dict[str, Any] = {"result": "error", "error": str(e)}
+                if isinstance(e, metadata.Rejected):
+                    out_err["rejected"] = e.reason
+                return out_err
             finally:
                 self.polled = True
-            result = "not_modified" if raw is None else "unchanged"
+            result = "unchanged" if new else "not_modified"
             out: dict[str, Any] = {"result": result}
             pointer = self.pointer or {}
             digest = pointer.get("digest")
-            if (digest and not self.up_to_date() and digest not in self.refused
+            admitted = not digest or rollout.admits(self, pointer)  # a staged rollout may not be for us yet
+            if not admitted:
+                out["rollout"] = self.rollout_state
+            if (admitted and digest and not self.frozen and not self.up_to_date() and digest not in self.refused
                     and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
                 try:  # the whole change holds the node folder (releases.locked; lock.py), waiting a bounded time
                     with releases.locked(self.releases, f"pull {self.channel}"):
+                        self._save_trust()  # what the pointer taught us, under the same lock as the release
                         out = self._attempt(pointer["release"], digest)
                 except releases.lock.LockBusy as e:  # another command holds it: try again next poll
                     out = {"result": "failed", "release": pointer["release"], "step": "lock", "error": str(e)}
+                rollout.report(self, out)  # --report: the result into reports/<channel>/<agent>.json
                 result = "changed"
-            elif digest and self.gated():
+            elif digest:
                 out.update(self._reconcile())
+            if self.trusted.dirty:  # a pointer trusted without a release to apply (refresh, a refusal)
+                self._save_trust()
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
             self._export()
             return out
 
     def _reconcile(self) -> dict[str, Any]:
-        """Load what the gated release has and Triton lacks (a Triton restarted in explicit mode)."""
+        """The gated release: load what it has and Triton lacks (a Triton restarted in explicit mode).
+        The last gated release linked but not served (a rollback whose gate did not pass, a kill between
+        the switch back and the gate): reload it and gate it again, with the backoff of its class."""
+        if not self.gated():
+            st = releases.state(self.releases)
+            current, digest = st.get("current"), str(st.get("digest") or "")
+            if (not current or releases.active_release(self.link, self.releases) != current
+                    or digest in self.refused or time.monotonic() < self.retry_at.get(digest, (0, 0.0))[1]):
+                return {}
+            try:
+                with releases.locked(self.releases, f"pull {self.channel}"):
+                    return self._regate(str(current), digest)
+            except releases.lock.LockBusy as e:
+                return {"regate_error": str(e)}
         if self.triton is None or not self.triton.live():
             return {}
         current = releases.state(self.releases)["current"]
@@ -344,8 +435,24 @@ class Agent:
         self.log(f"Triton had lost {', '.join(missing)} of {current}: loaded again")
         return {"reloaded": missing}
 
+    def _regate(self, release: str, digest: str) -> dict[str, Any]:
+        """Serve the linked, last gated release again (every model re-read) and gate it (the lock held)."""
+        try:
+            if self.triton is not None and not self.triton.live():
+                raise StepFailed("triton", f"{self.triton.url} does not answer; the gate of {release} waits for it")
+            out = self._serve(release)
+        except StepFailed as e:
+            return {**self._failed(release, digest, e), "regated": False}
+        self.retry_at.pop(digest, None)
+        self.failures.pop(digest, None)
+        return {"result": "regated", "release": release, "regated": True, **out}
+
     def _attempt(self, release: str, digest: str) -> dict[str, Any]:
         start = time.monotonic()
+        st = releases.state(self.releases)
+        if (st.get("current") == release and st.get("digest") == digest and not self.gated()
+                and releases.active_release(self.link, self.releases) == release):
+            return self._regate(release, digest)  # the channel's release is linked but not served: gate it again
         try:
             fetched = self.fetch(release, digest)
             if self.triton and not self.triton.live():
@@ -357,20 +464,11 @@ class Agent:
             if cancel is not None and cancel.is_set():  # shutting down (SIGTERM): nothing was decided
                 self.log(f"release {release} ({digest[:12]}) not applied: stopped")
                 return {"result": "stopped", "release": release, "step": e.step, "error": e.reason}
-            self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=e.step)
-            # Transient: the store, the link or Triton itself (not ready, restarting) may come back.
-            if e.step in TRANSIENT_STEPS or (self.triton is not None and not self.triton.live()):
-                # The store or the link may come back: retry with backoff (1, 2, 4 ... 32 intervals of
-                # this poll), staying "behind" meanwhile so that TritonopsReleaseBehindChannel can fire.
-                tries = self.retry_at.get(digest, (0, 0.0))[0] + 1
-                self.retry_at[digest] = (tries, time.monotonic() + self.interval * 2 ** min(tries - 1, 5))
-                self.log(f"release {release} ({digest[:12]}) not applied (try {tries}, will retry): {e}")
-            else:
-                self.refused[digest] = str(e)
-                self.log(f"release {release} ({digest[:12]}) refused at {e}")
-            return {"result": "failed", "release": release, "step": e.step, "error": e.reason}
+            return self._failed(release, digest, e)
         finally:
             self.switching = False
+        self.retry_at.pop(digest, None)
+        self.failures.pop(digest, None)
         seconds = time.monotonic() - start
         self.metrics.set("tritonops_release_apply_seconds", seconds, channel=self.channel)
         self.log(f"release {release} ({digest[:12]}) serving after {seconds:.1f}s: "
@@ -378,46 +476,50 @@ class Agent:
         return {"result": "applied", "seconds": round(seconds, 3), **fetched, **applied}
 
     def gate_active(self) -> dict[str, Any]:
-        """At start: revert an un-gated switch (deadman); gate what an init step installed but nobody gated."""
-        with self.lock:
+        """At start: revert an un-gated switch (deadman), then make Triton serve what the link names and
+        gate it. The last gated release re-pointed at (by ``recover`` here or at boot, or a kill between a
+        rollback's switch and its gate) has every model reloaded from its files first; a release an init
+        step installed and nobody gated is gated as Triton loaded it at its start."""
+        with self.lock, releases.locked(self.releases, f"pull {self.channel} (start)"):
             recovered = releases.recover(self.link, self.releases)
             if recovered["changed"]:
                 self.log(f"reverted the un-gated release {recovered['reverted']} to {recovered['active']}")
-                if self.triton:
-                    # Triton may have loaded the un-gated files: reload what the gated release has.
-                    self.triton.wait_ready(self.load_timeout)
-                    for m in manifest.models(manifest.read(self.releases / recovered["active"])):
-                        self.triton.load(m, timeout=self.load_timeout)
             active = releases.active_release(self.link, self.releases)
-            if not active or self.gated() or self.triton is None:
+            st = releases.state(self.releases)
+            if not active or self.gated():
+                self._export()
                 return {"gated": self.gated(), **recovered}
+            digest = str(st.get("digest") or "") if active == st.get("current") else (
+                releases.release_digest(self.releases, active) or active)
             try:
-                self.triton.wait_ready(self.load_timeout)
-                models = manifest.models(manifest.read(self.releases / active))
-                gate = golden_gate(self.triton, self.releases / active, models, timeout=self.golden_timeout)
-                if not gate["ok"]:
-                    raise StepFailed("golden", "; ".join(gate["failed"]))
-                releases.mark(self.releases, active)
-            except (StepFailed, ReleaseError) as e:
-                step = e.step if isinstance(e, StepFailed) else "golden"
-                self.metrics.inc("tritonops_release_failures_total", channel=self.channel, step=step)
-                self.refused[releases.release_digest(self.releases, active) or active] = str(e)
-                self.log(f"release {active} installed at start failed its gate: {e}")
-                return {"gated": False, "error": str(e)}
+                if active == st.get("current"):  # re-pointed, or never gated since the link last moved
+                    if self.triton is not None and not self.triton.live():  # the polls gate it once Triton is up
+                        raise StepFailed("triton", f"{self.triton.url} does not answer; the gate of {active} waits")
+                    out = self._serve(active)
+                elif self.triton is None:
+                    return {"gated": False, **recovered}  # an init step: the sidecar gates it
+                else:  # an init step's release, never gated: gated as Triton loaded it at its start
+                    _step("triton", lambda: self.triton.wait_ready(self.load_timeout))  # type: ignore[union-attr]
+                    out = self._serve(active, touch=False)
+            except StepFailed as e:
+                failed = self._failed(active, digest, e)
+                self.log(f"release {active} at start: not gated ({failed['class']}, {failed['cause']}): {e}")
+                self._export()
+                return {"gated": False, "error": str(e), **recovered, **failed}
             self._export()
-            return {"gated": True, "release": active}
+            return {"gated": True, "release": active, **recovered, **out}
 
     def sync(self) -> dict[str, Any]:
         """The pod's init step: put the channel's release in place (fetched, verified, activated).
 
         Triton is not running yet; the sidecar gates the release once Triton has loaded it.
         """
-        raw = self.store.get(channel_key(self.channel), limit=POINTER_MAX)
-        assert raw is not None
-        self.pointer = parse_pointer(raw, f"{self.store}/{channel_key(self.channel)}")
+        self._read_pointer(conditional=False)  # verified against the trusted root, as in poll
+        assert self.pointer is not None
         release, digest = self.pointer["release"], self.pointer["digest"]
         fetched = self.fetch(release, digest)
         releases.activate(self.link, self.releases, release)
+        self._save_trust()
         return {"result": "synced", **fetched}
 
     def run(self, interval: float, jitter: float = 0.2, stop: threading.Event | None = None,
@@ -446,5 +548,13 @@ class Agent:
         self._write_textfile(textfile)
 
     def _write_textfile(self, textfile: Path | None) -> None:
-        if textfile:
-            write_atomic(Path(textfile) / "tritonops_release.prom", self.metrics.render())
+        """node-exporter's textfile; a full disk (or any write error) is logged and counted, never fatal."""
+        if not textfile:
+            return
+        path = Path(textfile) / "tritonops_release.prom"
+        try:
+            write_atomic(path, self.metrics.render())
+        except OSError as e:
+            reason = errno.errorcode.get(e.errno or 0, "error")
+            self.metrics.inc("tritonops_release_textfile_errors_total", reason=reason)
+            self.log(f"{path}: not written ({e.strerror or e}); the agent goes on")

@@ -4,7 +4,7 @@ Layout (paths come from the caller)::
 
     <releases>/<release-id>/...              one folder per release, MANIFEST.sha256.json inside
     <releases>/.staging-<release-id>/        an install in progress (renamed when verified)
-    <releases>/current.json                  {"current": id, "digest": ..., "history": [...]} after the gate
+    <releases>/current.json                  {"current": id, "digest": ..., "served": {...}, "history": [...]}
     <releases>/.lock                         the node folder's lock while a command changes it (lock.py)
     <releases>/.journal.json                 a multi-step change in progress (install's two renames)
     <link> -> releases/<release-id>          what tritonserver --model-repository points at
@@ -16,6 +16,13 @@ journal, so a kill at any point leaves the last gated release installed and link
 ``active`` (where the link points) and ``current`` (the last release that passed its golden gate)
 differ only while a release is being switched; ``recover`` puts the link back on ``current`` when
 whoever switched it died before the gate (the node stays safe without its controller).
+
+``served`` records that a gate passed against what Triton answered with the link as it is now: the
+release, its digest and the link's identity (inode and mtime of the symlink, which every switch
+renames anew). Any move of the link (a switch, a rollback, ``recover``) voids it without a write, so a
+release pointed back at is reported gated (:func:`served`) only after its models were reloaded and
+gated again (the pull agent's ``gate_active`` and rollback, ``recover --triton``), never because the
+link matches ``current`` while Triton still holds the models of a refused release.
 """
 
 from __future__ import annotations
@@ -48,8 +55,18 @@ STAGING_GRACE = float(os.environ.get("TRITONOPS_STAGING_GRACE", 3600))
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# install's repair, in order: journal written, installed copy renamed aside, verified copy renamed into
+# place, the copy aside removed (the journal is cleared after). A kill at any of them is finished or
+# undone by the next taker of the lock (replay).
+INSTALL_STEPS = ("install-journal", "install-aside", "install-swap", "install-cleanup")
+# Every point a test may kill a process at: install's, and the pull agent's after it loaded a release
+# into Triton and before its gate (pull.Agent.apply).
+CRASH_POINTS = (*INSTALL_STEPS, "apply-loaded")
+
+
 def crash_point(step: str) -> None:
     """Tests only: die here (SIGKILL, no cleanup) when TRITONOPS_TEST_CRASH_AT names this step."""
+    assert step in CRASH_POINTS, step
     if os.environ.get("TRITONOPS_TEST_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -173,6 +190,24 @@ def active_release(link: Path, releases: Path) -> str | None:
     return target.name
 
 
+def link_id(link: Path) -> str | None:
+    """The models symlink's identity (inode and mtime of the link itself): new at every switch."""
+    try:
+        st = os.lstat(link)
+    except OSError:
+        return None
+    return f"{st.st_ino}:{st.st_mtime_ns}" if os.path.islink(link) else None
+
+
+def served(link: Path, releases: Path) -> bool:
+    """The link names ``current`` and a gate passed against Triton since the link last moved."""
+    st = state(releases)
+    current, rec = st.get("current"), st.get("served")
+    return (bool(current) and active_release(link, releases) == current and isinstance(rec, dict)
+            and rec.get("release") == current and rec.get("digest") == st.get("digest")
+            and rec.get("link") == link_id(link))
+
+
 def list_releases(releases: Path) -> list[str]:
     """Release folders: those that carry a manifest (nothing else is ever pruned)."""
     releases = Path(releases)
@@ -183,8 +218,11 @@ def list_releases(releases: Path) -> list[str]:
 
 
 def release_digest(releases: Path, release: str) -> str | None:
+    """The digest a store names the installed release by: the sha256 of its manifest file as written
+    (for a push-mode manifest, which lists files only, the same as ``manifest.digest`` of its files)."""
     try:
-        return manifest.digest(manifest.read(Path(releases) / release))
+        manifest.read(Path(releases) / release)  # a readable manifest, or None
+        return manifest.file_digest(Path(releases) / release)
     except ReleaseError:
         return None
 
@@ -199,6 +237,7 @@ def status(link: Path, releases: Path, release: str | None = None, digest: str |
         "active": active,
         "current": st.get("current"),
         "current_digest": st.get("digest"),
+        "served": served(link, releases),
         "releases": list_releases(releases),
         "active_models": {},
     }
@@ -394,21 +433,34 @@ def activate(link: Path, releases: Path, release: str, touch: list[str] | None =
 
 
 @_locked("mark")
-def mark(releases: Path, release: str, digest: str | None = None) -> dict[str, Any]:
-    """Record the release as current (after the golden gate) and append it to the history."""
+def mark(releases: Path, release: str, digest: str | None = None, link: Path | None = None) -> dict[str, Any]:
+    """Record the release as current (after the golden gate) and append it to the history.
+
+    With ``link`` (the models symlink, pointing at the release), also record that the gate passed
+    against what Triton serves through the link as it is now (``served``; voided when the link moves).
+    Marking the current release again only records that (its place in the history is kept)."""
     check_release_id(release)
     if release not in list_releases(releases):
         raise UsageError(f"{Path(releases) / release}: no such release on this node (only an installed one is marked)")
     st = state(releases)
     digest = digest or release_digest(releases, release)
-    if st.get("current") == release and st.get("digest") == digest:
-        return {"changed": False, "current": release}
-    history = [h for h in st.get("history", []) if h.get("release") != release]
-    history.append({"release": release, "digest": digest,
-                    "activated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    rec = None
+    if link is not None and active_release(link, releases) == release:
+        rec = {"release": release, "digest": digest, "link": link_id(link),
+               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    same = st.get("current") == release and st.get("digest") == digest
+    if same and (rec is None or {**(st.get("served") or {}), "at": rec["at"]} == rec):
+        return {"changed": False, "current": release, "served": rec is not None}
+    history = st.get("history", [])
+    if not same:
+        history = [h for h in history if h.get("release") != release]
+        history.append({"release": release, "digest": digest,
+                        "activated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     st.pop("error", None)
-    _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-50:]})
-    return {"changed": True, "previous": st.get("current"), "current": release}
+    st.pop("served", None)
+    _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-50:],
+                            **({"served": rec} if rec else {})})
+    return {"changed": True, "previous": st.get("current"), "current": release, "served": rec is not None}
 
 
 def _last_change(path: Path) -> float:
@@ -466,5 +518,5 @@ def recover(link: Path, releases: Path, grace: float = 0.0) -> dict[str, Any]:
     switched = time.time() - os.lstat(link).st_mtime
     if switched < grace:  # a switch in progress: its gate may still pass
         return {"changed": False, "active": active, "current": current, "ungated_for": round(switched)}
-    activate(link, releases, current)
+    activate(link, releases, current)  # a new link: ``served`` no longer holds until a gate passes again
     return {"changed": True, "active": current, "reverted": active}

@@ -9,17 +9,24 @@ them: anonymous. Temporary credentials are refreshed before they expire; a failu
 
 A store holds, under one prefix::
 
-    blobs/sha256/<hex>                  every file of every release, once, by content
-    releases/<digest>/manifest.json     the manifest (its sha256 is <digest>) ...
-    releases/<digest>/manifest.json.sig ... and its Ed25519 signature
-    ids/<release-id>.json               {"release", "digest"}: an id names one content for ever
-    channels/<name>.json                the pointer: {"channel", "release", "digest", "history": [...]}
+    blobs/sha256/<hex>                   every file of every release, once, by content
+    releases/<digest>/manifest.json      the manifest (its sha256 is <digest>): each file's sha256 and
+                                         length, the release id, the channels it may be served on ...
+    releases/<digest>/manifest.json.sigs ... and its signatures (role "release", trust.sign_detached)
+    ids/<release-id>.json                {"release", "digest"}: an id names one content for ever
+    channels/<name>.json                 the pointer, a signed envelope (role "channel", agent.trust):
+                                         {"signed": {"type": "channel", "channel", "version", "expires",
+                                         "release", "digest", "length", "root_version", "history", ...},
+                                         "signatures": [...]}
+    root/<N>.json                        root (keys and thresholds) version N, signed by N-1's root keys
+                                         and its own: nodes follow a rotation without a redeploy
 
 Everything but the pointers is immutable. Pointers are read with conditional requests (ETag /
 If-None-Match, Last-Modified / If-Modified-Since; a size+mtime stamp for folders), so an idle poll
-costs one small request that answers 304. Every read is bounded in size (``limit``; a blob by its
-stated length, else ``BLOB_MAX``) and in time (one overall deadline per request: ``timeout`` for
-metadata, ``blob_timeout`` for a file), follows redirects only within the store's origin and is
+costs one small request that answers 304. Every read is bounded in size (``limit``: a pointer or a
+root by a fixed cap before it is verified, a manifest by the length its signed pointer states, a blob
+by the length its signed manifest states) and in time (one overall deadline per request: ``timeout``
+for metadata, ``blob_timeout`` for a file), follows redirects only within the store's origin and is
 ended at once by ``cancel`` (the agent's SIGTERM); see :mod:`netio`.
 """
 
@@ -44,9 +51,8 @@ from .fsio import read_bounded
 from .manifest import MANIFEST_MAX
 
 POINTER_MAX = 256 << 10
-SIGNATURE_MAX = 4096
-# A blob's cap while the manifest states no lengths (issue 21 item 1): the largest model file we expect.
-BLOB_MAX = 256 << 30
+SIGNATURE_MAX = 64 << 10  # a manifest's signatures: a JSON list of {"keyid", "sig"}, one per signing key
+ROOT_MAX = 512 << 10  # a root document (keys and thresholds), read before it is verified
 METADATA_TIMEOUT = 10.0  # seconds, overall, for a pointer, a manifest or a signature
 BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -60,6 +66,16 @@ def channel_key(channel: str) -> str:
 
 def manifest_key(digest: str) -> str:
     return f"releases/{digest}/manifest.json"
+
+
+def signatures_key(digest: str) -> str:
+    """The signatures of a release's manifest (role "release")."""
+    return manifest_key(digest) + ".sigs"
+
+
+def root_key(version: int) -> str:
+    """Root (keys and thresholds) version ``version``: what a node fetches to follow a key rotation."""
+    return f"root/{int(version)}.json"
 
 
 def blob_key(sha256: str) -> str:
@@ -172,14 +188,18 @@ class Store:
         self._validators[key] = validators
         return resp.body
 
-    def download(self, key: str, dest: Path, sha256: str, size: int | None = None) -> int:
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s validators: its next conditional read is a full one (it was read but not acted on)."""
+        self._validators.pop(key, None)
+
+    def download(self, key: str, dest: Path, sha256: str, size: int) -> int:
         """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written.
 
-        Never more than ``size`` bytes (the length the signed metadata states) or, without one,
-        ``BLOB_MAX``; over HTTP(S) and S3 within ``blob_timeout`` seconds in all."""
-        # TODO(issue 21 item 1): the manifest states no file lengths yet, so callers pass size=None and a
-        # blob is capped only by BLOB_MAX (and the deadline); pass the signed length once it has one.
-        limit = BLOB_MAX if size is None else size
+        Never more than ``size`` bytes (the length the signed manifest states: reading stops there);
+        over HTTP(S) and S3 within ``blob_timeout`` seconds in all."""
+        if type(size) is not int or size < 0:
+            raise StoreError(f"{self.url}/{key}: no signed length to download it under")
+        limit = size
         h = hashlib.sha256()
         written = 0
         where = f"{self.url}/{key}"
@@ -213,7 +233,7 @@ class Store:
         except OSError as e:
             _unlink(dest)
             raise StoreError(f"{where}: {e.strerror or e}") from None
-        if size is not None and written != size:
+        if written != size:
             _unlink(dest)
             raise StoreError(f"{where}: {written} bytes, not the {size} the manifest states")
         if h.hexdigest() != sha256:
@@ -238,8 +258,9 @@ def _settled(last_modified: str) -> bool:
 
 
 def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
-                  env: dict[str, str] | None = None, credentials: Credentials | None = None) -> dict[str, str]:
-    """AWS Signature Version 4 headers for an S3 GET of ``url``.
+                  env: dict[str, str] | None = None, credentials: Credentials | None = None,
+                  method: str = "GET", payload_hash: str = _EMPTY_SHA256) -> dict[str, str]:
+    """AWS Signature Version 4 headers for an S3 GET of ``url`` (or ``method``, with the body's sha256 hex).
 
     With ``credentials`` (from a provider: IRSA, Pod Identity, static), those; else static keys from
     ``env`` (the process environment when None). None at all: no headers (an anonymous read of a public
@@ -255,14 +276,14 @@ def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
     now = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 on nodes
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     parts = urllib.parse.urlsplit(url)
-    headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}
+    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
     if credentials.token:
         headers["x-amz-security-token"] = credentials.token
     names = sorted(headers)
     query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
                      for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True)))
-    canonical = "\n".join(["GET", parts.path or "/", query, "".join(f"{n}:{headers[n]}\n" for n in names),
-                           ";".join(names), _EMPTY_SHA256])
+    canonical = "\n".join([method, parts.path or "/", query, "".join(f"{n}:{headers[n]}\n" for n in names),
+                           ";".join(names), payload_hash])
     scope = f"{day}/{region}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     k = ("AWS4" + secret).encode()

@@ -47,7 +47,9 @@ class Triton:
             detail = raw.decode(errors="replace")[:300]
             with contextlib.suppress(ValueError, AttributeError):
                 detail = json.loads(detail).get("error", detail)
-            raise ReleaseError(f"{where}: HTTP {resp.status}: {detail}")
+            err = ReleaseError(f"{where}: HTTP {resp.status}: {detail}")
+            err.status = resp.status  # failures.py: a 5xx may pass on retry, a refused load (400) never
+            raise err
         try:
             return json.loads(raw.decode()) if raw.strip() else None
         except (ValueError, RecursionError):

@@ -23,7 +23,7 @@ import typer
 
 import tritonops
 from tritonops.agent.exitcodes import HELP as EXIT_HELP
-from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, release
+from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, release, rollout
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, epilog=EXIT_HELP,
                   help="Triton Inference Server infrastructure: validate, release, render, check drift, plan.")
@@ -51,4 +51,5 @@ app.command("smoke")(load.smoke)
 app.command("serve")(load.serve)
 app.add_typer(observability.app, name="observability")
 app.add_typer(release.app, name="release")
+release.app.add_typer(rollout.app, name="rollout")  # tritonops release rollout start|advance|status
 app.add_typer(agent.app, name="agent")

@@ -1,4 +1,8 @@
-"""``tritonops release``: publish, promote, rollback, status, keygen.
+"""``tritonops release``: publish, promote, rollback, refresh, status, keygen, root init/rotate.
+
+Every channel move (publish, promote, rollback, refresh) writes a signed pointer (a new version, an
+expiry: ``--expires``, default 30d) with the ``--key`` file(s); ``root init`` / ``root rotate`` write
+the store's next root document (keys and thresholds per role) that nodes follow without a redeploy.
 
 Exit codes: 0 done, 1 the operation failed (the message names the file, object or step) or the canary
 gate refused a promotion (with the figures), 2 usage error (a bad argument, an unknown channel, an
@@ -40,6 +44,23 @@ Store = Annotated[str | None, typer.Option(
 OldStore = Annotated[str | None, old_spelling("--to", "--store")]
 S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+# The keys that sign a channel pointer (role "channel"): repeatable, for a threshold of several.
+Keys = Annotated[list[Path] | None, typer.Option(
+    "--key", help="A private signing key (repeatable: a threshold of several); default release-signing.key",
+    parser=path)]
+Expires = Annotated[str, typer.Option(help="How long the signed pointer stays valid: 30d, 12h, 90m (nodes freeze "
+                                           "after it: run tritonops release refresh before)")]
+
+
+def _expires(text: str) -> float:
+    try:
+        return pub.duration(text)
+    except ReleaseError as e:
+        raise typer.BadParameter(str(e), param_hint="'--expires'") from None
+
+
+def _signing(keys: list[Path] | None) -> list[Path]:
+    return list(keys) if keys else [Path("release-signing.key")]
 
 
 def _store(command: str, store: str | None, to: str | None) -> str:
@@ -73,8 +94,12 @@ def publish_cmd(
     repository: Annotated[Path, typer.Argument(help="The model repository folder to release", parser=path)],
     store: Store = None,
     channel: Annotated[str | None, typer.Option(help="Move this channel to the release (none: upload only)")] = None,
-    key: Annotated[Path, typer.Option("--key", help="The private signing key", parser=path)] = Path(
-        "release-signing.key"),
+    key: Keys = None,
+    channel_key: Annotated[list[Path] | None, typer.Option(
+        help="A key that signs the channel pointer, if not the --key(s) (repeatable)", parser=path)] = None,
+    for_channel: Annotated[list[str] | None, typer.Option(
+        help="Another channel the release may be served on (repeatable; e.g. stable, for a later promote)")] = None,
+    expires: Expires = "30d",
     target: Annotated[Target | None, typer.Option(help="Validate for this hardware")] = None,
     release: Annotated[str | None, typer.Option(
         help="Release id, as rollback and the agent name it (default: the digest's first 16 hex digits)")] = None,
@@ -99,8 +124,10 @@ def publish_cmd(
             moved = moved if out.get("changed") else "already there"
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
-    run_release_op(lambda: pub.publish(repository, where, channel, key, target.value if target else None, release,
-                                       config_name, s3_endpoint, progress), as_json, render)
+    seconds = _expires(expires)
+    run_release_op(lambda: pub.publish(repository, where, channel, _signing(key), target.value if target else None,
+                                       release, config_name, s3_endpoint, progress, channels=for_channel,
+                                       expires=seconds, channel_keys=channel_key), as_json, render)
 
 
 @app.command("promote")
@@ -122,6 +149,8 @@ def promote_cmd(
         help="Canary p95 may exceed stable's by this fraction (0.2 = 20%)", callback=finite(0))] = 0.2,
     min_requests: Annotated[int, typer.Option(
         help="Requests each track must have served per model in the window")] = 100,
+    key: Keys = None,
+    expires: Expires = "30d",
     as_json: AsJson = False,
     to: OldStore = None,
 ) -> None:
@@ -131,6 +160,7 @@ def promote_cmd(
     exit 1 with the figures, when the canary fails more, is slower at p95, or served too few requests.
     """
     where = _store("promote", store, to)
+    seconds = _expires(expires)
     gate = None
     if prometheus is not None:
         try:
@@ -141,7 +171,7 @@ def promote_cmd(
     elif model:
         raise typer.BadParameter("--model needs --prometheus (it selects what the gate compares)")
     try:
-        out = pub.promote(where, source_channel, channel, s3_endpoint, gate=gate)
+        out = pub.promote(where, source_channel, channel, s3_endpoint, gate=gate, keys=_signing(key), expires=seconds)
     except canary.PromotionRefused as e:
         if as_json:
             typer.echo(json.dumps({**e.report, "channel": channel, "source_channel": source_channel},
@@ -195,13 +225,108 @@ def rollback_cmd(
     store: Store = None,
     release: Annotated[str | None, typer.Option(help="An earlier release from the channel's history")] = None,
     s3_endpoint: S3Endpoint = None,
+    key: Keys = None,
+    expires: Expires = "30d",
     as_json: AsJson = False,
     to: OldStore = None,
 ) -> None:
     """Move CHANNEL back to its previous release (or to --release from its history)."""
     where = _store("rollback", store, to)
-    run_release_op(lambda: pub.rollback(where, channel, release, s3_endpoint), as_json,
+    seconds = _expires(expires)
+    run_release_op(lambda: pub.rollback(where, channel, release, s3_endpoint, keys=_signing(key), expires=seconds),
+                   as_json,
                    lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+
+
+@app.command("refresh")
+def refresh_cmd(
+    channel: Annotated[str, typer.Option(help="The channel whose pointer to sign again")],
+    store: Store = None,
+    s3_endpoint: S3Endpoint = None,
+    key: Keys = None,
+    expires: Expires = "30d",
+    as_json: AsJson = False,
+) -> None:
+    """Sign CHANNEL's release again with a new version and expiry (run it from a cron well within --expires:
+    a pointer that expires freezes its nodes on the release they serve)."""
+    where = _store("refresh", store, None)
+    seconds = _expires(expires)
+    run_release_op(lambda: pub.refresh(where, channel, s3_endpoint, keys=_signing(key), expires=seconds), as_json,
+                   lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} version {o['version']}, "
+                                           f"valid until {o['expires']}"))
+
+
+root_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                       help="The store's root document: which keys sign what, how many must (nodes follow it).")
+app.add_typer(root_app, name="root")
+RootKeys = Annotated[list[Path] | None, typer.Option(help="A public key that signs the next root (repeatable)",
+                                                     parser=path)]
+ReleaseKeys = Annotated[list[Path] | None, typer.Option(help="A public key that signs release manifests (repeatable)",
+                                                        parser=path)]
+ChannelKeys = Annotated[list[Path] | None, typer.Option(
+    help="A public key that signs channel pointers: publish, promote, rollback, refresh (repeatable)", parser=path)]
+ReportKeys = Annotated[list[Path] | None, typer.Option(
+    help="A public key that signs agents' status reports (optional role; repeatable)", parser=path)]
+Thresholds = Annotated[list[str] | None, typer.Option(help="ROLE=N signatures needed (repeatable; default 1)")]
+
+
+def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, release_key: list[Path] | None,
+              channel_key: list[Path] | None, report_key: list[Path] | None, threshold: list[str] | None,
+              sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool) -> None:
+    where = _store("root", store, None)
+    keys = {r: list(k) for r, k in (("root", root_key), ("release", release_key), ("channel", channel_key),
+                                    ("report", report_key)) if k}
+    thresholds: dict[str, int] = {}
+    for t in threshold or []:
+        role, _, n = t.partition("=")
+        if not n.isdigit():
+            raise typer.BadParameter(f"{t!r}: expected ROLE=N (e.g. channel=2)", param_hint="'--threshold'")
+        thresholds[role] = int(n)
+    if not sign_with:
+        raise typer.BadParameter("the old root's root key(s) and the new one's (for root 1: the key nodes trust "
+                                 "today, and the new root keys)", param_hint="'--sign-with'")
+    seconds = _expires(expires)
+    run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first),
+                   as_json, lambda o: console.print(f"root version {o['root_version']} written, valid until "
+                                                    f"{o['expires']}: " + ", ".join(
+                                                        f"{r} {v['threshold']} of {len(v['keyids'])}"
+                                                        for r, v in sorted(o["roles"].items()))))
+
+
+@root_app.command("init")
+def root_init_cmd(
+    store: Store = None,
+    root_key: RootKeys = None, release_key: ReleaseKeys = None, channel_key: ChannelKeys = None,
+    report_key: ReportKeys = None,
+    threshold: Thresholds = None,
+    sign_with: Annotated[list[Path] | None, typer.Option(
+        help="Private keys that sign it: the key nodes trust today (their --trusted-key) and the new root keys",
+        parser=path)] = None,
+    expires: Annotated[str, typer.Option(help="How long the root stays valid")] = "365d",
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Write root version 1: public keys per role (--root-key, --release-key, --channel-key: repeatable)."""
+    _root_cmd(True, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
+              s3_endpoint, as_json)
+
+
+@root_app.command("rotate")
+def root_rotate_cmd(
+    store: Store = None,
+    root_key: RootKeys = None, release_key: ReleaseKeys = None, channel_key: ChannelKeys = None,
+    report_key: ReportKeys = None,
+    threshold: Thresholds = None,
+    sign_with: Annotated[list[Path] | None, typer.Option(
+        help="Private keys that sign it: a threshold of the current root's root keys and of the new one's",
+        parser=path)] = None,
+    expires: Annotated[str, typer.Option(help="How long the root stays valid")] = "365d",
+    s3_endpoint: S3Endpoint = None,
+    as_json: AsJson = False,
+) -> None:
+    """Write the next root version (rotate or revoke keys: a key the new root leaves out is trusted no more)."""
+    _root_cmd(False, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
+              s3_endpoint, as_json)
 
 
 @app.command("status")
@@ -236,11 +361,20 @@ def status_cmd(
                 t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
                           {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))
             console.print(t)
+        from tritonops.cli.rollout import waves_table
+
+        for r in out.get("rollouts", {}).values():
+            waves_table(r)
 
     out: dict = {}
 
     def run() -> dict:
         out.update(pub.status(where, channel, agents, s3_endpoint))
+        from tritonops.release import rollout  # a staged rollout: targeted / applied / gated / failed per wave
+
+        found = {c: rollout.summary(where, c, agents, s3_endpoint) for c in channel}
+        out["rollouts"] = {c: {k: v[k] for k in ("channel", "release", "rollout", "waves")}
+                           for c, v in found.items() if v is not None}
         return out
 
     run_release_op(run, as_json, render)

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 
 from tritonops.agent.errors import ReleaseError
-from tritonops.agent.pull import parse_pointer
+from tritonops.agent.metadata import unverified as parse_pointer
 from tritonops.agent.store import POINTER_MAX, Store, channel_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
 

@@ -82,6 +82,7 @@ ALERTS = (
     "TritonopsReleaseBehindChannel",
     "TritonopsReleaseFailed",
     "TritonopsReleaseCredentialsFailing",
+    "TritonopsReleaseMetadataExpired",
 )
 
 
@@ -411,7 +412,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         ),
         _alert(
             "TritonopsReleaseFailed",
-            "sum by (instance, channel, step) (increase(tritonops_release_failures_total[30m])) > 0",
+            "sum by (instance, channel, step) (increase(tritonops_release_failures_total{class=\"refused\"}[30m])) > 0",
             s.for_("0m"), "warning",
             "A release was refused on {{ $labels.instance }} at step {{ $labels.step }}",
             "The release agent on {{ $labels.instance }} (channel {{ $labels.channel }}) refused a release at "
@@ -419,7 +420,9 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
             """
 1. verify: the release is not signed by a trusted key or its manifest does not match the channel: do not
    override; find out who published it.
-2. fetch/install: a file in the store does not match its sha256, or the node lacks disk space.
+2. fetch/install: a file in the store does not match its sha256, or the release cannot be laid out (a file
+   and a folder of the same name, a path too long). A full disk, a store or Triton that does not answer is
+   retried, not refused (class="retry"): TritonopsReleaseBehindChannel says when it lasts.
 3. load/golden: the model does not load or answers differently from its golden.json: fix the model and publish
    a new release, or `tritonops release rollback CHANNEL --store STORE`.
 """,
@@ -438,6 +441,23 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
    cluster's OIDC provider, this namespace and ServiceAccount) and egress to the regional STS endpoint (443).
 2. container (EKS Pod Identity): the pod identity association, and egress to 169.254.170.23:80.
 3. The agent's log (the `release-agent` container) names the error code STS or the endpoint answered.
+""",
+        ),
+        # Freeze: a mirror that keeps serving an old (validly signed) pointer. The agent keeps serving its
+        # gated release and applies nothing new; up_to_date is 0 too, but this says why.
+        _alert(
+            "TritonopsReleaseMetadataExpired",
+            "max by (instance, channel) (tritonops_release_metadata_expired) == 1",
+            s.for_("10m"), "warning",
+            "The signed pointer of channel {{ $labels.channel }} has expired on {{ $labels.instance }}",
+            "The release agent on {{ $labels.instance }} reads a channel pointer for {{ $labels.channel }} whose "
+            "signed expiry has passed: it applies nothing new (a mirror may be replaying old metadata, or "
+            "nobody refreshed the channel) and keeps serving its gated release.",
+            """
+1. `tritonops release status --store STORE --channel CHANNEL` shows the pointer; if the store's own
+   pointer is current, the node reads a stale mirror or cache: fix the mirror.
+2. If the store's pointer has expired, re-sign it: `tritonops release refresh --channel CHANNEL --store STORE
+   --key KEY` (run it from a cron well within `--expires`, default 30 days).
 """,
         ),
     ]

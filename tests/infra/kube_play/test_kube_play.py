@@ -123,9 +123,9 @@ class Played:
         return dict(json.loads(self.agent("/status")))
 
     def failures(self, step: str) -> float:
-        m = re.search(rf'tritonops_release_failures_total{{channel="{self.channel}",step="{step}"}} (\S+)',
-                      self.agent("/metrics"))
-        return float(m.group(1)) if m else 0.0
+        found = re.findall(rf'tritonops_release_failures_total{{channel="{self.channel}",class="\w+",step="{step}"}} '
+                           r'(\S+)', self.agent("/metrics"))  # one series per class (retry, refused)
+        return sum(float(v) for v in found)
 
     def wait(self, what: str, cond: Callable[[], bool], timeout: float) -> float:
         start = time.monotonic()

@@ -181,10 +181,13 @@ def second(node: Node, store: Path, signing_key: Path, first: dict[str, Any],
 
 
 @pytest.fixture(scope="module")
-def foreign(node: Node, store: Path, second: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def foreign(node: Node, store: Path, second: dict[str, Any], signing_key: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("foreign")
     key, _ = keygen(tmp / "foreign.key", tmp / "foreign.pub")
-    out = publish(variant(tmp, "three"), to=str(store), channel=node.channel, signing_key=key, target="cpu")
+    # A manifest signed by a foreign key behind a validly signed pointer: refused at verify, nothing fetched.
+    out = publish(variant(tmp, "three"), to=str(store), channel=node.channel, signing_key=key, target="cpu",
+                  channel_keys=[signing_key])
 
     def refused() -> bool:
         s = node.metrics()

@@ -1,8 +1,12 @@
-"""Release sources for the agent tests: the sample repository copied, optionally with one file changed."""
+"""Helpers of the agent tests: release sources (the sample repository copied, optionally with one file
+changed) and the agent's command line run as a subprocess (optionally crashing at a named step)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
@@ -16,3 +20,12 @@ def release_source(tmp_path: Path, name: str, note: str = "") -> Path:
         with (src / "mlp" / "1" / "model.py").open("a") as f:
             f.write(f"\n# {note}\n")
     return src
+
+
+def agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m tritonops.agent ARGS``; ``crash``: the step it dies at (TRITONOPS_TEST_CRASH_AT)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITONOPS_TEST_CRASH_AT"}
+    if crash:
+        env["TRITONOPS_TEST_CRASH_AT"] = crash
+    return subprocess.run([sys.executable, "-m", "tritonops.agent", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)

@@ -74,14 +74,16 @@ def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     before = agent.store.requests
-    pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2")
+    # The pointer's signature is good (a channel key), the manifest's is not: refused before any blob.
+    pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2",
+                channel_keys=[keys["key"]])
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
-    assert "does not verify with any trusted key" in result["error"]
+    assert "0 valid signature(s) of the 1 of 1 release key(s)" in result["error"]
     assert agent.store.requests - before == 3  # pointer, manifest, signature: no blob
     assert not (agent.releases / "r2").exists() and releases.active_release(agent.link, agent.releases) == "r1"
     assert agent.poll()["result"] == "not_modified"  # refused once, not retried every poll
-    assert 'tritonops_release_failures_total{channel="stable",step="verify"} 1' in agent.metrics.render()
+    assert 'tritonops_release_failures_total{channel="stable",class="refused",step="verify"} 1' in agent.metrics.render()
 
 
 def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -90,13 +92,14 @@ def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_pat
     agent = _agent(tmp_path, str(store), keys)
     agent.poll()
     src = release_source(tmp_path, "b", "tampered")
-    (store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))).write_text("import os\n")
+    changed = src / "mlp" / "1" / "model.py"  # tampered with in the store, keeping its signed length
+    (store / blob_key(manifest.sha256_file(changed))).write_bytes(b"#" * changed.stat().st_size)
     pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "fetch")
     assert "content sha256" in result["error"]
     assert agent.poll()["step"] == "fetch"  # retried (the store may be repaired), never installed
-    assert sorted(p.name for p in agent.releases.iterdir()) == ["current.json", "r1"]
+    assert sorted(p.name for p in agent.releases.iterdir()) == [".trusted.json", "current.json", "r1"]
 
 
 def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path: Path, keys: dict[str, Path]) -> None:
@@ -123,7 +126,8 @@ def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Pat
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     # A second store (another team, a restored bucket) reusing the id with other content:
-    other = str(tmp_path / "other-store")
+    other = str(tmp_path / "other-store")  # its pointer version 2 (> the 1 this node trusts): no rollback
+    pub.publish(release_source(tmp_path, "c0", "zero"), other, "stable", keys["key"], target="cpu", version="r0")
     pub.publish(release_source(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
     agent.store = Store(other)
     result = agent.poll()
@@ -133,15 +137,17 @@ def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Pat
 
 def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: dict[str, Path]) -> None:
     store = str(tmp_path / "store")
-    r1 = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+    r1 = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1",
+                     channels=["canary"])
     pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
-    back = pub.rollback(store, "stable")
+    back = pub.rollback(store, "stable", keys=keys["key"])
     assert (back["release"], back["digest"], back["previous"]) == ("r1", r1["digest"], "r2")
     with pytest.raises(ReleaseError, match="no earlier release r9"):
-        pub.rollback(store, "stable", release="r9")
-    assert pub.promote(store, "stable", "canary")["release"] == "r1"
+        pub.rollback(store, "stable", release="r9", keys=keys["key"])
+    assert pub.promote(store, "stable", "canary", keys=keys["key"])["release"] == "r1"
     with pytest.raises(ReleaseError, match="channel 'nope' does not exist"):
-        pub.promote(store, "nope", "stable")
+        pub.promote(store, "nope", "stable", keys=keys["key"])
+    assert pub.read_pointer(pub.Writer(store), "stable")["version"] == 3  # type: ignore[index]  # r1, r2, r1
 
 
 def _switched_in_ungated(tmp_path: Path, keys: dict[str, Path]) -> Agent:
@@ -151,7 +157,9 @@ def _switched_in_ungated(tmp_path: Path, keys: dict[str, Path]) -> Agent:
     agent = _agent(tmp_path, store, keys)
     agent.poll()
     pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
-    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
+    p2 = pub.read_pointer(agent.store, "stable")
+    assert p2 is not None
+    agent.fetch("r2", p2["digest"], p2["length"])
     releases.activate(agent.link, agent.releases, "r2")
     return agent
 
@@ -330,7 +338,9 @@ def test_ready_stays_up_while_the_next_release_is_switched_in(tmp_path: Path, ke
     agent.poll()
     assert agent.ready() is True
     pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
-    agent.fetch("r2", pub.read_pointer(agent.store, "stable")["digest"])  # type: ignore[index]
+    p2 = pub.read_pointer(agent.store, "stable")
+    assert p2 is not None
+    agent.fetch("r2", p2["digest"], p2["length"])
     releases.activate(agent.link, agent.releases, "r2")
     agent.switching = True  # between activate and the gate: the gated models still serve
     assert agent.ready() is True

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import release_source
+from agent_harness import agent_cmd, release_source
 from tritonops.agent import lock, manifest, releases, signing
 from tritonops.agent.cli import main
 from tritonops.agent.manifest import MANIFEST_FILE
@@ -55,9 +55,9 @@ def test_two_agents_at_once_on_one_node_folder_both_apply_and_refuse_nothing(
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     real = Store.download
 
-    def slow(self: Store, key: str, dest: Path, sha256: str) -> int:
+    def slow(self: Store, key: str, dest: Path, sha256: str, size: int) -> int:
         time.sleep(0.03)  # both agents are mid-fetch at once
-        return real(self, key, dest, sha256)
+        return real(self, key, dest, sha256, size)
 
     monkeypatch.setattr(Store, "download", slow)
     node = tmp_path / "node"
@@ -80,7 +80,8 @@ def test_two_agents_at_once_on_one_node_folder_both_apply_and_refuse_nothing(
     assert agents[0].refused == agents[1].refused == {}
     st = releases.status(node / "models", node / "releases")
     assert (st["active"], st["current"], st["releases"]) == ("r1", "r1", ["r1"])
-    assert not list((node / "releases").glob(".*"))  # no staging, no journal, the lock let go
+    # no staging, no journal, the lock let go; the trusted metadata (metadata.py) stays
+    assert [p.name for p in (node / "releases").glob(".*")] == [".trusted.json"]
 
 
 def test_a_push_staging_tarball_survives_a_concurrent_pull_agents_prune(
@@ -181,14 +182,6 @@ def r1_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(push.prepare(release_source(tmp, "r1"), tmp / "cache", "cpu", version="r1")["tarball"])
 
 
-def _agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRITONOPS_TEST_CRASH_AT"}
-    if crash:
-        env["TRITONOPS_TEST_CRASH_AT"] = crash
-    return subprocess.run([sys.executable, "-m", "tritonops.agent", *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
-
-
 @pytest.mark.parametrize("step", ["install-journal", "install-aside", "install-swap", "install-cleanup"])
 def test_an_install_killed_at_any_step_leaves_the_gated_release_installed_and_linked(
         tmp_path: Path, step: str, r1_tar: Path) -> None:
@@ -203,18 +196,18 @@ def test_an_install_killed_at_any_step_leaves_the_gated_release_installed_and_li
     (rel / "r1" / "mlp" / "1" / "model.py").write_text("drifted on the node\n")  # the push repairs it...
     tar = shutil.copyfile(r1_tar, rel / ".staging-r1.tar")
     install = ["install", *layout, "--release", "r1", "--staging", str(rel / ".staging-r1"), "--tarball", str(tar)]
-    killed = _agent_cmd(*install, crash=step)  # ...and is killed at this step
+    killed = agent_cmd(*install, crash=step)  # ...and is killed at this step
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert "a change was interrupted" in json.loads(_agent_cmd("status", *layout).stdout)["journal"]
-    nxt = _agent_cmd("recover", *layout)  # the next run (boot, the agent's start, any changing command)
+    assert "a change was interrupted" in json.loads(agent_cmd("status", *layout).stdout)["journal"]
+    nxt = agent_cmd("recover", *layout)  # the next run (boot, the agent's start, any changing command)
     assert nxt.returncode == 0, nxt.stdout + nxt.stderr
-    st = json.loads(_agent_cmd("status", *layout).stdout)
+    st = json.loads(agent_cmd("status", *layout).stdout)
     assert (st["active"], st["current"], st["releases"]) == ("r1", "r1", ["r1"]) and "journal" not in st, st
     assert link.resolve().is_dir() and not (rel / releases.JOURNAL_FILE).exists()
     assert not [p for p in rel.glob(".staging-*") if p.is_dir()]
     if step != "install-journal":  # killed after the verified copy was renamed aside: it is what is in place
         assert manifest.verify(rel / "r1") == good
-    assert _agent_cmd(*install).returncode == 0  # and the push, run again, completes
+    assert agent_cmd(*install).returncode == 0  # and the push, run again, completes
     assert manifest.verify(link) == good
 
 

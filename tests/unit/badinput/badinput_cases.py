@@ -119,8 +119,29 @@ def version_dir(name: str) -> Callable[[Path], None]:
 
 
 def pointer(channel: str = "canary", history: list | None = None) -> Callable[[Path], None]:
-    doc = {"channel": channel, "release": "r1", "digest": DIGEST, "history": history or []}
-    return write(f"store/channels/{channel}.json", json.dumps(doc))
+    """A signed channel pointer (version 1, valid a day) to release r1 (a manifest without files, signed for
+    canary and stable), signed by {tmp}/keys/release.key."""
+    def setup(tmp: Path) -> None:
+        import hashlib
+        import time
+
+        from tritonops.agent import manifest, trust
+
+        if not (tmp / "keys" / "release.key").exists():
+            keys(tmp)
+        text = manifest.text({}, {}, "r1", ["canary", "stable"]).encode()
+        digest = hashlib.sha256(text).hexdigest()
+        (tmp / "store" / "releases" / digest).mkdir(parents=True, exist_ok=True)
+        (tmp / "store" / "releases" / digest / "manifest.json").write_bytes(text)
+        (tmp / "store" / "releases" / digest / "manifest.json.sigs").write_bytes(
+            trust.sign_detached(text, [tmp / "keys" / "release.key"]))
+        doc = {"type": "channel", "channel": channel, "version": 1, "expires": trust.format_time(time.time() + 86400),
+               "release": "r1", "digest": digest, "length": len(text), "root_version": 0,
+               "history": history or []}
+        dest = tmp / "store" / "channels" / f"{channel}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(trust.sign_envelope(doc, [tmp / "keys" / "release.key"]))
+    return setup
 
 
 def keys(tmp: Path) -> None:

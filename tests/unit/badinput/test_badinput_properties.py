@@ -19,7 +19,7 @@ from tritonops.agent import manifest
 from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.agent.golden import golden_gate, read_golden
 from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.agent.pull import parse_pointer
+from tritonops.agent.metadata import unverified as parse_pointer
 from tritonops.model_repo.golden import Golden
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

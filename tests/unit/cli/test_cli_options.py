@@ -63,11 +63,12 @@ def test_publish_counts_say_what_each_file_cost(tmp_path: Path, keys: Path) -> N
     distinct = len(set(files.values()))
     assert distinct < len(files)  # the sample has files with equal content (mlp and mlp_batched)
     store = tmp_path / "store"
-    first = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys))
+    first = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--for-channel", "stable")
     assert first.exit_code == 0, first.output
     assert f"{len(files)} files: {distinct} uploaded, {len(files) - distinct} duplicates of another file\n" in first.stdout
     assert "already in" not in first.stdout
-    again = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--json")
+    again = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--for-channel", "stable",
+                "--json")
     doc = json.loads(again.stdout)
     assert (doc["uploaded"], doc["already_there"], doc["duplicates"]) == (0, distinct, len(files) - distinct)
 
@@ -90,9 +91,11 @@ def test_the_old_store_spelling_works_and_warns(tmp_path: Path, keys: Path) -> N
 
 def test_publish_release_id_and_its_old_spelling(tmp_path: Path, keys: Path) -> None:
     store = tmp_path / "store"
-    new = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--release", "r1", "--json")
+    new = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--release", "r1",
+              "--for-channel", "stable", "--json")
     assert new.exit_code == 0 and json.loads(new.stdout)["release"] == "r1" and "deprecated" not in new.stderr
-    old = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--version", "r1", "--json")
+    old = run("release", "publish", str(SAMPLE), "--store", str(store), "--key", str(keys), "--version", "r1",
+              "--for-channel", "stable", "--json")
     assert old.exit_code == 0 and json.loads(old.stdout)["release"] == "r1", old.output
     assert "warning: --version is deprecated, use --release" in old.stderr
 

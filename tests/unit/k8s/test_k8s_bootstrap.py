@@ -88,9 +88,9 @@ def test_unpublished_channel_is_refused_with_the_publish_command(s3: str, store:
     assert exc.value.key == "tritonops-triton:modelServices[0].release.canary.channel"
     assert "--channel dev-canary" in str(exc.value)
 
-    _publish(tmp_path, s3, store, "dev-canary")
+    canary = _publish(tmp_path, s3, store, "dev-canary")  # the same content signed for another channel: its own id
     states = bootstrap.check_channels(_cfg(s3, store))
-    assert [(s.channel, s.release) for s in states] == [("dev", out["release"]), ("dev-canary", out["release"])]
+    assert [(s.channel, s.release) for s in states] == [("dev", out["release"]), ("dev-canary", canary["release"])]
     ok = run_program("triton", "dev", {"modelServices": _services(s3, store)}, check_channels=True)
     assert any(r.typ == "kubernetes:apps/v1:Deployment" for r in ok.resources)
 

@@ -150,11 +150,11 @@ SCENARIOS = [
         {"channel": "stable", "instance": "edge-1:9105"},
     ),
     Scenario(
-        "TritonopsReleaseFailed",
-        {'tritonops_release_failures_total{channel="stable",step="golden",instance="edge-1:9105",'
+        "TritonopsReleaseFailed",  # refused at the gate fires; a full disk at mark, retried, does not
+        {'tritonops_release_failures_total{channel="stable",class="refused",step="golden",instance="edge-1:9105",'
          'job="release-agent"}': f"0x100 1x{STEPS - 100}"},
-        {'tritonops_release_failures_total{channel="stable",step="golden",instance="edge-1:9105",'
-         'job="release-agent"}': f"0x{STEPS}"},
+        {'tritonops_release_failures_total{channel="stable",class="retry",step="mark",instance="edge-1:9105",'
+         'job="release-agent"}': f"0x100 1x{STEPS - 100}"},
         "26m",
         {"channel": "stable", "instance": "edge-1:9105", "step": "golden"},
     ),
@@ -166,6 +166,15 @@ SCENARIOS = [
          'job="release-agent"}': f"0x100 1x{STEPS - 100}"},
         "60m",
         {"source": "web_identity", "instance": "pod-1:9105"},
+    ),
+    Scenario(
+        "TritonopsReleaseMetadataExpired",  # the pointer expired at minute 25; 5 minutes expired: quiet
+        {'tritonops_release_metadata_expired{channel="stable",instance="edge-1:9105",job="release-agent"}':
+         f"0x100 1x{STEPS - 100}"},
+        {'tritonops_release_metadata_expired{channel="stable",instance="edge-1:9105",job="release-agent"}':
+         f"0x100 1x20 0x{STEPS - 120}"},
+        "45m",
+        {"channel": "stable", "instance": "edge-1:9105"},
     ),
 ]
 

@@ -7,6 +7,7 @@ names, the way Prometheus answers; the live comparison is tests/integration/test
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import threading
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonops.agent import manifest, signing
+from tritonops.agent.store import manifest_key
 from tritonops.cli import app
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
@@ -232,14 +235,19 @@ def test_prometheus_errors_are_gate_errors(prom: FakePrometheus) -> None:
 # --- tritonops release promote --prometheus ------------------------------------------------------
 
 RUNNER = CliRunner()
-DIGESTS = {"r1": "1" * 64, "r2": "2" * 64}
+# Releases without files, signed for both channels: what a (signed) pointer move checks.
+TEXTS = {rid: manifest.text({}, {}, rid, ["canary", "stable"]).encode() for rid in ("r1", "r2")}
+DIGESTS = {rid: hashlib.sha256(t).hexdigest() for rid, t in TEXTS.items()}
 
 
 def _store(tmp_path: Path) -> str:
     store = tmp_path / "store"
     w = pub.Writer(str(store))
-    pub.move_pointer(w, "stable", "r1", DIGESTS["r1"], "test")
-    pub.move_pointer(w, "canary", "r2", DIGESTS["r2"], "test")
+    key, _ = signing.keygen(tmp_path / "release-signing.key", tmp_path / "release.pub")
+    for rid, text in TEXTS.items():
+        w.put(manifest_key(DIGESTS[rid]), text, "application/json")
+    pub.move_pointer(w, "stable", "r1", DIGESTS["r1"], "test", keys=[key])
+    pub.move_pointer(w, "canary", "r2", DIGESTS["r2"], "test", keys=[key])
     return str(store)
 
 
@@ -250,7 +258,8 @@ def _stable(store: str) -> str:
 
 
 def _promote(store: str, *extra: str) -> Any:
-    return RUNNER.invoke(app, ["release", "promote", "canary", "stable", "--store", store, *extra])
+    key = str(Path(store).parent / "release-signing.key")
+    return RUNNER.invoke(app, ["release", "promote", "canary", "stable", "--store", store, "--key", key, *extra])
 
 
 def test_promote_refuses_with_figures_and_leaves_the_pointer(prom: FakePrometheus, tmp_path: Path) -> None:

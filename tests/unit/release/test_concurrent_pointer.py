@@ -8,16 +8,34 @@ takes a conditional PUT (If-Match / If-None-Match) and reads again when it lost.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonops.agent import manifest, signing
 from tritonops.agent.errors import StoreError
+from tritonops.agent.store import manifest_key
 from tritonops.release import publish as pub
 
-DIGESTS = {"r0": "0" * 64, "ra": "a" * 64, "rb": "b" * 64}
+# Releases without files, each signed for every channel used here: what a (signed) pointer move checks.
+TEXTS = {r: manifest.text({}, {}, r, ["stable", "a", "b"]).encode() for r in ("r0", "ra", "rb")}
+DIGESTS = {r: hashlib.sha256(t).hexdigest() for r, t in TEXTS.items()}
+KEYS: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _signing_key(tmp_path_factory: pytest.TempPathFactory) -> None:
+    d = tmp_path_factory.mktemp("keys")
+    KEYS[:] = [signing.keygen(d / "release.key", d / "release.pub")[0]]
+
+
+def _releases(writer: pub.Writer) -> pub.Writer:
+    for r, text in TEXTS.items():
+        writer.put(manifest_key(DIGESTS[r]), text, "application/json")
+    return writer
 
 
 def _held_back_reads(monkeypatch: pytest.MonkeyPatch, channel: str, delay: Any = lambda n: 0.2 * n) -> None:
@@ -41,15 +59,15 @@ def _held_back_reads(monkeypatch: pytest.MonkeyPatch, channel: str, delay: Any =
 
 
 def _two_promotes_at_once(store: str, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str | None = None) -> None:
-    writer = pub.Writer(store, s3_endpoint)
+    writer = _releases(pub.Writer(store, s3_endpoint))
     for channel, release in (("stable", "r0"), ("a", "ra"), ("b", "rb")):
-        pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}")
+        pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}", keys=KEYS)
     _held_back_reads(monkeypatch, "stable")
     results: dict[str, Any] = {}
 
     def promote(src: str) -> None:
         try:
-            results[src] = pub.promote(store, src, "stable", s3_endpoint=s3_endpoint)
+            results[src] = pub.promote(store, src, "stable", s3_endpoint=s3_endpoint, keys=KEYS)
         except Exception as e:  # noqa: BLE001 - reported below
             results[src] = e
 
@@ -79,15 +97,15 @@ def test_two_promotes_at_once_into_a_folder_store_lose_nothing(tmp_path: Path,
 def test_a_rollback_during_a_promote_rolls_back_from_what_the_promote_wrote(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
-    writer = pub.Writer(store)
+    writer = _releases(pub.Writer(store))
     for channel, release in (("stable", "r0"), ("stable", "ra"), ("b", "rb")):
-        pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}")
+        pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}", keys=KEYS)
     _held_back_reads(monkeypatch, "stable", lambda n: 0.3 if n == 1 else 0.0)  # the promote reads, then waits
     out: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: out.update(p=pub.promote(store, "b", "stable")))
+    t = threading.Thread(target=lambda: out.update(p=pub.promote(store, "b", "stable", keys=KEYS)))
     t.start()
     time.sleep(0.05)
-    out["r"] = pub.rollback(store, "stable")
+    out["r"] = pub.rollback(store, "stable", keys=KEYS)
     t.join(20)
     final = pub.read_pointer(writer, "stable")
     assert final is not None
@@ -103,8 +121,8 @@ def test_a_pointer_moved_by_someone_else_on_every_try_fails_clearly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_s3: str) -> None:
     _s3_env(monkeypatch, moto_s3, "ptr-busy")
     store = "s3://ptr-busy/edge"
-    writer = pub.Writer(store, moto_s3)
-    pub.move_pointer(writer, "stable", "r0", DIGESTS["r0"], "set r0")
+    writer = _releases(pub.Writer(store, moto_s3))
+    pub.move_pointer(writer, "stable", "r0", DIGESTS["r0"], "set r0", keys=KEYS)
     monkeypatch.setattr(pub, "SWAP_TRIES", 2)
     other = pub.Writer(store, moto_s3)
     real = pub.parse_pointer
@@ -118,7 +136,7 @@ def test_a_pointer_moved_by_someone_else_on_every_try_fails_clearly(
 
     monkeypatch.setattr(pub, "parse_pointer", meanwhile)
     with pytest.raises(StoreError, match=r"channels/stable.json: moved by someone else on each of 2 tries"):
-        pub.move_pointer(writer, "stable", "ra", DIGESTS["ra"], "promote")
+        pub.move_pointer(writer, "stable", "ra", DIGESTS["ra"], "promote", keys=KEYS)
     monkeypatch.setattr(pub, "parse_pointer", real)
     assert pub.read_pointer(writer, "stable")["release"] == "r0"  # type: ignore[index]  # nothing written
 

@@ -1,0 +1,246 @@
+"""The node's trusted metadata: which root and which channel pointers it has trusted (issue 21 item 1).
+
+Its one job is to decide whether a channel pointer read from a store may be acted on, after TUF's
+client workflow, and to remember what it trusted in ``<releases>/.trusted.json`` (written atomically;
+read at start)::
+
+    {"root": "<the trusted root's envelope, when rotated past the --trusted-key files>",
+     "channels": {"stable": {"version": 12, "digest": "<hex>", "release": "r7",
+                             "expires": "2027-01-01T00:00:00Z", "sha256": "<hex of the signed part>"}}}
+
+A pointer is refused (:class:`Rejected`, with a reason the agent counts in
+``tritonops_release_metadata_rejected_total``) when its signatures do not reach the ``channel`` role's
+threshold of the trusted root (``signature``), it names another channel (``channel``), its version is
+below the one trusted or equal with other content (``rollback``), or it has expired (``expired``: the
+node keeps serving its gated release, "freeze"). A pointer naming a newer ``root_version`` makes the
+node fetch and verify ``root/<N>.json`` one version at a time first (rotation, revocation). The
+manifest checks (``length``, ``relabel``, ``channel``) are :func:`check_manifest`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from . import manifest, trust
+from .errors import ReleaseError, StoreError
+from .fsio import read_bounded, write_atomic
+from .releases import check_release_id
+from .store import ROOT_MAX, SIGNATURE_MAX, Store, manifest_key, root_key, signatures_key
+
+TRUSTED_FILE = ".trusted.json"
+TRUSTED_MAX = 4 << 20
+ROOTS_PER_POINTER = 64  # root versions followed for one pointer (a pointer naming root 10**9 costs 64 reads at most)
+REASONS = ("rollback", "expired", "channel", "relabel", "signature", "length")
+UNSIGNED = ("an unsigned channel pointer (the format before signed metadata); re-publish with this version "
+            "(tritonops release publish, or refresh)")
+
+
+class Rejected(ReleaseError):
+    """Metadata the node will not act on; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Unreadable(Rejected, StoreError):
+    """A pointer that is not one at all (not JSON, not an envelope, the unsigned old format): the store's
+    fault (exit 3, as any unusable object in a store), counted as a ``signature`` refusal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("signature", message)
+
+
+def _hex64(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def _int(v: Any, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def pointer_fields(signed: dict[str, Any], where: str) -> dict[str, Any]:
+    """The signed part of a channel pointer, its fields checked (StoreError naming the field otherwise)."""
+    for name, ok in (("channel", isinstance(signed.get("channel"), str) and bool(signed.get("channel"))),
+                     ("release", isinstance(signed.get("release"), str)),
+                     ("digest", _hex64(signed.get("digest"))),
+                     ("version", _int(signed.get("version"), 1)),
+                     ("length", _int(signed.get("length"), 1) and signed["length"] <= manifest.MANIFEST_MAX),
+                     ("root_version", _int(signed.get("root_version"), 0)),
+                     ("expires", isinstance(signed.get("expires"), str))):
+        if not ok:
+            raise StoreError(f"{where}: signed.{name} is missing or not valid "
+                             f"({str(signed.get(name))[:80]!r})")
+    try:
+        check_release_id(signed["release"])
+    except ReleaseError as e:
+        raise StoreError(f"{where}: signed.release: {e}") from None
+    history = signed.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        raise StoreError(f"{where}: signed.history is not a list of {{'release', 'digest'}} entries")
+    return dict(signed)
+
+
+def unverified(raw: bytes, where: str) -> dict[str, Any]:
+    """A pointer's signed part without checking its signatures (the controller reading its own store,
+    the stack's preflight); StoreError for anything that is not one, UNSIGNED for the old format."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise StoreError(f"{where}: not valid JSON; expected a signed channel pointer") from None
+    if isinstance(doc, dict) and "signed" not in doc and "release" in doc:
+        raise StoreError(f"{where}: {UNSIGNED}")
+    try:
+        env = trust.parse_envelope(raw, where, "channel")
+    except ReleaseError as e:
+        raise StoreError(str(e)) from None
+    return pointer_fields(env["signed"], where)
+
+
+def check_manifest(raw: bytes, pointer: dict[str, Any], channel: str, where: str) -> dict[str, Any]:
+    """A release's manifest (already read under the pointer's length, its digest and signatures checked)
+    against the pointer that named it: lengths stated, the same release id, this channel allowed."""
+    if len(raw) != pointer["length"]:
+        raise Rejected("length", f"{where}: {len(raw)} bytes, not the {pointer['length']} the signed pointer states")
+    try:
+        doc = manifest.parse_release(raw, where)
+    except ReleaseError as e:
+        raise Rejected("length", str(e)) from None
+    if doc["release"] != pointer["release"]:
+        raise Rejected("relabel", f"{where}: the manifest is release {doc['release']!r}, the channel pointer calls "
+                                  f"it {pointer['release']!r} (relabelled): refused")
+    if channel not in doc["channels"]:
+        raise Rejected("channel", f"{where}: release {doc['release']!r} is signed for channel(s) "
+                                  f"{', '.join(doc['channels'])}, not {channel!r}: refused")
+    return doc
+
+
+def fetch_manifest(store: Store, digest: str, length: int | None, release: str, channel: str,
+                   root: trust.Root) -> tuple[bytes, dict[str, Any], list[str]]:
+    """A release's manifest read under the pointer's signed ``length``, its sha256 the pointer's ``digest``,
+    signed by a threshold of the root's ``release`` keys, and checked by :func:`check_manifest`: (its bytes,
+    its parsed fields, the keyids that signed it). Rejected when it does not hold; StoreError when the
+    store did not answer (try again)."""
+    where = f"{store}/{manifest_key(digest)}"
+    if length is None:
+        raise Rejected("length", f"{where}: no signed channel pointer states this manifest's length")
+    try:
+        raw = store.get(manifest_key(digest), limit=length)
+    except StoreError as e:
+        if "larger than" not in str(e) and "more than" not in str(e):
+            raise
+        raise Rejected("length", f"{e} (the signed pointer states {length})") from None
+    assert raw is not None  # not a conditional read
+    sigs = store.get(signatures_key(digest), limit=SIGNATURE_MAX) or b""
+    if hashlib.sha256(raw).hexdigest() != digest:
+        raise Rejected("signature", f"{where}: sha256 of the manifest is not the digest the channel names")
+    try:
+        signers = trust.verify_detached(raw, sigs, "release", root, f"{where}.sigs")
+    except ReleaseError as e:
+        raise Rejected("signature", str(e)) from None
+    return raw, check_manifest(raw, {"length": length, "release": release}, channel, where), signers
+
+
+class Trusted:
+    """The root and the per-channel pointer versions this node trusts, kept in ``<releases>/.trusted.json``."""
+
+    def __init__(self, releases: Path, trusted_keys: list[Path]) -> None:
+        self.path = Path(releases) / TRUSTED_FILE
+        self.root = trust.implicit_root(trusted_keys)  # a bad key: UsageError (exit 2)
+        self.channels: dict[str, dict[str, Any]] = {}
+        self.dirty = False
+        if self.path.exists() or self.path.is_symlink():
+            self._load()
+
+    def _load(self) -> None:
+        where = str(self.path)
+        try:
+            doc = json.loads(read_bounded(self.path, TRUSTED_MAX).decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise ReleaseError(f"{where}: not valid JSON; the node's trusted metadata is damaged (remove the "
+                               "file to trust the --trusted-key files again, losing rollback protection)") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("channels", {}), dict):
+            raise ReleaseError(f"{where}: expected {{'root': ..., 'channels': {{NAME: {{'version', ...}}}}}}")
+        if doc.get("root"):
+            root = trust.load_root(str(doc["root"]).encode(), f"{where}: root")
+            if root.version >= 1:
+                self.root = root
+        for name, c in doc.get("channels", {}).items():
+            if not isinstance(c, dict) or not _int(c.get("version"), 1):
+                raise ReleaseError(f"{where}: channels.{name}.version is not an integer >= 1")
+            self.channels[str(name)] = dict(c)
+
+    def save(self) -> None:
+        """Write the state atomically (the caller holds the node folder's lock)."""
+        doc = {"root": self.root.raw.decode() if self.root.version >= 1 and self.root.raw else None,
+               "channels": self.channels}
+        write_atomic(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        self.dirty = False
+
+    def expired(self, channel: str, now: float | None = None) -> bool:
+        """The pointer trusted for ``channel`` has expired (freeze: nothing new is applied)."""
+        c = self.channels.get(channel)
+        return c is not None and trust.expired(c, now)
+
+    def check(self, raw: bytes, channel: str, store: Store, where: str, now: float | None = None) -> dict[str, Any]:
+        """The pointer's checked fields, once it may be acted on; Rejected (or StoreError: a root could
+        not be read, try again) otherwise. Nothing is remembered until :meth:`accept`."""
+        try:
+            signed = unverified(raw, where)
+        except StoreError as e:
+            raise Unreadable(str(e)) from None
+        root = self.root
+        want = signed["root_version"]
+        if want > root.version:
+            if want - root.version > ROOTS_PER_POINTER:
+                raise Rejected("signature", f"{where}: root_version {want} is more than {ROOTS_PER_POINTER} "
+                                            f"versions past the trusted root {root.version}")
+            for n in range(root.version + 1, want + 1):
+                raw_root = store.get(root_key(n), limit=ROOT_MAX) or b""  # StoreError: the caller retries
+                try:
+                    root = trust.next_root(root, raw_root, f"{where}: root {n}")
+                except StoreError:
+                    raise
+                except ReleaseError as e:
+                    raise Rejected("signature", str(e)) from None
+            if root.expired(now):
+                raise Rejected("expired", f"{where}: root version {root.version} has expired")
+        try:
+            signed = pointer_fields(trust.verify(raw, "channel", root, where, "channel"), where)
+        except ReleaseError as e:
+            raise Rejected("signature", str(e)) from None
+        if signed["channel"] != channel:
+            raise Rejected("channel", f"{where}: a pointer for channel {signed['channel']!r}, not {channel!r}: refused")
+        sha = hashlib.sha256(trust.canonical(signed)).hexdigest()
+        prev = self.channels.get(channel)
+        if prev and signed["version"] < prev["version"]:
+            raise Rejected("rollback", f"{where}: version {signed['version']} is older than version "
+                                       f"{prev['version']} ({prev.get('release')}) that this node trusts: refused")
+        if prev and signed["version"] == prev["version"] and sha != prev.get("sha256"):
+            raise Rejected("rollback", f"{where}: version {signed['version']} with other content than the "
+                                       "version this node trusts: refused")
+        if trust.expired(signed, now):
+            raise Rejected("expired", f"{where}: expired at {signed['expires']} (version {signed['version']}); "
+                                      "the gated release keeps serving (the channel needs tritonops release refresh)")
+        signed["_root"] = root
+        signed["_sha256"] = sha
+        return signed
+
+    def accept(self, channel: str, pointer: dict[str, Any]) -> bool:
+        """Trust a pointer :meth:`check` passed (and the root it was verified with); True when that changed
+        the state (then :meth:`save` it)."""
+        root = pointer.pop("_root", None)
+        sha = pointer.pop("_sha256", None)
+        entry = {"version": pointer["version"], "digest": pointer["digest"], "release": pointer["release"],
+                 "expires": pointer["expires"], "sha256": sha}
+        changed = False
+        if isinstance(root, trust.Root) and root.version > self.root.version:
+            self.root, changed = root, True
+        if self.channels.get(channel) != entry:
+            self.channels[channel] = entry
+            changed = True
+        self.dirty = self.dirty or changed
+        return changed

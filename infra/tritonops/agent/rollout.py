@@ -1,0 +1,248 @@
+"""Staged rollouts in pull mode: the ``rollout`` a channel pointer may carry, and whether it takes this agent.
+
+Its one job: decide, on the node, whether the channel's release is for this agent yet, and tell the
+controller how it went (a status report in the store). The controller's half (start, advance, halt)
+is :mod:`tritonops.release.rollout`.
+
+A rollout lives in the pointer's signed part, next to the release it rolls out::
+
+    "rollout": {"id": "r9-2026-12-02",                 # seeds the hash: another rollout, another sample
+                "waves": [{"percent": 10}, {"groups": ["lab"]}, {"percent": 100}],
+                "wave": 0,                             # waves 0..wave are targeted
+                "halted": false,                       # true: nobody new takes the release
+                "max_failures": 0.05}                  # the controller's threshold (the agent ignores it)
+
+An agent is in a ``percent`` wave when ``sha256(id + "\\n" + agent id)`` read as a number in [0, 100) is
+below the percentage (so membership is stable across polls and restarts, and the share of a large
+fleet is the percentage), and in a ``groups`` wave when one of its ``--group-label``s is listed. It is
+targeted when it is in any of waves 0..wave: membership only grows as the rollout advances. An agent
+not targeted (or one the rollout reaches after it halted) keeps what it serves and downloads nothing;
+``tritonops_release_rollout_targeted{channel,rollout,wave}`` is 1 or 0 and ``status`` says why.
+
+With ``--report``, after each release it applied, or that failed or was refused, the agent writes
+``reports/<channel>/<agent id>.json`` into the store (a folder, or S3 with a SigV4 PUT signed with the
+agent's own credentials; an HTTP mirror is read-only: no report). The report is an envelope of type
+"report" (:mod:`trust`), signed with ``--report-key`` when one is given, else written with no
+signatures and ``"unsigned": true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from . import netio, releases, trust
+from .errors import ReleaseError, StoreError, UsageError
+from .fsio import write_atomic
+from .store import Store, sigv4_headers
+
+MAX_WAVES = 32
+MAX_GROUPS = 64
+REPORT_MAX = 16 << 10  # bytes of one status report (the controller reads no more)
+REPORT_TIMEOUT = 10.0  # seconds for one report's PUT
+REPORT_EXPIRES = 7 * 86400  # a report's signed expiry, seconds after it was written
+RESULTS = ("applied", "gated", "failed", "refused")
+_FIELDS = {"id", "waves", "wave", "halted", "max_failures"}
+
+
+class RolloutError(ReleaseError):
+    """A rollout that cannot be followed (names the pointer and the field)."""
+
+
+def check_name(value: Any, where: str, what: str, limit: int = 128,
+               error: type[ReleaseError] = RolloutError) -> str:
+    """An id, agent id or group label: letters, digits, '.', '_', '-' (starting alphanumeric)."""
+    ok = (isinstance(value, str) and 0 < len(value) <= limit and value.isascii() and value[0].isalnum()
+          and all(c.isalnum() or c in "._-" for c in value))
+    if not ok:
+        raise error(f"{where}: {what} {str(value)[:80]!r}: use 1-{limit} letters, digits, '.', '_' or '-' "
+                           "(starting alphanumeric)")
+    return str(value)
+
+
+def parse(doc: Any, where: str) -> dict[str, Any]:
+    """A pointer's ``rollout``, checked field by field; RolloutError names the field."""
+    if not isinstance(doc, dict):
+        raise RolloutError(f"{where}: rollout is not an object {{'id', 'waves', 'wave', 'halted'}}")
+    unknown = sorted(set(doc) - _FIELDS)
+    if unknown:
+        raise RolloutError(f"{where}: rollout.{unknown[0]}: unknown field (known: {', '.join(sorted(_FIELDS))})")
+    rid = check_name(doc.get("id"), where, "rollout.id")
+    waves = doc.get("waves")
+    if not isinstance(waves, list) or not 0 < len(waves) <= MAX_WAVES:
+        raise RolloutError(f"{where}: rollout.waves: expected a list of 1-{MAX_WAVES} waves")
+    out_waves: list[dict[str, Any]] = []
+    last_percent = 0.0
+    for i, w in enumerate(waves):
+        f = f"rollout.waves[{i}]"
+        if not isinstance(w, dict) or len(w) != 1 or not set(w) <= {"percent", "groups"}:
+            raise RolloutError(f"{where}: {f}: expected {{'percent': 0-100}} or {{'groups': [NAME, ...]}}")
+        if "percent" in w:
+            p = w["percent"]
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 100:
+                raise RolloutError(f"{where}: {f}.percent {p!r}: expected a number above 0, at most 100")
+            if p < last_percent:
+                raise RolloutError(f"{where}: {f}.percent {p:g} is below an earlier wave's {last_percent:g}")
+            last_percent = float(p)
+            out_waves.append({"percent": p})
+        else:
+            g = w["groups"]
+            if not isinstance(g, list) or not 0 < len(g) <= MAX_GROUPS:
+                raise RolloutError(f"{where}: {f}.groups: expected a list of 1-{MAX_GROUPS} group labels")
+            out_waves.append({"groups": [check_name(x, where, f"{f}.groups label") for x in g]})
+    wave = doc.get("wave", 0)
+    if isinstance(wave, bool) or not isinstance(wave, int) or not 0 <= wave < len(waves):
+        raise RolloutError(f"{where}: rollout.wave {wave!r}: expected a wave index 0-{len(waves) - 1}")
+    halted = doc.get("halted", False)
+    if not isinstance(halted, bool):
+        raise RolloutError(f"{where}: rollout.halted {halted!r}: expected true or false")
+    out: dict[str, Any] = {"id": rid, "waves": out_waves, "wave": wave, "halted": halted}
+    if "max_failures" in doc:
+        m = doc["max_failures"]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
+            raise RolloutError(f"{where}: rollout.max_failures {m!r}: expected a fraction 0-1")
+        out["max_failures"] = m
+    return out
+
+
+def bucket(rollout_id: str, agent_id: str) -> float:
+    """The agent's place in [0, 100) for this rollout: sha256 of (rollout id, agent id), stable everywhere."""
+    h = hashlib.sha256(f"{rollout_id}\n{agent_id}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 * 100
+
+
+def wave_of(agent_id: str, groups: list[str] | tuple[str, ...], rollout: dict[str, Any]) -> int | None:
+    """The first wave (any, not only up to the current one) that takes the agent; None: none does."""
+    b = bucket(rollout["id"], agent_id)
+    labels = set(groups)
+    for i, w in enumerate(rollout["waves"]):
+        if ("percent" in w and b < w["percent"]) or labels & set(w.get("groups", ())):
+            return i
+    return None
+
+
+def targets(agent_id: str, groups: list[str] | tuple[str, ...], rollout: dict[str, Any] | None) -> bool:
+    """Whether waves 0..rollout["wave"] take the agent (no rollout: every agent is targeted)."""
+    if rollout is None:
+        return True
+    first = wave_of(agent_id, groups, rollout)
+    return first is not None and first <= rollout["wave"]
+
+
+def identity(agent_id: str | None, groups: list[str] | tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The agent's id (``--agent-id``, default :func:`default_agent_id`) and group labels, checked (UsageError)."""
+    return (check_name(agent_id or default_agent_id(), "--agent-id", "agent id", 253, UsageError),
+            tuple(check_name(g, "--group-label", "group label", error=UsageError) for g in groups))
+
+
+def default_agent_id() -> str:
+    """``POD_NAME`` (set it from the downward API; a pod's host name is its name too), else the host name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+# --- the agent's side: the hook in Agent.poll, and the status report ----------------------------------
+
+
+def admits(agent: Any, pointer: dict[str, Any]) -> bool:
+    """Whether ``agent`` may apply the pointer's release now; sets its rollout metric and status.
+
+    Not targeted, or halted before it was reached: it keeps what it serves (no download). An agent
+    already serving the release stays on it whatever the rollout says (halting stops the spread; the
+    controller's --rollback-on-halt moves the pointer back for everyone)."""
+    channel, where = agent.channel, f"{agent.store}/channels/{agent.channel}.json"
+    raw = pointer.get("rollout")
+    if raw is None:
+        agent.rollout_state = None
+        agent.metrics.replace("tritonops_release_rollout_targeted", 1, channel=channel, rollout="", wave="")
+        return True
+    try:
+        ro = parse(raw, where)
+    except RolloutError as e:
+        if agent.rollout_state != f"invalid: {e}":
+            agent.log(f"release {pointer.get('release')} not applied: {e}")
+        agent.rollout_state = f"invalid: {e}"
+        agent.metrics.replace("tritonops_release_rollout_targeted", 0, channel=channel, rollout="", wave="")
+        return False
+    first = wave_of(agent.agent_id, agent.group_labels, ro)
+    targeted = first is not None and first <= ro["wave"]
+    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if targeted else 0, channel=channel,
+                          rollout=ro["id"], wave="" if first is None else str(first))
+    if not agent.gated():  # nothing gated to keep serving (a new node): the channel's release it is
+        agent.rollout_state = f"targeted: rollout {ro['id']}, nothing gated here to keep serving"
+        return True
+    if releases.state(agent.releases).get("digest") == pointer.get("digest"):
+        agent.rollout_state = f"serving: rollout {ro['id']}, this agent in wave {first} (at wave {ro['wave']})"
+        return True
+    if not targeted:
+        agent.rollout_state = (f"not targeted: rollout {ro['id']} at wave {ro['wave']}, this agent "
+                               + ("in no wave" if first is None else f"in wave {first}"))
+        return False
+    if ro["halted"]:
+        agent.rollout_state = f"halted: rollout {ro['id']} stopped at wave {ro['wave']} before this agent applied it"
+        return False
+    agent.rollout_state = f"targeted: rollout {ro['id']} wave {first} (at wave {ro['wave']})"
+    return True
+
+
+def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:
+    """After an attempt: write the agent's status report (``--report``); never raises (logs instead)."""
+    if not getattr(agent, "report", False) or out.get("result") not in ("applied", "failed"):
+        return None
+    pointer = agent.pointer or {}
+    digest = str(pointer.get("digest") or "")
+    if out["result"] == "applied":
+        result = "gated" if agent.triton is not None else "applied"
+    else:
+        result = "refused" if digest in agent.refused else "failed"
+    ro = pointer.get("rollout") if isinstance(pointer.get("rollout"), dict) else None
+    now = time.time()
+    signed = {"type": "report", "version": int(now * 1000), "expires": trust.format_time(now + REPORT_EXPIRES),
+              "agent": agent.agent_id, "channel": agent.channel,
+              "release": out.get("release") or pointer.get("release"),
+              "digest": digest, "result": result, "step": out.get("step"), "error": str(out.get("error") or "")[:500],
+              "time": trust.format_time(now), "groups": list(agent.group_labels),
+              "rollout": ro.get("id") if ro else None}
+    try:
+        if agent.report_key is not None:
+            data = trust.sign_envelope(signed, [Path(agent.report_key)])
+        else:
+            data = (json.dumps({"signed": signed, "signatures": [], "unsigned": True}, indent=2, sort_keys=True)
+                    + "\n").encode()
+        put(agent.store, report_key(agent.channel, agent.agent_id), data)
+    except ReleaseError as e:
+        agent.log(f"status report not written: {e}")
+        return None
+    return signed
+
+
+def report_key(channel: str, agent_id: str) -> str:
+    return f"reports/{channel}/{agent_id}.json"
+
+
+def put(store: Store, key: str, data: bytes) -> None:
+    """Write one object into the store the agent reads: a folder (atomic rename) or S3 (a SigV4 PUT)."""
+    if store.kind == "file":
+        try:
+            write_atomic(store.root / key, data.decode())
+        except OSError as e:
+            raise StoreError(f"{store.root / key}: cannot write ({e.strerror or e})") from None
+        return
+    if store.kind != "s3":
+        raise UsageError(f"{store}: an HTTP mirror is read-only; reports need an s3:// or folder store")
+    url = store._http_url(key)  # noqa: SLF001 - the store's own addressing, shared with its reads
+    creds = store._credentials()  # noqa: SLF001
+    payload = hashlib.sha256(data).hexdigest()
+
+    def sign(target: str) -> dict[str, str]:
+        return {"Content-Type": "application/json",
+                **sigv4_headers(target, store.region, credentials=creds, env={}, method="PUT", payload_hash=payload)}
+
+    resp = netio.request(url, what=f"{store}/{key}", headers=sign, data=data, method="PUT",
+                         deadline=REPORT_TIMEOUT, limit=REPORT_MAX, error=StoreError, cancel=store.cancel)
+    if not 200 <= resp.status < 300:
+        raise StoreError(f"{store}/{key}: PUT answered HTTP {resp.status} {netio.reason(resp.status)}")

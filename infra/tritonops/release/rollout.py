@@ -1,0 +1,310 @@
+"""Staged rollouts, the controller's half: start a rollout on a channel, advance it wave by wave, halt it.
+
+Its one job: move a channel's ``rollout`` (the field in the signed pointer that
+:mod:`tritonops.agent.rollout` defines and each agent follows) only on evidence. ``start`` points the
+channel at a release with the rollout at wave 0; ``advance`` looks at the agents of waves 0..wave and
+moves to the next wave only when every one of them has an outcome and the failed share is at most
+the threshold; over it, the rollout halts (``halted: true``: nobody new takes the release) and, with
+``rollback_on_halt``, the channel moves back to its previous release for everyone.
+
+What the agents did comes from two sources, merged: their ``/metrics`` (``--agent-url``, as ``release
+status`` scrapes them: ``tritonops_release_rollout_targeted`` says the agent's wave,
+``tritonops_release_info`` what it serves) and the status reports agents behind NAT write into the
+store (``reports/<channel>/<agent>.json``; with ``report_keys`` only reports signed by one of them
+count). A fleet list (``fleet``: agent ids, with their groups) names agents that must report even
+when they have not: without one, "every targeted agent" means every agent known from those sources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tritonops.agent import netio, trust
+from tritonops.agent import rollout as ar
+from tritonops.agent.errors import ReleaseError, StoreError, UsageError
+from tritonops.agent.releases import check_release_id
+from tritonops.agent.store import Store
+from tritonops.release import publish as pub
+
+REPORTS_MAX = 100_000  # reports read per channel
+READERS = 16  # reports read at once
+OUTCOMES = ("applied", "gated", "failed", "refused")
+
+
+def parse_threshold(text: str) -> float:
+    """``5%`` or ``0.05``: the failed share of a wave's agents the rollout tolerates."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"--max-failures {text!r}: expected a percentage (5%) or a fraction (0.05)") from None
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise UsageError(f"--max-failures {text!r}: expected 0%-100%")
+    return value
+
+
+def parse_waves(text: str, groups: list[str] | None = None) -> list[dict[str, Any]]:
+    """``10,50,100`` (percentages of the fleet) and group waves (``lab+qa``, or ``groups`` first)."""
+    waves: list[dict[str, Any]] = [{"groups": list(groups)}] if groups else []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            raise UsageError(f"--waves {text!r}: an empty wave (expected e.g. 10,50,100)")
+        try:
+            waves.append({"percent": int(token) if token.isdigit() else float(token.rstrip("%"))})
+        except ValueError:
+            waves.append({"groups": token.split("+")})
+    try:
+        ar.parse({"id": "check", "waves": waves, "wave": 0}, "--waves")  # the agent's own checks
+    except ar.RolloutError as e:
+        raise UsageError(str(e)) from None
+    return waves
+
+
+def _spec(wave: dict[str, Any]) -> str:
+    return f"{wave['percent']:g}%" if "percent" in wave else "groups " + "+".join(wave["groups"])
+
+
+def start(to: str, channel: str, release: str, waves: list[dict[str, Any]], max_failures: float,
+          rollout_id: str | None = None, s3_endpoint: str | None = None,
+          pointer_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Point ``channel`` at ``release`` (published before: ids/<release>.json) with a rollout at wave 0."""
+    check_release_id(release)
+    writer = pub.Writer(to, s3_endpoint)
+    id_key = f"ids/{release}.json"
+    if not writer.exists(id_key):
+        raise UsageError(f"{to}: release {release!r} was never published (no {id_key})")
+    try:
+        digest = str(json.loads(writer.get(id_key))["digest"])
+    except (ValueError, KeyError, TypeError):
+        raise StoreError(f"{to}/{id_key}: not a release id record {{'release', 'digest'}}") from None
+    rid = rollout_id or f"{release}-{channel}"
+    ro = ar.parse({"id": rid, "waves": waves, "wave": 0, "halted": False, "max_failures": max_failures},
+                  "rollout")
+    moved = pub.move_pointer(writer, channel, release, digest, f"rollout {rid} wave 0 ({_spec(ro['waves'][0])})",
+                             rollout=ro, **(pointer_args or {}))
+    return {"channel": channel, "release": release, "digest": digest, "rollout": ro, "changed": moved["changed"],
+            "previous": moved.get("previous")}
+
+
+# --- what the agents did ---------------------------------------------------------------------------
+
+
+def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | None = None) -> dict[str, Any]:
+    """The agents' status reports for ``channel``: {"reports": {agent: signed}, "rejected": [why, ...]}."""
+    prefix = f"reports/{channel}/"
+    keys: list[str] = []
+    if writer.reader.kind == "file":
+        folder = writer.root / prefix
+        keys = sorted(prefix + p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+    else:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            for page in writer.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=writer.bucket, Prefix=writer._key(prefix)):  # noqa: SLF001
+                for o in page.get("Contents", []):
+                    keys.append(prefix + o["Key"].rsplit("/", 1)[-1])
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"{writer.url}/{prefix}: cannot list the reports: {e}") from None
+    root = trust.implicit_root(report_keys) if report_keys else None
+    out: dict[str, Any] = {"reports": {}, "rejected": []}
+
+    def fetch(key: str) -> bytes | ReleaseError:
+        try:
+            return writer.get(key, limit=ar.REPORT_MAX)
+        except ReleaseError as e:
+            return e
+
+    with ThreadPoolExecutor(READERS) as pool:  # one GET per report: in parallel, a fleet's worth in seconds
+        bodies = list(pool.map(fetch, keys[:REPORTS_MAX]))
+    for key, raw in zip(keys[:REPORTS_MAX], bodies, strict=True):
+        where = f"{writer.url}/{key}"
+        try:
+            if isinstance(raw, ReleaseError):
+                raise raw
+            if root is not None:
+                signed = trust.verify(raw, "report", root, where, "report")
+            else:
+                signed = trust.parse_envelope(raw, where, "report")["signed"]
+            agent = ar.check_name(signed.get("agent"), where, "agent", 253)
+            if signed.get("result") not in OUTCOMES:
+                raise ReleaseError(f"{where}: result {str(signed.get('result'))[:40]!r} is not one of "
+                                   + ", ".join(OUTCOMES))
+            if key != ar.report_key(channel, agent):
+                raise ReleaseError(f"{where}: a report of agent {agent!r} under another agent's name")
+        except ReleaseError as e:
+            out["rejected"].append(str(e))
+            continue
+        out["reports"][agent] = {**signed, "signed": bool(json.loads(raw).get("signatures"))}
+    return out
+
+
+def scrape(url: str) -> dict[str, Any]:
+    """One agent's rollout-relevant series from its /metrics (errors in the row, never raised)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    row: dict[str, Any] = {"agent": url}
+    try:
+        resp = netio.request(url, deadline=pub.TARGET_TIMEOUT, limit=pub.TARGET_METRICS_MAX)
+        if resp.status != 200:
+            raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
+        for fam in text_string_to_metric_families(resp.body.decode(errors="replace")):
+            for s in fam.samples:
+                if s.name == "tritonops_release_info":
+                    row.update(release=s.labels.get("release"), digest=s.labels.get("digest"))
+                elif s.name == "tritonops_release_up_to_date":
+                    row["up_to_date"] = s.value == 1
+                elif s.name == "tritonops_release_rollout_targeted":
+                    row.update(targeted=s.value == 1, rollout=s.labels.get("rollout"), wave=s.labels.get("wave"))
+    except (ReleaseError, ValueError) as e:
+        row["error"] = str(e)
+    return row
+
+
+def parse_fleet(path: Path) -> list[tuple[str, list[str]]]:
+    """A fleet list: one agent per line, ``AGENT-ID [GROUP,GROUP]``; '#' starts a comment."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--fleet {path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        if len(parts) > 2:
+            raise UsageError(f"--fleet {path}:{n}: expected 'AGENT-ID [GROUP,GROUP]'")
+        where = f"--fleet {path}:{n}"
+        groups = [ar.check_name(g, where, "group label") for g in parts[1].split(",")] if len(parts) == 2 else []
+        out.append((ar.check_name(parts[0], where, "agent id", 253), groups))
+    return out
+
+
+def observe(pointer: dict[str, Any], ro: dict[str, Any], reports: dict[str, Any], scraped: list[dict[str, Any]],
+            fleet: list[tuple[str, list[str]]] | None = None) -> list[dict[str, Any]]:
+    """One row per known agent: its first wave (None: in none) and its outcome for the pointer's release
+    (applied / gated / failed / refused, or None: nothing yet)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for agent, groups in fleet or []:
+        rows[agent] = {"agent": agent, "source": "fleet", "wave": ar.wave_of(agent, groups, ro), "outcome": None}
+    for agent, r in reports.items():
+        row = rows.setdefault(agent, {"agent": agent, "wave": ar.wave_of(agent, r.get("groups") or [], ro)})
+        row["source"] = "report" + ("" if r.get("signed") else " (unsigned)")
+        ok = r.get("rollout") == ro["id"] and r.get("digest") == pointer["digest"]
+        row["outcome"] = r["result"] if ok else None
+    for s in scraped:
+        row = {"agent": s["agent"], "source": "metrics", "wave": None, "outcome": None}
+        if "error" in s:
+            row["error"] = s["error"]
+        elif s.get("rollout") == ro["id"] and (s.get("wave") or "").isdigit():
+            row["wave"] = int(s["wave"])
+            if s.get("digest") == pointer["digest"]:
+                row["outcome"] = "gated"
+            elif s.get("targeted") and s.get("up_to_date") and not ro["halted"]:  # not serving it, not behind
+                row["outcome"] = "refused"
+        elif s.get("rollout") != ro["id"]:
+            row["error"] = f"the agent follows rollout {s.get('rollout')!r}, not {ro['id']!r} (not polled yet?)"
+        rows[s["agent"]] = row
+    return list(rows.values())
+
+
+def waves_table(ro: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per wave: its agents (targeted once the rollout reached it), and how many applied/gated/failed."""
+    table = []
+    for i, w in enumerate(ro["waves"]):
+        mine = [r for r in rows if r["wave"] == i]
+        counts = {k: sum(r["outcome"] == k for r in mine) for k in OUTCOMES}
+        table.append({"wave": i, "spec": _spec(w), "reached": i <= ro["wave"], "agents": len(mine),
+                      "targeted": len(mine) if i <= ro["wave"] else 0, **counts,
+                      "pending": sum(r["outcome"] is None for r in mine) if i <= ro["wave"] else 0})
+    return table
+
+
+def _current(writer: pub.Writer, channel: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    p = pub.read_pointer(writer, channel)
+    if p is None:
+        raise UsageError(f"{writer.url}: channel {channel!r} does not exist")
+    if p.get("rollout") is None:
+        raise UsageError(f"{writer.url}: channel {channel!r} has no rollout (start one: tritonops release rollout "
+                         "start)")
+    return p, ar.parse(p["rollout"], f"{writer.url}/channels/{channel}.json")
+
+
+def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | None = None,
+            fleet: list[tuple[str, list[str]]] | None = None,
+            report_keys: list[Path] | None = None) -> dict[str, Any] | None:
+    """The channel's rollout, its agents and the per-wave counts; None when the channel has no rollout."""
+    reader = Store(to, s3_endpoint=s3_endpoint)
+    # S3 and folders with the controller's access (reports listed too); an HTTP mirror read as agents do.
+    store: Store | pub.Writer = pub.Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    p = pub.read_pointer(store, channel)
+    if p is None or p.get("rollout") is None:
+        return None
+    ro = ar.parse(p["rollout"], f"{to}/channels/{channel}.json")
+    got: dict[str, Any] = (read_reports(store, channel, report_keys) if isinstance(store, pub.Writer) else
+                           {"reports": {}, "rejected": [f"{to}: an HTTP mirror cannot be listed; reports not read"]})
+    rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls], fleet)
+    return {"channel": channel, "release": p["release"], "digest": p["digest"], "rollout": ro,
+            "waves": waves_table(ro, rows), "agents": rows, "rejected_reports": got["rejected"]}
+
+
+def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpoint: str | None = None,
+            fleet: list[tuple[str, list[str]]] | None = None, report_keys: list[Path] | None = None,
+            max_failures: float | None = None, rollback_on_halt: bool = False,
+            pointer_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Judge waves 0..wave; then the next wave, a halt (and a rollback), or nothing yet ("waiting").
+
+    result: "advanced", "complete" (the last wave is reached and healthy), "waiting" (an agent has no
+    outcome yet, or none is known), "halted" (failed share over the threshold; written now), or
+    "already halted". The threshold is ``max_failures`` or the one ``start`` wrote into the rollout.
+    """
+    writer = pub.Writer(to, s3_endpoint)
+    p, ro = _current(writer, channel)
+    where = f"{to}/channels/{channel}.json"
+    got = read_reports(writer, channel, report_keys)
+    rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls or []], fleet)
+    table = waves_table(ro, rows)
+    targeted = [r for r in rows if r["wave"] is not None and r["wave"] <= ro["wave"]]
+    failed = sum(r["outcome"] in ("failed", "refused") for r in targeted)
+    pending = [r["agent"] for r in targeted if r["outcome"] is None]
+    limit = ro.get("max_failures", 0.0) if max_failures is None else max_failures
+    out: dict[str, Any] = {"channel": channel, "release": p["release"], "rollout": ro["id"], "wave": ro["wave"],
+                           "targeted": len(targeted), "failed": failed, "pending": pending, "max_failures": limit,
+                           "waves": table, "unreachable": [r["agent"] for r in rows if "error" in r],
+                           "rejected_reports": got["rejected"]}
+    if ro["halted"]:
+        return {**out, "result": "already halted"}
+    unchanged = (p["release"], p["digest"])
+
+    def same_pointer(now: dict[str, Any] | None) -> tuple[str, str, str]:
+        """Write only over the pointer judged: a move meanwhile (another advance, a publish) wins."""
+        if now is None or (now["release"], now["digest"]) != unchanged or now.get("rollout") != p["rollout"]:
+            raise ReleaseError(f"{where}: moved while the rollout was judged; nothing written, run it again")
+        return p["release"], p["digest"], note
+
+    if targeted and failed / len(targeted) > limit:
+        note = f"rollout {ro['id']} halted at wave {ro['wave']}: {failed}/{len(targeted)} failed"
+        pub.move_pointer(writer, channel, "", "", note, target=same_pointer, rollout={**ro, "halted": True},
+                         **(pointer_args or {}))
+        out.update(result="halted", reason=f"{failed} of {len(targeted)} targeted agents failed "
+                                           f"({failed / len(targeted):.1%} > {limit:.1%})")
+        if rollback_on_halt:
+            out["rollback"] = pub.rollback(to, channel, s3_endpoint=s3_endpoint, **(pointer_args or {}))
+        return out
+    if not targeted:
+        return {**out, "result": "waiting", "reason": "no agent of waves 0.."
+                f"{ro['wave']} is known: pass --agent-url or --fleet, or run the agents with --report"}
+    if pending:
+        return {**out, "result": "waiting",
+                "reason": f"{len(pending)} of {len(targeted)} targeted agents have no outcome yet"}
+    if ro["wave"] == len(ro["waves"]) - 1:
+        return {**out, "result": "complete", "reason": f"the last wave is reached, {failed} failed"}
+    nxt = ro["wave"] + 1
+    note = f"rollout {ro['id']} wave {nxt} ({_spec(ro['waves'][nxt])})"
+    pub.move_pointer(writer, channel, "", "", note, target=same_pointer, rollout={**ro, "wave": nxt},
+                     **(pointer_args or {}))
+    return {**out, "result": "advanced", "wave": nxt}

@@ -1,0 +1,295 @@
+"""Staged rollouts end to end (release/rollout.py, agent/rollout.py, `tritonops release rollout`).
+
+Real agents (no Triton) poll a folder store; the controller starts a rollout, reads their status
+reports and advances, waits or halts. The S3 report PUT is checked against botocore's signer and
+against a local http.server standing in for the bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import release_source
+from tritonops.agent import rollout as ar
+from tritonops.agent import signing
+from tritonops.agent.errors import UsageError
+from tritonops.agent.pull import Agent
+from tritonops.agent.store import Store, sigv4_headers
+from tritonops.release import publish as pub
+from tritonops.release import rollout as ro
+
+WAVES = [{"percent": 50}, {"percent": 100}]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("keys")
+    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
+    rkey, rpub = signing.keygen(d / "report.key", d / "report.pub")
+    return {"key": key, "pub": pubkey, "report_key": rkey, "report_pub": rpub}
+
+
+def _ids(rid: str, inside: bool, n: int) -> list[str]:
+    """``n`` agent ids that rollout ``rid``'s 50% wave takes (inside) or leaves for later."""
+    return [a for a in (f"node-{i:03d}" for i in range(200)) if (ar.bucket(rid, a) < 50) == inside][:n]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
+    """Made once: a store with r1 on stable and r2 published, not moved; each test gets a copy."""
+    base = tmp_path_factory.mktemp("published")
+    pub.publish(release_source(base, "a"), str(base / "store"), "stable", keys["key"], target="cpu", version="r1")
+    pub.publish(release_source(base, "b", "two"), str(base / "store"), None, keys["key"], target="cpu",
+                version="r2", channels=["stable"])
+    return base / "store"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, keys: dict[str, Path], published: Path) -> dict[str, Any]:
+    """A copy of the store, and two agents serving r1 on it: one in r2's first wave, one in its second."""
+    store = str(tmp_path / "store")
+    shutil.copytree(published, store)
+    agents = []
+    for name in (_ids("r2-stable", True, 1)[0], _ids("r2-stable", False, 1)[0]):
+        (tmp_path / name / "releases").mkdir(parents=True)
+        agents.append(Agent(Store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases",
+                            [keys["pub"]], log=lambda m: None, agent_id=name, report=True))
+        assert agents[-1].poll()["release"] == "r1"
+    return {"store": store, "inside": agents[0], "outside": agents[1], "rid": "r2-stable",
+            "sign": {"keys": [keys["key"]]}}
+
+
+def _current(agent: Agent) -> str | None:
+    from tritonops.agent import releases
+
+    return releases.state(agent.releases).get("current")
+
+
+def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dict[str, Any]) -> None:
+    store, inside, outside = fleet["store"], fleet["inside"], fleet["outside"]
+    started = ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    assert started["rollout"] == {"id": fleet["rid"], "waves": WAVES, "wave": 0, "halted": False, "max_failures": 0.05}
+    assert pub.read_pointer(Store(store), "stable")["rollout"]["wave"] == 0
+
+    before = outside.store.requests
+    assert inside.poll()["result"] == "applied" and _current(inside) == "r2"
+    out = outside.poll()
+    assert _current(outside) == "r1" and out["rollout"].startswith("not targeted")  # keeps what it serves
+    assert outside.store.requests == before + 1  # the pointer only: nothing downloaded
+    assert outside.status()["rollout"].startswith("not targeted: rollout r2-stable at wave 0")
+    text = outside.metrics.render()
+    assert 'tritonops_release_rollout_targeted{channel="stable",rollout="r2-stable",wave="1"} 0' in text
+    assert 'tritonops_release_up_to_date{channel="stable"} 1' in text  # where the rollout wants it: not behind
+    assert 'tritonops_release_rollout_targeted{channel="stable",rollout="r2-stable",wave="0"} 1' in (
+        inside.metrics.render())
+
+    report = json.loads((Path(store) / "reports" / "stable" / f"{inside.agent_id}.json").read_text())
+    assert report["unsigned"] is True and report["signatures"] == []
+    assert {k: report["signed"][k] for k in ("agent", "channel", "release", "result", "rollout", "type")} == {
+        "agent": inside.agent_id, "channel": "stable", "release": "r2", "result": "applied",
+        "rollout": "r2-stable", "type": "report"}
+    kept = json.loads((Path(store) / "reports" / "stable" / f"{outside.agent_id}.json").read_text())["signed"]
+    assert (kept["release"], kept["rollout"]) == ("r1", None)  # its report of r1: nothing new applied
+
+    adv = ro.advance(store, "stable", pointer_args=fleet["sign"])
+    assert (adv["result"], adv["wave"], adv["targeted"], adv["failed"]) == ("advanced", 1, 1, 0)
+    assert adv["waves"][0] | {"spec": "50%"} == {"wave": 0, "spec": "50%", "reached": True, "agents": 1,
+                                                 "targeted": 1, "applied": 1, "gated": 0, "failed": 0,
+                                                 "refused": 0, "pending": 0}
+    assert outside.poll()["result"] == "applied" and _current(outside) == "r2"
+    assert inside.poll()["result"] in ("unchanged", "not_modified") and inside.status()["rollout"].startswith(
+        "serving: rollout r2-stable, this agent in wave 0 (at wave 1)")
+    p = pub.read_pointer(Store(store), "stable")
+    assert p["rollout"]["wave"] == 1 and [h["release"] for h in p["history"]] == ["r1"]  # waves add no history
+    assert ro.advance(store, "stable", pointer_args=fleet["sign"])["result"] == "complete"
+
+
+def test_advance_waits_for_a_targeted_agent_listed_in_the_fleet(fleet: dict[str, Any], tmp_path: Path) -> None:
+    store = fleet["store"]
+    ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    other = _ids(fleet["rid"], True, 3)[1:]  # two more agents of wave 0 that never polled
+    listing = tmp_path / "fleet.txt"
+    listing.write_text("".join(f"{a}\n" for a in [fleet["inside"].agent_id, fleet["outside"].agent_id, *other])
+                       + "# comment\n")
+    fleet["inside"].poll()
+    adv = ro.advance(store, "stable", fleet=ro.parse_fleet(listing), pointer_args=fleet["sign"])
+    assert (adv["result"], sorted(adv["pending"]), adv["targeted"]) == ("waiting", sorted(other), 3)
+    assert pub.read_pointer(Store(store), "stable")["rollout"]["wave"] == 0  # nothing written
+
+
+def _report(store: str, agent: str, result: str, digest: str, rid: str = "r2-stable") -> None:
+    signed = {"type": "report", "version": 1, "expires": "2099-01-01T00:00:00Z", "agent": agent,
+              "channel": "stable", "release": "r2", "digest": digest, "result": result, "step": "golden",
+              "time": "2026-12-02T00:00:00Z", "groups": [], "rollout": rid}
+    ar.put(Store(store), ar.report_key("stable", agent),
+           json.dumps({"signed": signed, "signatures": [], "unsigned": True}).encode())
+
+
+@pytest.mark.parametrize(("failed", "limit", "result"), [(1, 0.05, "halted"), (2, 0.5, "advanced"),
+                                                         (0, 0.0, "advanced"), (3, 0.5, "halted")])
+def test_advance_halts_over_the_threshold(fleet: dict[str, Any], failed: int, limit: float, result: str) -> None:
+    store = fleet["store"]
+    digest = ro.start(store, "stable", "r2", WAVES, limit, pointer_args=fleet["sign"])["digest"]
+    for i, a in enumerate(_ids(fleet["rid"], True, 4)):
+        _report(store, a, "refused" if i < failed else "gated", digest)
+    _report(store, "node-stale", "failed", digest, rid="an-older-rollout")  # another rollout's: not counted
+    adv = ro.advance(store, "stable", pointer_args=fleet["sign"])
+    assert (adv["result"], adv["failed"], adv["targeted"]) == (result, failed, 4)
+    p = pub.read_pointer(Store(store), "stable")
+    assert (p["release"], p["rollout"]["halted"], p["rollout"]["wave"]) == (
+        "r2", result == "halted", 0 if result == "halted" else 1)
+    if result == "halted":
+        assert ro.advance(store, "stable", pointer_args=fleet["sign"])["result"] == "already halted"
+
+
+def test_a_halted_rollout_takes_nobody_new_and_rollback_on_halt_moves_everyone_back(fleet: dict[str, Any]) -> None:
+    store, inside, outside = fleet["store"], fleet["inside"], fleet["outside"]
+    digest = ro.start(store, "stable", "r2", WAVES, 0.0, pointer_args=fleet["sign"])["digest"]
+    late = _ids(fleet["rid"], True, 2)[1]
+    _report(store, late, "failed", digest)
+    adv = ro.advance(store, "stable", rollback_on_halt=True, pointer_args=fleet["sign"])
+    assert adv["result"] == "halted" and adv["rollback"]["release"] == "r1"
+    p = pub.read_pointer(Store(store), "stable")
+    assert p["release"] == "r1" and "rollout" not in p  # back for everyone
+    assert inside.poll()["result"] != "applied" and _current(inside) == "r1" and _current(outside) == "r1"
+
+
+def test_a_halted_rollout_leaves_an_agent_of_its_wave_that_had_not_applied_it(fleet: dict[str, Any]) -> None:
+    store, inside = fleet["store"], fleet["inside"]
+    ro.start(store, "stable", "r2", WAVES, 0.0, pointer_args=fleet["sign"])
+    pointer = pub.read_pointer(Store(store), "stable")
+    pub.move_pointer(pub.Writer(store), "stable", "r2", pointer["digest"], "halt",
+                     rollout={**pointer["rollout"], "halted": True}, keys=fleet["sign"]["keys"])
+    out = inside.poll()
+    assert _current(inside) == "r1" and out["rollout"].startswith("halted: rollout r2-stable")
+
+
+def test_signed_reports_count_only_with_a_trusted_report_key(fleet: dict[str, Any], keys: dict[str, Path]) -> None:
+    store, inside = fleet["store"], fleet["inside"]
+    inside.report_key = keys["report_key"]
+    ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    inside.poll()
+    raw = json.loads((Path(store) / "reports" / "stable" / f"{inside.agent_id}.json").read_text())
+    assert len(raw["signatures"]) == 1 and "unsigned" not in raw
+    assert ro.advance(store, "stable", report_keys=[keys["report_pub"]], pointer_args=fleet["sign"])["result"] == "advanced"
+    got = ro.summary(store, "stable", [], report_keys=[keys["pub"]])  # not the key that signed it
+    assert got is not None and got["agents"] == []  # neither its signed report nor the other's unsigned one
+    assert any(r.startswith(f"{store}/reports/stable/{inside.agent_id}.json: ") for r in got["rejected_reports"])
+
+
+def test_start_refuses_an_unpublished_release_and_bad_waves(fleet: dict[str, Any]) -> None:
+    with pytest.raises(UsageError, match="never published"):
+        ro.start(fleet["store"], "stable", "r7", WAVES, 0.05, pointer_args=fleet["sign"])
+    with pytest.raises(UsageError, match=r"--waves: rollout.waves\[1\].percent 10 is below"):
+        ro.parse_waves("50,10")
+    assert ro.parse_waves("10,50,100", ["lab"]) == [{"groups": ["lab"]}, {"percent": 10}, {"percent": 50},
+                                                    {"percent": 100}]
+    assert ro.parse_waves("lab+qa,25.5") == [{"groups": ["lab", "qa"]}, {"percent": 25.5}]
+    assert (ro.parse_threshold("5%"), ro.parse_threshold("0.1")) == (0.05, 0.1)
+    for bad in ("five", "120%", "nan", "-1"):
+        with pytest.raises(UsageError, match="--max-failures"):
+            ro.parse_threshold(bad)
+    with pytest.raises(UsageError, match="has no rollout"):
+        ro.advance(fleet["store"], "stable", pointer_args=fleet["sign"])
+
+
+def test_the_cli_starts_and_advances_a_rollout(fleet: dict[str, Any]) -> None:
+    from tritonops.cli import app
+    from typer.testing import CliRunner
+
+    store, key = fleet["store"], ["--key", str(fleet["sign"]["keys"][0])]
+    run = CliRunner().invoke
+    r = run(app, ["release", "rollout", "start", "--channel", "stable", "--release", "r2", "--store", store,
+                  "--waves", "50,100", "--max-failures", "5%", "--json", *key])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["rollout"]["waves"] == WAVES
+    r = run(app, ["release", "rollout", "advance", "--channel", "stable", "--store", store, *key])
+    assert r.exit_code == 1 and "waiting" in r.output  # nobody reported yet
+    fleet["inside"].poll()
+    r = run(app, ["release", "rollout", "status", "--channel", "stable", "--store", store])
+    assert r.exit_code == 0 and "50%" in r.output
+    r = run(app, ["release", "status", "--channel", "stable", "--store", store, "--json"])
+    waves = json.loads(r.output)["rollouts"]["stable"]["waves"]
+    assert [(w["targeted"], w["applied"], w["failed"], w["pending"]) for w in waves] == [(1, 1, 0, 0), (0, 0, 0, 0)]
+    r = run(app, ["release", "status", "--channel", "stable", "--store", store])
+    assert "rollout r2-stable of r2 on stable" in r.output.replace("\n", " ")
+    r = run(app, ["release", "rollout", "advance", "--channel", "stable", "--store", store, *key])
+    assert r.exit_code == 0 and "advanced" in r.output
+    r = run(app, ["release", "rollout", "start", "--channel", "stable", "--release", "r2", "--store", store,
+                  "--waves", "50,10"])
+    assert r.exit_code == 2 and "below" in r.output
+
+
+def test_the_report_put_is_signed_as_botocore_signs_it() -> None:
+    import datetime
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url, body = "http://127.0.0.1:9000/bucket/fleet/reports/stable/node-1.json", b'{"signed": {}}'
+    now = datetime.datetime(2026, 12, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    ours = sigv4_headers(url, "us-east-1", now=now, env={"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"},
+                         method="PUT", payload_hash=hashlib.sha256(body).hexdigest())
+    req = AWSRequest(method="PUT", url=url, data=body, headers={"x-amz-content-sha256": ours["x-amz-content-sha256"],
+                                                                "X-Amz-Date": ours["x-amz-date"]})
+    req.context["timestamp"] = ours["x-amz-date"]
+    auth = S3SigV4Auth(Credentials("AK", "SK"), "s3", "us-east-1")
+    signature = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
+    assert ours["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest()
+    assert ours["Authorization"].endswith(f"Signature={signature}")
+
+
+def test_an_s3_store_gets_the_report_as_a_signed_put(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: dict[str, Any] = {}
+
+    class Bucket(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802
+            got.update(path=self.path, headers={k.lower(): v for k, v in self.headers.items()},
+                       body=self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Bucket)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for k in ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_SESSION_TOKEN"):
+            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
+        store = Store("s3://bucket/fleet", s3_endpoint=f"http://127.0.0.1:{server.server_port}")
+        ar.put(store, ar.report_key("stable", "node-1"), b'{"x": 1}\n')
+    finally:
+        server.shutdown()
+    assert got["path"] == "/bucket/fleet/reports/stable/node-1.json" and got["body"] == b'{"x": 1}\n'
+    assert got["headers"]["x-amz-content-sha256"] == hashlib.sha256(b'{"x": 1}\n').hexdigest()
+    assert got["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AK/")
+    with pytest.raises(UsageError, match="read-only"):
+        ar.put(Store("http://127.0.0.1:1/mirror"), "reports/stable/a.json", b"{}")
+
+
+def test_release_status_reads_a_rollout_from_an_http_mirror(fleet: dict[str, Any]) -> None:
+    import functools
+
+    store = fleet["store"]
+    ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=store)
+    handler.log_message = lambda *a: None  # type: ignore[method-assign, assignment]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got = ro.summary(f"http://127.0.0.1:{server.server_port}", "stable", [])
+    finally:
+        server.shutdown()
+    assert got is not None and got["rollout"]["id"] == "r2-stable" and "cannot be listed" in got["rejected_reports"][0]
