@@ -322,7 +322,7 @@ class Agent:
             self.refused[digest] = str(e)
             self.retry_at.pop(digest, None)
             self.failures[digest] = failures.record(e.step, e.reason, klass, cause, tries)
-            self.log(f"release {release} ({digest[:12]}) refused ({cause}) at {e}")
+            self.log(f"release {release} ({digest[:12]}) refused at {e.step} ({cause}): {e.reason}")
         return {"result": "failed", "release": release, "step": e.step, "error": e.reason, "class": klass,
                 "cause": cause}
 
