@@ -113,7 +113,7 @@ class Played:
             for rel, text in (edit or {}).items():
                 (src / rel).write_text((src / rel).read_text() + text)
         return pub.publish(src, str(self.store.folder), self.channel if channel == "" else channel, self.key,
-                           target="cpu", version=name)
+                           target="cpu", version=name, channels=[self.channel])  # signed for it, moved or not
 
     def agent(self, path: str) -> str:
         with _urlopen(f"{self.pod.url(kp.AGENT_PORT_NAME)}{path}") as r:
