@@ -2,12 +2,13 @@
 
 Everything that runs on a node or in a pod lives here, once: the manifest format and its hashing
 (``manifest``), the release layout on disk (``releases``), Triton's HTTP API (``triton``), the golden
-gate of both modes (``golden``), release stores and signatures (``store``, ``signing``), who may sign what (``trust``: the root,
-thresholds, envelopes) and the signed channel metadata a node keeps (``metadata``), the pull loop
-(``pull``), serving and gating a release (``serve``), failures classed by cause (``failures``), staged
-rollouts (``rollout``), metrics (``metrics``) and the drift check (``drift``); the helpers every module shares:
-error classes (``errors``), bounded reads and atomic writes (``fsio``), HTTP requests with a deadline,
-a byte cap and same-origin redirects only (``netio``), exit codes (``exitcodes``).
+gate of both modes (``golden``), release stores and signatures (``store``, ``signing``), who may sign
+what (``trust``: the root, thresholds, envelopes) and the signed channel metadata a node keeps
+(``metadata``), the pull loop (``pull``), serving and gating a release (``serve``), failures classed by
+cause (``failures``), staged rollouts (``rollout``), metrics (``metrics``) and the drift check
+(``drift``); the helpers every module shares: error classes (``errors``), bounded reads and atomic
+writes (``fsio``), HTTP requests with a deadline, a byte cap and same-origin redirects only
+(``netio``), exit codes (``exitcodes``).
 The controller imports the same modules, each name from its home; ``bundle.build`` writes them into
 one zipapp (``tritonops agent build``) that the roles push, the Kubernetes pod runs and the drift
 timer uses.
