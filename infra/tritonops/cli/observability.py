@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -13,19 +12,16 @@ from rich.console import Console
 from tritonops.cli.extras import require
 from tritonops.cli.params import finite, folder_to_write, path
 from tritonops.observability.keda import ScalingPolicy
-from tritonops.observability.rules import RuleSettings
+from tritonops.observability.rules import RuleSettings, check_job
 
 app = typer.Typer(no_args_is_help=True, help="Prometheus rules, Grafana dashboards, KEDA queries.")
 
 
-_JOB = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
-
-
 def _job(value: str) -> str:
-    """The job is written into PromQL selectors (job="..."): a plain scrape job name only."""
-    if not _JOB.match(value):
-        raise typer.BadParameter(f"{value!r}: use letters, digits and '_.:/-' (a Prometheus scrape job name)")
-    return value
+    try:
+        return check_job(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 @app.command("export")

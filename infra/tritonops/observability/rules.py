@@ -19,6 +19,7 @@ same estimate for both tracks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,16 @@ ALERTS = (
     "TritonopsReleaseCredentialsFailing",
     "TritonopsReleaseMetadataExpired",
 )
+
+
+JOB_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+
+
+def check_job(value: str) -> str:
+    """The job is written into PromQL selectors (job="..."): a plain scrape job name only (ValueError)."""
+    if not isinstance(value, str) or not JOB_NAME.match(value):
+        raise ValueError(f"{value!r}: use letters, digits and '_.:/-' (a Prometheus scrape job name)")
+    return value
 
 
 @dataclass(frozen=True)
