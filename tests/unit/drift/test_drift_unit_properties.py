@@ -200,7 +200,10 @@ def test_the_roles_record_with_the_agents_patterns() -> None:
     """record_unit.yml records with effective's names and pattern, into the file effective reads."""
     block = yaml.safe_load((REPO / "roles" / "triton_server" / "tasks" / "record_unit.yml").read_text())[0]
     assert tuple(block["vars"]["_triton_server_unit_runtime"]) == effective.RUNTIME
-    assert block["vars"]["_triton_server_unit_runtime_properties"] == "^({{ _triton_server_unit_runtime | join('|') }})$"
+    assert block["tritonops.triton.unit_record"] == {
+        "unit": "{{ triton_server_service_name }}.service", "dest": "{{ _triton_server_unit_record }}",
+        "fragment_path": "{{ _triton_server_unit }}", "runtime": "{{ _triton_server_unit_runtime }}",
+        "sets": "{{ _triton_server_unit_sets }}", "exec_runtime": "{{ _triton_server_unit_exec_runtime }}"}
     assert block["vars"]["_triton_server_unit_exec_runtime"] == effective.EXEC_RUNTIME
     assert block["vars"]["_triton_server_unit_sets"] == effective.UNORDERED_PROPERTIES
     assert block["vars"]["_triton_server_unit_record"].endswith("/" + effective.UNIT_RECORD)
