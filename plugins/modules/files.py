@@ -88,6 +88,15 @@ options:
             symlink another role manages), is left as it is.
         type: bool
         default: false
+  units:
+    description:
+      - systemd units whose state the module reads after the files (C(systemctl is-enabled) and C(is-active)),
+        returned in RV(units), so that a role enables or starts one only when it is not already, with no
+        probe task of its own. Read only; nothing is enabled or started here.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
 attributes:
   check_mode:
     description: Can run in check mode and return a prediction of the change without modifying the node.
@@ -148,6 +157,13 @@ path:
   description: The paths that changed, joined with C(, ).
   returned: changed
   type: str
+units:
+  description:
+    - For each unit of O(units), what C(systemctl is-enabled) and C(systemctl is-active) print (V(enabled),
+      V(active); V(not-found), V(inactive), ...; empty when systemctl is not there).
+  returned: always
+  type: dict
+  sample: {"tritonops-drift-check.timer": {"enabled": "enabled", "active": "active"}}
 """
 
 import base64
@@ -318,6 +334,19 @@ def _file(module, entry, path):
     return True, diff
 
 
+def _unit_states(module, units):
+    """What systemctl says of each unit: {unit: {"enabled": ..., "active": ...}} (read only)."""
+    systemctl = module.get_bin_path("systemctl")
+    states = {}
+    for unit in units:
+        state = {"enabled": "", "active": ""}
+        if systemctl:
+            for key, verb in (("enabled", "is-enabled"), ("active", "is-active")):
+                state[key] = module.run_command([systemctl, verb, unit], environ_update={"LC_ALL": "C"})[1].strip()
+        states[unit] = state
+    return states
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -335,6 +364,7 @@ def main():
                 diff=dict(type="bool", default=True),
                 if_missing=dict(type="bool", default=False),
             )),
+            units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -367,6 +397,7 @@ def main():
         out["path"] = ", ".join(changed_paths)
     if diffs:
         out["diff"] = diffs
+    out["units"] = _unit_states(module, module.params["units"])
     module.exit_json(**out)
 
 

@@ -136,3 +136,30 @@ def test_a_bad_entry_fails_naming_the_path(tmp_path: Path, capsys: pytest.Captur
     result = json.loads(capsys.readouterr().out)
     assert result["failed"] is True and message in result["msg"] and str(path) in result["msg"], result["msg"]
     assert not path.exists()
+
+
+def test_units_are_read_after_the_files_and_nothing_is_started(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """units: what systemctl is-enabled / is-active print for each, read only (a role enables and starts
+    a unit only when it is not already, with no probe task of its own)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    fake = bin_dir / "systemctl"
+    fake.write_text('#!/bin/sh\necho "$@" >> ' + str(calls) + '\ncase "$1 $2" in\n'
+                    '  "is-enabled a.timer") echo enabled ;; "is-active a.timer") echo active ;;\n'
+                    '  "is-enabled b.timer") echo disabled; exit 1 ;; "is-active b.timer") echo inactive; exit 3 ;;\n'
+                    '  *) echo not-found; exit 4 ;;\nesac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    args = {"files": [{"path": str(tmp_path / "a.conf"), "content": "x\n", "owner": OWNER, "group": GROUP}],
+            "units": ["a.timer", "b.timer", "c.timer"], "_ansible_check_mode": True}
+    with patch_module_args(args), pytest.raises(SystemExit):
+        files_module.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["units"] == {"a.timer": {"enabled": "enabled", "active": "active"},
+                            "b.timer": {"enabled": "disabled", "active": "inactive"},
+                            "c.timer": {"enabled": "not-found", "active": "not-found"}}
+    assert calls.read_text().split("\n")[:-1] == [f"{verb} {u}" for u in ("a.timer", "b.timer", "c.timer")
+                                                  for verb in ("is-enabled", "is-active")]
+    assert not (tmp_path / "a.conf").exists() and out["changed_paths"] == [str(tmp_path / "a.conf")]
