@@ -46,6 +46,15 @@ class Rejected(ReleaseError):
         self.reason = reason
 
 
+class Truncated(Rejected, StoreError):
+    """A manifest shorter than the length its signed pointer states: counted as a ``length`` refusal, but
+    classed as the store's fault (a cut or dropped download passes on retry), so it is retried with
+    backoff, never refused for ever; nothing of it is installed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("length", message)
+
+
 class Unreadable(Rejected, StoreError):
     """A pointer that is not one at all (not JSON, not an envelope, the unsigned old format): the store's
     fault (exit 3, as any unusable object in a store), counted as a ``signature`` refusal."""
@@ -123,7 +132,7 @@ def fetch_manifest(store: Store, digest: str, length: int | None, release: str, 
     """A release's manifest read under the pointer's signed ``length``, its sha256 the pointer's ``digest``,
     signed by a threshold of the root's ``release`` keys, and checked by :func:`check_manifest`: (its bytes,
     its parsed fields, the keyids that signed it). Rejected when it does not hold; StoreError when the
-    store did not answer (try again)."""
+    store did not answer (try again), :class:`Truncated` (both) when it answered fewer bytes."""
     where = f"{store}/{manifest_key(digest)}"
     if length is None:
         raise Rejected("length", f"{where}: no signed channel pointer states this manifest's length")
@@ -134,6 +143,9 @@ def fetch_manifest(store: Store, digest: str, length: int | None, release: str, 
             raise
         raise Rejected("length", f"{e} (the signed pointer states {length})") from None
     assert raw is not None  # not a conditional read
+    if len(raw) < length:  # before the digest: the cause is the length, not a signature
+        raise Truncated(f"{where}: {len(raw)} bytes, fewer than the {length} the signed pointer states "
+                        "(a cut download? retried)")
     sigs = store.get(signatures_key(digest), limit=SIGNATURE_MAX) or b""
     if hashlib.sha256(raw).hexdigest() != digest:
         raise Rejected("signature", f"{where}: sha256 of the manifest is not the digest the channel names")
@@ -181,13 +193,22 @@ class Trusted:
         self.dirty = False
 
     def expired(self, channel: str, now: float | None = None) -> bool:
-        """The pointer trusted for ``channel`` has expired (freeze: nothing new is applied)."""
+        """The pointer trusted for ``channel``, or the trusted root, has expired (freeze: nothing new is applied)."""
+        return self.frozen_reason(channel, now) is not None
+
+    def frozen_reason(self, channel: str, now: float | None = None) -> str | None:
+        """Why nothing new may be applied on ``channel`` (an expired root or pointer); None when nothing expired."""
+        if self.root.expired(now):
+            return f"root version {self.root.version} expired at {trust.format_time(self.root.expires or 0)}"
         c = self.channels.get(channel)
-        return c is not None and trust.expired(c, now)
+        if c is not None and trust.expired(c, now):
+            return f"version {c['version']} expired at {c['expires']}"
+        return None
 
     def check(self, raw: bytes, channel: str, store: Store, where: str, now: float | None = None) -> dict[str, Any]:
         """The pointer's checked fields, once it may be acted on; Rejected (or StoreError: a root could
-        not be read, try again) otherwise. Nothing is remembered until :meth:`accept`."""
+        not be read, try again) otherwise. Nothing is remembered until :meth:`accept`, but a root rotation
+        the pointer names (each version verified) is, even when it has expired (``dirty``: save it)."""
         try:
             signed = unverified(raw, where)
         except StoreError as e:
@@ -206,8 +227,12 @@ class Trusted:
                     raise
                 except ReleaseError as e:
                     raise Rejected("signature", str(e)) from None
-            if root.expired(now):
-                raise Rejected("expired", f"{where}: root version {root.version} has expired")
+            if root.version > self.root.version:  # trusted from now on, expired or not (TUF 5.3.8): its
+                self.root, self.dirty = root, True  # revocations hold even while the channel is frozen
+        if root.expired(now):  # after the update loop, however the root was reached (TUF 5.3.10): freeze
+            raise Rejected("expired", f"{where}: root version {root.version} expired at "
+                                      f"{trust.format_time(root.expires or 0)}; nothing new is applied, the gated "
+                                      "release keeps serving (the store needs tritonops release root rotate)")
         try:
             signed = pointer_fields(trust.verify(raw, "channel", root, where, "channel"), where)
         except ReleaseError as e:

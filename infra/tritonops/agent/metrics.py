@@ -35,7 +35,9 @@ HELP = {
     "tritonops_release_metadata_rejected_total": ("counter", "Signed metadata refused, by reason (rollback, "
                                                              "expired, channel, relabel, signature, length)."),
     "tritonops_release_rollout_targeted": ("gauge", "1 when the channel's rollout (or no rollout) takes this "
-                                                    "target, 0 when it waits for a later wave (wave: its first)."),
+                                                    "target, 0 when it waits for a later wave (wave: its first; "
+                                                    "previous: the release before the rollout that it serves "
+                                                    "meanwhile, else empty)."),
     "tritonops_release_credentials_errors_total": ("counter", "Failed attempts to get S3 credentials (STS "
                                                               "AssumeRoleWithWebIdentity, the container credentials "
                                                               "endpoint, a token file), by source."),

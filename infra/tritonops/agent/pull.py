@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import failures, manifest, metadata, releases, rollout, signing
-from .errors import ReleaseError
+from .errors import ReleaseError, StoreError
 from .fsio import write_atomic
 from .golden import golden_gate
 from .manifest import MANIFEST_FILE
@@ -196,8 +196,8 @@ class Agent:
             raw, doc, signers = metadata.fetch_manifest(self.store, digest, length, release, self.channel,
                                                         self.trusted.root)
         except metadata.Rejected as e:
-            self._rejected(e.reason, str(e))
-            raise StepFailed("verify", str(e), e) from None
+            self._rejected(e.reason, str(e))  # a short read (Truncated, a StoreError too) may pass on retry
+            raise StepFailed("fetch" if isinstance(e, StoreError) else "verify", str(e), e) from None
         except ReleaseError as e:  # the store did not answer, or lost the object: retried
             raise StepFailed("fetch", str(e), e) from None
         files, lengths = doc["files"], doc["lengths"]
@@ -337,10 +337,10 @@ class Agent:
         where = f"{self.store}/{key}"
         raw = self.store.get(key, limit=POINTER_MAX, conditional=conditional)
         if raw is None:
-            if self.pointer and not self.frozen and self.trusted.expired(self.channel):
+            why = None if not self.pointer or self.frozen else self.trusted.frozen_reason(self.channel)
+            if why:  # the pointer, or the root it was verified with, expired since it was read
                 self.frozen = True
-                self._rejected("expired", f"{where}: version {self.pointer['version']} expired at "
-                                          f"{self.pointer['expires']}; the gated release keeps serving")
+                self._rejected("expired", f"{where}: {why}; the gated release keeps serving")
             return False
         try:
             pointer = self.trusted.check(raw, self.channel, self.store, where)
@@ -371,6 +371,8 @@ class Agent:
                 new = self._read_pointer()
             except ReleaseError as e:
                 self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result="error")
+                if self.trusted.dirty:  # a root rotation followed before the refusal (an expired root)
+                    self._save_trust()
                 self._export()
                 out_err: dict[str, Any] = {"result": "error", "error": str(e)}
                 if isinstance(e, metadata.Rejected):
@@ -382,21 +384,22 @@ class Agent:
             out: dict[str, Any] = {"result": result}
             pointer = self.pointer or {}
             digest = pointer.get("digest")
-            admitted = not digest or rollout.admits(self, pointer)  # a staged rollout may not be for us yet
-            if not admitted:
-                out["rollout"] = self.rollout_state
-            if (admitted and digest and not self.frozen and not self.up_to_date() and digest not in self.refused
-                    and time.monotonic() >= self.retry_at.get(digest, (0, 0.0))[1]):
+            # A staged rollout may not be for us yet (keep what serves), or hold a new node on its previous release.
+            pick = rollout.choose(self, pointer) if digest else None
+            if (pick and not self.frozen and not self.up_to_date() and pick[1] not in self.refused
+                    and time.monotonic() >= self.retry_at.get(pick[1], (0, 0.0))[1]):
                 try:  # the whole change holds the node folder (releases.locked; lock.py), waiting a bounded time
                     with releases.locked(self.releases, f"pull {self.channel}"):
                         self._save_trust()  # what the pointer taught us, under the same lock as the release
-                        out = self._attempt(pointer["release"], digest)
+                        out = self._attempt(*pick)
                 except releases.lock.LockBusy as e:  # another command holds it: try again next poll
-                    out = {"result": "failed", "release": pointer["release"], "step": "lock", "error": str(e)}
+                    out = {"result": "failed", "release": pick[0], "step": "lock", "error": str(e)}
                 rollout.report(self, out)  # --report: the result into reports/<channel>/<agent>.json
                 result = "changed"
             elif digest:
                 out.update(self._reconcile())
+            if digest and (pick is None or pick[1] != digest):
+                out["rollout"] = self.rollout_state
             if self.trusted.dirty:  # a pointer trusted without a release to apply (refresh, a refusal)
                 self._save_trust()
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
@@ -447,14 +450,14 @@ class Agent:
         self.failures.pop(digest, None)
         return {"result": "regated", "release": release, "regated": True, **out}
 
-    def _attempt(self, release: str, digest: str) -> dict[str, Any]:
+    def _attempt(self, release: str, digest: str, length: int | None = None) -> dict[str, Any]:
         start = time.monotonic()
         st = releases.state(self.releases)
         if (st.get("current") == release and st.get("digest") == digest and not self.gated()
                 and releases.active_release(self.link, self.releases) == release):
             return self._regate(release, digest)  # the channel's release is linked but not served: gate it again
         try:
-            fetched = self.fetch(release, digest)
+            fetched = self.fetch(release, digest, length)
             if self.triton and not self.triton.live():
                 raise StepFailed("triton", f"{self.triton.url} does not answer; the release waits for it")
             self.switching = True
@@ -516,8 +519,16 @@ class Agent:
         """
         self._read_pointer(conditional=False)  # verified against the trusted root, as in poll
         assert self.pointer is not None
-        release, digest = self.pointer["release"], self.pointer["digest"]
-        fetched = self.fetch(release, digest)
+        pick = rollout.choose(self, self.pointer)  # a pod recreated mid-rollout, not targeted: the previous release
+        current = releases.state(self.releases).get("current")
+        if pick is None and current:  # the rollout is not for this pod yet: it keeps what it has (a rerun)
+            releases.activate(self.link, self.releases, str(current))
+            self._save_trust()
+            return {"result": "synced", "release": current, "downloaded": 0, "rollout": self.rollout_state}
+        if pick is None:
+            raise ReleaseError(f"channel {self.channel}: {self.rollout_state}")
+        release, digest, length = pick
+        fetched = self.fetch(release, digest, length)
         releases.activate(self.link, self.releases, release)
         self._save_trust()
         return {"result": "synced", **fetched}

@@ -10,14 +10,20 @@ A rollout lives in the pointer's signed part, next to the release it rolls out::
                 "waves": [{"percent": 10}, {"groups": ["lab"]}, {"percent": 100}],
                 "wave": 0,                             # waves 0..wave are targeted
                 "halted": false,                       # true: nobody new takes the release
-                "max_failures": 0.05}                  # the controller's threshold (the agent ignores it)
+                "max_failures": 0.05,                  # the controller's threshold (the agent ignores it)
+                "previous": {"release": "r8", "digest": "<hex>", "length": 2048}}  # what the channel served
+                                                       # before (``start`` writes it; absent on a first release)
 
 An agent is in a ``percent`` wave when ``sha256(id + "\\n" + agent id)`` read as a number in [0, 100) is
 below the percentage (so membership is stable across polls and restarts, and the share of a large
 fleet is the percentage), and in a ``groups`` wave when one of its ``--group-label``s is listed. It is
 targeted when it is in any of waves 0..wave: membership only grows as the rollout advances. An agent
 not targeted (or one the rollout reaches after it halted) keeps what it serves and downloads nothing;
-``tritonops_release_rollout_targeted{channel,rollout,wave}`` is 1 or 0 and ``status`` says why.
+``tritonops_release_rollout_targeted{channel,rollout,wave,previous}`` is 1 or 0 and ``status`` says why.
+One with no gated release at all (a new node, a pod recreated mid-rollout) installs the rollout's
+``previous`` release instead, as a pod recreated during a Kubernetes rolling update gets the old
+version (``not targeted: serving previous release r8 ...``; the metric's ``previous`` label names it);
+with no previous release (the channel's first) it takes the channel's, and ``status`` says why.
 
 With ``--report``, after each release it applied, or that failed or was refused, the agent writes
 ``reports/<channel>/<agent id>.json`` into the store (a folder, or S3 with a SigV4 PUT signed with the
@@ -36,9 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import netio, releases, trust
+from . import manifest, netio, releases, trust
 from .errors import ReleaseError, StoreError, UsageError
 from .fsio import write_atomic
+from .releases import check_release_id
 from .store import Store, sigv4_headers
 
 MAX_WAVES = 32
@@ -47,7 +54,8 @@ REPORT_MAX = 16 << 10  # bytes of one status report (the controller reads no mor
 REPORT_TIMEOUT = 10.0  # seconds for one report's PUT
 REPORT_EXPIRES = 7 * 86400  # a report's signed expiry, seconds after it was written
 RESULTS = ("applied", "gated", "failed", "refused")
-_FIELDS = {"id", "waves", "wave", "halted", "max_failures"}
+_FIELDS = {"id", "waves", "wave", "halted", "max_failures", "previous"}
+Target = tuple[str, str, int]  # (release, manifest digest, manifest length): what an agent applies
 
 
 class RolloutError(ReleaseError):
@@ -107,7 +115,29 @@ def parse(doc: Any, where: str) -> dict[str, Any]:
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
             raise RolloutError(f"{where}: rollout.max_failures {m!r}: expected a fraction 0-1")
         out["max_failures"] = m
+    if "previous" in doc:
+        out["previous"] = _previous(doc["previous"], where)
     return out
+
+
+def _previous(p: Any, where: str) -> dict[str, Any]:
+    """``rollout.previous``: the release the channel served before the rollout, with its manifest's digest
+    and length (signed with the pointer: what a node with nothing gated installs when not targeted)."""
+    shape = "expected {'release', 'digest', 'length'}"
+    if not isinstance(p, dict) or set(p) != {"release", "digest", "length"}:
+        raise RolloutError(f"{where}: rollout.previous: {shape}")
+    try:
+        check_release_id(p["release"] if isinstance(p["release"], str) else "")
+    except ReleaseError:
+        raise RolloutError(f"{where}: rollout.previous.release {str(p['release'])[:80]!r}: not a release id") from None
+    d = p["digest"]
+    if not isinstance(d, str) or len(d) != 64 or not set(d) <= set("0123456789abcdef"):
+        raise RolloutError(f"{where}: rollout.previous.digest {str(d)[:80]!r}: expected a sha256 hex digest")
+    n = p["length"]
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= manifest.MANIFEST_MAX:
+        raise RolloutError(f"{where}: rollout.previous.length {str(n)[:40]!r}: expected 1-{manifest.MANIFEST_MAX} "
+                           "(the manifest's bytes)")
+    return {"release": p["release"], "digest": d, "length": n}
 
 
 def bucket(rollout_id: str, agent_id: str) -> float:
@@ -148,45 +178,63 @@ def default_agent_id() -> str:
 # --- the agent's side: the hook in Agent.poll, and the status report ----------------------------------
 
 
-def admits(agent: Any, pointer: dict[str, Any]) -> bool:
-    """Whether ``agent`` may apply the pointer's release now; sets its rollout metric and status.
+def choose(agent: Any, pointer: dict[str, Any]) -> Target | None:
+    """What ``agent`` may apply now: the channel's release, the rollout's previous one, or None (keep what
+    it serves); sets its rollout metric and status.
 
     Not targeted, or halted before it was reached: it keeps what it serves (no download). An agent
     already serving the release stays on it whatever the rollout says (halting stops the spread; the
-    controller's --rollback-on-halt moves the pointer back for everyone)."""
+    controller's --rollback-on-halt moves the pointer back for everyone). One with no gated release
+    (a new node) that the rollout does not take installs ``rollout.previous``, the release the channel
+    served before the rollout started; with none (the channel's first release), the channel's."""
     channel, where = agent.channel, f"{agent.store}/channels/{agent.channel}.json"
+    release = (str(pointer["release"]), str(pointer["digest"]), int(pointer["length"]))
     raw = pointer.get("rollout")
     if raw is None:
         agent.rollout_state = None
-        agent.metrics.replace("tritonops_release_rollout_targeted", 1, channel=channel, rollout="", wave="")
-        return True
+        agent.metrics.replace("tritonops_release_rollout_targeted", 1, channel=channel, rollout="", wave="",
+                              previous="")
+        return release
     try:
         ro = parse(raw, where)
     except RolloutError as e:
         if agent.rollout_state != f"invalid: {e}":
             agent.log(f"release {pointer.get('release')} not applied: {e}")
         agent.rollout_state = f"invalid: {e}"
-        agent.metrics.replace("tritonops_release_rollout_targeted", 0, channel=channel, rollout="", wave="")
-        return False
+        agent.metrics.replace("tritonops_release_rollout_targeted", 0, channel=channel, rollout="", wave="",
+                              previous="")
+        return None
     first = wave_of(agent.agent_id, agent.group_labels, ro)
     targeted = first is not None and first <= ro["wave"]
-    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if targeted else 0, channel=channel,
-                          rollout=ro["id"], wave="" if first is None else str(first))
-    if not agent.gated():  # nothing gated to keep serving (a new node): the channel's release it is
-        agent.rollout_state = f"targeted: rollout {ro['id']}, nothing gated here to keep serving"
-        return True
-    if releases.state(agent.releases).get("digest") == pointer.get("digest"):
+    st = releases.state(agent.releases)
+    prev = ro.get("previous")
+    place = f"rollout {ro['id']} at wave {ro['wave']}, this agent " + ("in no wave" if first is None else
+                                                                       f"in wave {first}")
+    pick: Target | None = release
+    held = None  # the previous release this agent serves, or installs, because the rollout does not take it
+    if st.get("digest") == pointer.get("digest"):
         agent.rollout_state = f"serving: rollout {ro['id']}, this agent in wave {first} (at wave {ro['wave']})"
-        return True
-    if not targeted:
-        agent.rollout_state = (f"not targeted: rollout {ro['id']} at wave {ro['wave']}, this agent "
-                               + ("in no wave" if first is None else f"in wave {first}"))
-        return False
-    if ro["halted"]:
-        agent.rollout_state = f"halted: rollout {ro['id']} stopped at wave {ro['wave']} before this agent applied it"
-        return False
-    agent.rollout_state = f"targeted: rollout {ro['id']} wave {first} (at wave {ro['wave']})"
-    return True
+    elif targeted and not ro["halted"]:
+        agent.rollout_state = f"targeted: rollout {ro['id']} wave {first} (at wave {ro['wave']})"
+    elif st.get("current") or prev is not None:  # not for this agent yet: keep what it serves
+        if st.get("current"):
+            pick = None
+            held = prev["release"] if prev is not None and st.get("digest") == prev["digest"] else None
+        elif prev is not None:  # nothing gated here (a new node): what the agents of its wave still serve
+            pick, held = (prev["release"], prev["digest"], prev["length"]), prev["release"]
+        also = f"serving previous release {held}" if held else ""
+        if not targeted:
+            agent.rollout_state = f"not targeted: {also} ({place})" if held else f"not targeted: {place}"
+        else:
+            agent.rollout_state = (f"halted: rollout {ro['id']} stopped at wave {ro['wave']} before this agent "
+                                   "applied it" + (f": {also}" if held else ""))
+    else:
+        agent.rollout_state = (f"no previous release: rollout {ro['id']} names none (the channel's first "
+                               f"release), so this agent, with nothing gated, takes {pointer['release']} "
+                               f"({'halted, ' if ro['halted'] else ''}{place})")
+    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if targeted else 0, channel=channel,
+                          rollout=ro["id"], wave="" if first is None else str(first), previous=held or "")
+    return pick
 
 
 def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:
@@ -194,12 +242,15 @@ def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:
     if not getattr(agent, "report", False) or out.get("result") not in ("applied", "failed"):
         return None
     pointer = agent.pointer or {}
-    digest = str(pointer.get("digest") or "")
+    ro = pointer.get("rollout") if isinstance(pointer.get("rollout"), dict) else None
+    prev = (ro or {}).get("previous")
+    applied = prev if isinstance(prev, dict) and out.get("release") == prev.get("release") != pointer.get(
+        "release") else pointer  # the rollout's previous release (a new node not targeted), or the channel's
+    digest = str(applied.get("digest") or "")
     if out["result"] == "applied":
         result = "gated" if agent.triton is not None else "applied"
     else:
         result = "refused" if digest in agent.refused else "failed"
-    ro = pointer.get("rollout") if isinstance(pointer.get("rollout"), dict) else None
     now = time.time()
     signed = {"type": "report", "version": int(now * 1000), "expires": trust.format_time(now + REPORT_EXPIRES),
               "agent": agent.agent_id, "channel": agent.channel,

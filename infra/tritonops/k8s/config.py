@@ -94,6 +94,8 @@ class ModelReader(_Cfg):
     service_account: str  # triton-<model service>
     bucket: str
     prefix: str = ""
+    # Its release agents write rollout status reports (--report): s3:PutObject on <prefix>/reports/* only.
+    reports: bool = False
 
 
 class ClusterAwsConfig(_Cfg):

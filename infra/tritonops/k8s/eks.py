@@ -154,18 +154,31 @@ def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, namespace: str, s
     )
 
 
-def s3_read_policy(bucket: str, prefix: str = "") -> str:
-    """Read-only access to one model repository prefix (list the prefix, get its objects)."""
-    key = f"{prefix.strip('/')}/*" if prefix.strip("/") else "*"
+REPORTS_FOLDER = "reports"  # tritonops.agent.rollout.report_key: <prefix>/reports/<channel>/<agent id>.json
+
+
+def s3_read_policy(bucket: str, prefix: str = "", reports: bool = False) -> str:
+    """Read-only access to one model repository prefix (list the prefix, get its objects).
+
+    ``reports``: the release agent also writes its staged-rollout status reports (``--report``:
+    ``<prefix>/reports/<channel>/<agent>.json``, a SigV4 PUT with the pod's own credentials), so the
+    role may ``s3:PutObject`` under ``<prefix>/reports/`` and nowhere else: never a release's blobs,
+    manifests, ids or channel pointers, never another prefix of the bucket."""
+    base = prefix.strip("/")
+    key = f"{base}/*" if base else "*"
     statements: list[Obj] = [
         {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"arn:aws:s3:::{bucket}/{key}"]},
         {
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],
             "Resource": [f"arn:aws:s3:::{bucket}"],
-            **({"Condition": {"StringLike": {"s3:prefix": [prefix.strip("/"), key]}}} if prefix.strip("/") else {}),
+            **({"Condition": {"StringLike": {"s3:prefix": [base, key]}}} if base else {}),
         },
     ]
+    if reports:
+        folder = f"{base}/{REPORTS_FOLDER}" if base else REPORTS_FOLDER
+        statements.append({"Effect": "Allow", "Action": ["s3:PutObject"],
+                           "Resource": [f"arn:aws:s3:::{bucket}/{folder}/*"]})
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 

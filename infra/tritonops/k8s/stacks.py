@@ -92,7 +92,7 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
                 "spec": {
                     "name": r.role_name,
                     "trust": f"IRSA (cluster OIDC): system:serviceaccount:{r.namespace}:{r.service_account}",
-                    "policy": json.loads(eks.s3_read_policy(r.bucket, r.prefix)),
+                    "policy": json.loads(eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports)),
                 },
             }
             for r in cfg.model_readers
@@ -263,7 +263,8 @@ def cluster_aws_program() -> dict[str, Any]:
     for r in cfg.model_readers:
         trust = pulumi.Output.all(oidc.arn, issuer).apply(_reader_trust(r.namespace, r.service_account))
         role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"])
-        aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id, policy=eks.s3_read_policy(r.bucket, r.prefix))
+        aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
+                          policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
         readers[r.role_name] = role_
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)

@@ -5,7 +5,9 @@ Its one job: move a channel's ``rollout`` (the field in the signed pointer that
 channel at a release with the rollout at wave 0; ``advance`` looks at the agents of waves 0..wave and
 moves to the next wave only when every one of them has an outcome and the failed share is at most
 the threshold; over it, the rollout halts (``halted: true``: nobody new takes the release) and, with
-``rollback_on_halt``, the channel moves back to its previous release for everyone.
+``rollback_on_halt``, the channel moves back to its previous release for everyone. ``start`` also
+signs into the rollout the release the channel served before it (``previous``: id, manifest digest and
+length), which an agent with nothing gated that the rollout does not take installs (a new node).
 
 What the agents did comes from two sources, merged: their ``/metrics`` (``--agent-url``, as ``release
 status`` scrapes them: ``tritonops_release_rollout_targeted`` says the agent's wave,
@@ -84,10 +86,38 @@ def start(to: str, channel: str, release: str, waves: list[dict[str, Any]], max_
     rid = rollout_id or f"{release}-{channel}"
     ro = ar.parse({"id": rid, "waves": waves, "wave": 0, "halted": False, "max_failures": max_failures},
                   "rollout")
-    moved = pub.move_pointer(writer, channel, release, digest, f"rollout {rid} wave 0 ({_spec(ro['waves'][0])})",
-                             rollout=ro, **(pointer_args or {}))
+    note = f"rollout {rid} wave 0 ({_spec(ro['waves'][0])})"
+
+    def with_previous(old: dict[str, Any] | None) -> tuple[str, str, str]:
+        """The pointer as it is at the write names the release the channel served before the rollout: signed
+        into ``rollout.previous``, it is what a new node the rollout does not take installs."""
+        prev = previous_release(writer, channel, old, digest)
+        if prev is None:
+            ro.pop("previous", None)
+        else:
+            ro["previous"] = prev
+        return release, digest, note
+
+    moved = pub.move_pointer(writer, channel, "", "", note, target=with_previous, rollout=ro, **(pointer_args or {}))
     return {"channel": channel, "release": release, "digest": digest, "rollout": ro, "changed": moved["changed"],
             "previous": moved.get("previous")}
+
+
+def previous_release(writer: pub.Writer, channel: str, old: dict[str, Any] | None,
+                     digest: str) -> dict[str, Any] | None:
+    """{release, digest, length} of what ``old`` (the channel's pointer before a rollout of ``digest``) serves:
+    its release, or, when it already names ``digest`` (a rollout started again), its rollout's previous
+    one. None: the channel's first release, or one no agent could install (no signed length)."""
+    if old is None:
+        return None
+    if old.get("digest") == digest:
+        prev = (old.get("rollout") or {}).get("previous") if isinstance(old.get("rollout"), dict) else None
+        return dict(prev) if isinstance(prev, dict) else None
+    try:  # the length the old pointer signed, else the manifest's (a pointer of the unsigned format)
+        length = old.get("length") or pub._release_length(writer, channel, old["release"], old["digest"])  # noqa: SLF001
+    except ReleaseError:
+        return None
+    return {"release": old["release"], "digest": old["digest"], "length": int(length)}
 
 
 # --- what the agents did ---------------------------------------------------------------------------

@@ -346,3 +346,92 @@ def test_keygen_writes_a_private_key_only_to_a_new_file_never_through_a_link(
     key, public = signing.keygen(tmp_path / "new.key", tmp_path / "new.pub")
     assert (key.stat().st_mode & 0o777, public.stat().st_mode & 0o777, key.stat().st_nlink) == (0o600, 0o644, 1)
     assert not list(tmp_path.glob(".tritonops-keygen-*")) and b"PRIVATE KEY" in key.read_bytes()
+
+
+YEAR = 365 * 86400.0
+
+
+def test_an_expired_root_freezes_the_channel_like_an_expired_pointer(tmp_path: Path, keys: dict[str, Path],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """TUF 5.3.10: a trusted root past its expiry after the update loop is a freeze attack (the mirror keeps
+    the store as it was while the keys' holders are locked out): nothing new is applied, serving goes on."""
+    store = tmp_path / "store"
+    _publish(tmp_path, str(store), keys, "r1")
+    agent = _agent(tmp_path, str(store), keys)
+    agent.poll()
+    _root(store, keys, ["release", "new"], {"root": ["new"], "release": ["new"], "channel": ["new"]})  # a year
+    _publish(tmp_path, str(store), keys, "r2", key=keys["new"])
+    assert agent.poll()["result"] == "applied" and agent.status()["trusted"]["root_version"] == 1
+    # Two years on (the pointers, refreshed by a cron, still valid): root 1 has expired. The same pointer (304) ...
+    real = trust.Root.expired
+    monkeypatch.setattr(trust.Root, "expired", lambda self, now=None: real(self, time.time() + 2 * YEAR))
+    assert agent.poll()["result"] == "not_modified"
+    text = agent.metrics.render()
+    assert 'tritonops_release_metadata_expired{channel="stable"} 1' in text
+    assert 'tritonops_release_up_to_date{channel="stable"} 0' in text
+    assert _serving(agent) == "r2" and _rejected(agent, "expired") == 1 and agent.status()["trusted"]["expired"]
+    # ... and a new release, validly signed by root 1's keys: not applied, now nor after a restart.
+    _publish(tmp_path, str(store), keys, "r3", key=keys["new"])
+    out = agent.poll()
+    assert out["rejected"] == "expired" and "root version 1 expired at" in out["error"] and _serving(agent) == "r2"
+    again = _agent(tmp_path, str(store), keys)
+    assert again.poll()["rejected"] == "expired" and releases.state(again.releases)["current"] == "r2"
+    # Rotating the root (root 2, signed by root 1's root key: an expired root still vouches for its successor)
+    # unfreezes the channel.
+    pub.write_root(str(store), {r: [keys["new.pub"]] for r in trust.ROLES}, [keys["new"]], expires=3 * YEAR)
+    _publish(tmp_path, str(store), keys, "r4", key=keys["new"])
+    assert agent.poll()["result"] == "applied" and _serving(agent) == "r4"
+    assert 'tritonops_release_metadata_expired{channel="stable"} 0' in agent.metrics.render()
+    assert agent.status()["trusted"]["root_version"] == 2
+
+
+def test_a_root_expired_when_first_read_freezes_and_is_kept(tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    _publish(tmp_path, str(store), keys, "r1")
+    agent = _agent(tmp_path, str(store), keys)
+    agent.poll()
+    pub.write_root(str(store), {r: [keys["new.pub"]] for r in trust.ROLES}, [keys["release"], keys["new"]],
+                   expires=-60.0)  # root 1 expired a minute ago
+    _publish(tmp_path, str(store), keys, "r2", key=keys["new"])
+    out = agent.poll()
+    assert out["rejected"] == "expired" and "root version 1 expired at" in out["error"] and _serving(agent) == "r1"
+    # Followed and kept (TUF 5.3.8: its revocation of the old key holds while the channel is frozen).
+    assert agent.status()["trusted"]["root_version"] == 1
+    assert _agent(tmp_path, str(store), keys).status()["trusted"]["root_version"] == 1
+
+
+def test_a_manifest_shorter_than_its_signed_length_is_retried_never_installed(
+        tmp_path: Path, keys: dict[str, Path], mirror: tuple[Path, str]) -> None:
+    folder, url = mirror
+    r1 = _publish(tmp_path, str(folder), keys, "r1")
+    path = folder / manifest_key(r1["digest"])
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # the mirror's copy was cut (or the connection dropped)
+    agent = _agent(tmp_path, url, keys)
+    out = agent.poll()
+    assert (out["result"], out["step"], out["class"], out["cause"]) == ("failed", "fetch", "retry", "store")
+    assert f"{len(whole) // 2} bytes, fewer than the {len(whole)} the signed pointer states" in out["error"]
+    assert _rejected(agent, "length") == 1 and _rejected(agent, "signature") == 0
+    assert r1["digest"] not in agent.refused and not (agent.releases / "r1").exists()
+    assert agent.store.requests == 2  # pointer, manifest: no signature, no blob
+    path.write_bytes(whole)  # whole again: the retry passes
+    assert agent.poll()["result"] == "applied" and _serving(agent) == "r1"
+
+
+def test_a_blob_shorter_than_its_manifest_length_is_retried_never_installed(tmp_path: Path,
+                                                                            keys: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    r1 = _publish(tmp_path, str(store), keys, "r1")
+    doc = json.loads((store / manifest_key(r1["digest"])).read_text())
+    rel = "mlp/1/model.py"
+    blob = store / "blobs" / "sha256" / doc["files"][rel]
+    whole = blob.read_bytes()
+    blob.write_bytes(whole[:-10])
+    agent = _agent(tmp_path, str(store), keys)
+    out = agent.poll()
+    assert (out["result"], out["step"], out["class"], out["cause"]) == ("failed", "fetch", "retry", "store")
+    assert f"{len(whole) - 10} bytes, not the {doc['lengths'][rel]} the manifest states" in out["error"]
+    assert r1["digest"] not in agent.refused and not (agent.releases / "r1").exists()
+    assert not list(agent.releases.glob(".staging-*"))
+    blob.write_bytes(whole)
+    assert agent.poll()["result"] == "applied" and _serving(agent) == "r1"

@@ -16,6 +16,7 @@ from tritonops.agent.errors import UsageError
 from tritonops.agent.rollout import RolloutError
 
 AGENT_IDS = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,40}", fullmatch=True)
+PREV = {"release": "r1", "digest": "a" * 64, "length": 2048}
 WAVES = [{"percent": 1}, {"percent": 10}, {"groups": ["lab"]}, {"percent": 50}, {"percent": 100}]
 
 
@@ -82,11 +83,22 @@ def test_a_group_wave_takes_the_agents_labelled_so_and_only_them() -> None:
     ({"id": "r", "waves": [{"percent": 10}], "wave": "0"}, "rollout.wave"),
     ({"id": "r", "waves": [{"percent": 10}], "halted": "no"}, "rollout.halted"),
     ({"id": "r", "waves": [{"percent": 10}], "max_failures": 5}, "rollout.max_failures"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": "r1"}, "rollout.previous: expected"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": {"release": "r1", "digest": "a" * 64}}, "rollout.previous"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": {**PREV, "release": "../r1"}}, "rollout.previous.release"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": {**PREV, "digest": "A" * 64}}, "rollout.previous.digest"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": {**PREV, "length": 0}}, "rollout.previous.length"),
+    ({"id": "r", "waves": [{"percent": 10}], "previous": {**PREV, "length": 1 << 40}}, "rollout.previous.length"),
 ])
 def test_a_bad_rollout_is_refused_naming_the_pointer_and_the_field(doc: Any, field: str) -> None:
     with pytest.raises(RolloutError) as e:
         rollout.parse(doc, "s3://b/channels/stable.json")
     assert str(e.value).startswith("s3://b/channels/stable.json: ") and field in str(e.value)
+
+
+def test_the_previous_release_is_kept_through_parse() -> None:
+    doc = {"id": "r", "waves": [{"percent": 10}], "wave": 0, "previous": PREV}
+    assert rollout.parse(doc, "p")["previous"] == PREV  # advance and halt rewrite the rollout from parse()
 
 
 def test_the_default_agent_id_is_the_pod_name_else_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,8 +74,10 @@ def _current(agent: Agent) -> str | None:
 
 def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dict[str, Any]) -> None:
     store, inside, outside = fleet["store"], fleet["inside"], fleet["outside"]
+    r1 = pub.read_pointer(Store(store), "stable")
     started = ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
-    assert started["rollout"] == {"id": fleet["rid"], "waves": WAVES, "wave": 0, "halted": False, "max_failures": 0.05}
+    assert started["rollout"] == {"id": fleet["rid"], "waves": WAVES, "wave": 0, "halted": False, "max_failures": 0.05,
+                                  "previous": {"release": "r1", "digest": r1["digest"], "length": r1["length"]}}
     assert pub.read_pointer(Store(store), "stable")["rollout"]["wave"] == 0
 
     before = outside.store.requests
@@ -83,11 +85,12 @@ def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dic
     out = outside.poll()
     assert _current(outside) == "r1" and out["rollout"].startswith("not targeted")  # keeps what it serves
     assert outside.store.requests == before + 1  # the pointer only: nothing downloaded
-    assert outside.status()["rollout"].startswith("not targeted: rollout r2-stable at wave 0")
+    assert outside.status()["rollout"] == ("not targeted: serving previous release r1 (rollout r2-stable at wave 0, "
+                                           "this agent in wave 1)")
     text = outside.metrics.render()
-    assert 'tritonops_release_rollout_targeted{channel="stable",rollout="r2-stable",wave="1"} 0' in text
+    assert 'tritonops_release_rollout_targeted{channel="stable",previous="r1",rollout="r2-stable",wave="1"} 0' in text
     assert 'tritonops_release_up_to_date{channel="stable"} 1' in text  # where the rollout wants it: not behind
-    assert 'tritonops_release_rollout_targeted{channel="stable",rollout="r2-stable",wave="0"} 1' in (
+    assert 'tritonops_release_rollout_targeted{channel="stable",previous="",rollout="r2-stable",wave="0"} 1' in (
         inside.metrics.render())
 
     report = json.loads((Path(store) / "reports" / "stable" / f"{inside.agent_id}.json").read_text())
@@ -109,6 +112,97 @@ def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dic
     p = pub.read_pointer(Store(store), "stable")
     assert p["rollout"]["wave"] == 1 and [h["release"] for h in p["history"]] == ["r1"]  # waves add no history
     assert ro.advance(store, "stable", pointer_args=fleet["sign"])["result"] == "complete"
+
+
+def _node(tmp_path: Path, store: str, keys: dict[str, Path], name: str) -> Agent:
+    """An agent on a node with nothing installed yet (a node added, a pod recreated, mid-rollout)."""
+    (tmp_path / name / "releases").mkdir(parents=True)
+    return Agent(Store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases", [keys["pub"]],
+                 log=lambda m: None, agent_id=name, report=True)
+
+
+def _report_of(store: str, agent: Agent) -> dict[str, Any]:
+    return json.loads((Path(store) / "reports" / "stable" / f"{agent.agent_id}.json").read_text())["signed"]
+
+
+def test_a_new_node_outside_the_wave_installs_the_previous_release_one_inside_the_new(
+        fleet: dict[str, Any], tmp_path: Path, keys: dict[str, Path]) -> None:
+    store, rid = fleet["store"], fleet["rid"]
+    r1 = pub.read_pointer(Store(store), "stable")
+    ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    late_out = _node(tmp_path, store, keys, _ids(rid, False, 2)[1])  # joined mid-rollout, in wave 1
+    late_in = _node(tmp_path, store, keys, _ids(rid, True, 2)[1])  # joined mid-rollout, in wave 0
+
+    out = late_out.poll()
+    assert (out["result"], out["release"]) == ("applied", "r1") and _current(late_out) == "r1"  # what wave 1 serves
+    assert late_out.gated() and not (late_out.releases / "r2").exists()  # r2 never downloaded
+    want = "not targeted: serving previous release r1 (rollout r2-stable at wave 0, this agent in wave 1)"
+    assert out["rollout"] == want and late_out.status()["rollout"] == want
+    text = late_out.metrics.render()
+    assert 'tritonops_release_rollout_targeted{channel="stable",previous="r1",rollout="r2-stable",wave="1"} 0' in text
+    assert f'tritonops_release_info{{channel="stable",digest="{r1["digest"]}",release="r1"}} 1' in text
+    assert 'tritonops_release_up_to_date{channel="stable"} 1' in text  # where the rollout wants it
+    assert {k: _report_of(store, late_out)[k] for k in ("release", "digest", "result", "rollout")} == {
+        "release": "r1", "digest": r1["digest"], "result": "applied", "rollout": rid}  # not counted as r2's
+    before = late_out.store.requests
+    assert late_out.poll()["result"] == "not_modified" and late_out.store.requests == before + 1  # stays, idle
+    assert late_out.status()["rollout"] == want
+
+    out = late_in.poll()
+    assert (out["result"], out["release"]) == ("applied", "r2") and _current(late_in) == "r2"  # its wave's release
+    assert late_in.status()["rollout"] == "targeted: rollout r2-stable wave 0 (at wave 0)"
+
+    fleet["inside"].poll()
+    assert ro.advance(store, "stable", pointer_args=fleet["sign"])["result"] == "advanced"  # r1 reports: not r2's
+    assert late_out.poll()["release"] == "r2" and _current(late_out) == "r2"  # its wave now: the new release
+
+
+def test_a_new_node_under_a_halted_rollout_installs_the_previous_release_even_in_the_wave(
+        fleet: dict[str, Any], tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = fleet["store"]
+    ro.start(store, "stable", "r2", WAVES, 0.0, pointer_args=fleet["sign"])
+    pointer = pub.read_pointer(Store(store), "stable")
+    pub.move_pointer(pub.Writer(store), "stable", "r2", pointer["digest"], "halt",
+                     rollout={**pointer["rollout"], "halted": True}, keys=fleet["sign"]["keys"])
+    late = _node(tmp_path, store, keys, _ids(fleet["rid"], True, 2)[1])
+    out = late.poll()
+    assert (out["result"], out["release"]) == ("applied", "r1") and _current(late) == "r1"
+    assert late.status()["rollout"] == ("halted: rollout r2-stable stopped at wave 0 before this agent applied it: "
+                                        "serving previous release r1")
+
+
+def test_a_new_pod_syncs_the_previous_release_when_the_rollout_does_not_take_it(
+        fleet: dict[str, Any], tmp_path: Path, keys: dict[str, Path]) -> None:
+    from tritonops.agent import releases
+
+    store, rid = fleet["store"], fleet["rid"]
+    ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    outside, inside = _node(tmp_path, store, keys, _ids(rid, False, 2)[1]), _node(tmp_path, store, keys,
+                                                                                  _ids(rid, True, 2)[1])
+    assert outside.sync()["release"] == "r1" and releases.active_release(outside.link, outside.releases) == "r1"
+    assert inside.sync()["release"] == "r2" and releases.active_release(inside.link, inside.releases) == "r2"
+
+
+def test_a_channels_first_release_under_a_rollout_goes_to_a_new_node_and_status_says_why(
+        tmp_path: Path, keys: dict[str, Path]) -> None:
+    store = str(tmp_path / "store")
+    pub.publish(release_source(tmp_path, "e"), store, None, keys["key"], target="cpu", version="e1",
+                channels=["stable"])
+    started = ro.start(store, "stable", "e1", WAVES, 0.05, pointer_args={"keys": [keys["key"]]})
+    assert "previous" not in started["rollout"] and started["previous"] is None
+    late = _node(tmp_path, store, keys, _ids("e1-stable", False, 1)[0])
+    out = late.poll()
+    assert (out["result"], out["release"]) == ("applied", "e1") and _current(late) == "e1"
+    assert late.status()["rollout"].startswith("no previous release: rollout e1-stable names none (the channel's "
+                                               "first release), so this agent, with nothing gated, takes e1")
+
+
+def test_a_rollout_started_again_keeps_the_release_before_the_first_start(fleet: dict[str, Any]) -> None:
+    store = fleet["store"]
+    first = ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
+    again = ro.start(store, "stable", "r2", [{"percent": 20}, {"percent": 100}], 0.05, pointer_args=fleet["sign"])
+    assert again["changed"] and again["rollout"]["previous"] == first["rollout"]["previous"]
+    assert pub.read_pointer(Store(store), "stable")["rollout"]["previous"]["release"] == "r1"  # not r2 itself
 
 
 def test_advance_waits_for_a_targeted_agent_listed_in_the_fleet(fleet: dict[str, Any], tmp_path: Path) -> None:

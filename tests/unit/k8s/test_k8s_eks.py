@@ -73,3 +73,16 @@ def test_s3_read_policy_is_read_only_and_prefix_scoped() -> None:
     assert get["Resource"] == ["arn:aws:s3:::models/vision/*"]
     assert lst["Condition"]["StringLike"]["s3:prefix"] == ["vision", "vision/*"]
     assert json.loads(eks.s3_read_policy("models"))["Statement"][0]["Resource"] == ["arn:aws:s3:::models/*"]
+
+
+def test_s3_read_policy_with_reports_may_put_only_under_the_prefixs_reports_folder() -> None:
+    """The release agent's status reports (--report): s3:PutObject on <prefix>/reports/* and nothing wider;
+    IAM's own judgement of it (moto_server) is test_k8s_eks_iam.py."""
+    read = json.loads(eks.s3_read_policy("models", "/vision/"))["Statement"]
+    doc = json.loads(eks.s3_read_policy("models", "/vision/", reports=True))["Statement"]
+    assert doc[:2] == read and doc[2:] == [
+        {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": ["arn:aws:s3:::models/vision/reports/*"]}]
+    whole = json.loads(eks.s3_read_policy("models", reports=True))["Statement"]
+    assert whole[2]["Resource"] == ["arn:aws:s3:::models/reports/*"]
+    writes = {a for s in read for a in s["Action"] if not a.startswith(("s3:Get", "s3:List"))}
+    assert writes == set()  # without reports the role stays read-only
