@@ -267,6 +267,14 @@ class ReleaseSource(_Cfg):
     agent_cpu: str = "100m"  # requests of the init container and the sidecar
     agent_memory: str = "256Mi"  # requests = limits
     canary: CanaryConfig | None = None
+    # Staged rollouts (`tritonops release rollout`): the sidecar's group labels (waves that name groups)
+    # and its status reports, reports/<channel>/<pod>.json in an s3:// store (the pod's role or
+    # credentials need s3:PutObject on <prefix>/reports/*: cluster-aws modelReaders[].reports).
+    # reportKeySecret: a Secret whose key report.key is the private key (PEM) the reports are signed
+    # with (the root's 'report' role); none: unsigned reports.
+    groups: list[str] = []
+    reports: bool = False
+    report_key_secret: str | None = None
 
 
 class MemoryConfig(_Cfg):

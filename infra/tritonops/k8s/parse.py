@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from tritonops.agent.errors import ReleaseError
+from tritonops.agent.rollout import check_name
 from tritonops.agent.store import channel_key
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
@@ -266,6 +267,7 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             ("s3Endpoint", rel.s3_endpoint),
             ("region", rel.region),
             ("credentialsSecret", rel.credentials_secret),
+            ("reports", rel.reports or None),
         ):
             if value is not None:
                 raise ConfigError(
@@ -279,6 +281,15 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             )
     if rel.credentials_secret is not None:
         _check_object_name((*loc, "credentialsSecret"), rel.credentials_secret, "Secret", source)
+    for j, group in enumerate(rel.groups):
+        try:
+            check_name(group, "groups", "group label")
+        except ReleaseError as exc:
+            raise ConfigError(_key("triton", (*loc, "groups", j)), str(exc).split(": ", 1)[1], source) from exc
+    if rel.report_key_secret is not None:
+        if not rel.reports:
+            raise ConfigError(_key("triton", (*loc, "reportKeySecret")), "signs reports: set reports: true", source)
+        _check_object_name((*loc, "reportKeySecret"), rel.report_key_secret, "Secret", source)
     for field, value in (
         ("volumeSize", rel.volume_size),
         ("agentCpu", rel.agent_cpu),

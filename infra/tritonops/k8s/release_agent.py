@@ -43,6 +43,9 @@ RELEASE_ROOT = "/var/lib/tritonops"  # emptyDir shared by the init container, Tr
 RELEASE_LINK = f"{RELEASE_ROOT}/models"  # the symlink tritonserver --model-repository names
 RELEASES_DIR = f"{RELEASE_ROOT}/releases"
 TRUSTED_KEYS_DIR = "/etc/tritonops/trusted-keys"
+REPORT_KEY_DIR = "/etc/tritonops/report-key"
+REPORT_KEY = "report.key"  # the key of release.reportKeySecret: the private key the status reports are signed with
+REPORT_KEY_PATH = f"{REPORT_KEY_DIR}/{REPORT_KEY}"
 NODE_CACHE_DIR = "/var/cache/tritonops"  # hostPath (and mount path) of the optional node cache
 AGENT_PORT, AGENT_PORT_NAME = 8003, "agent-metrics"
 TRITON_LOCAL_URL = f"http://127.0.0.1:{HTTP_PORT}"  # the sidecar reaches Triton inside the pod
@@ -66,19 +69,24 @@ def release_agent_args(
     interval: float | None = None,
     cache: str | os.PathLike[str] | None = None,
     s3_endpoint: str | None = None,
+    groups: Sequence[str] = (),
+    report: bool = False,
+    report_key: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """The release agent's argv after ``python3 tritonops-agent.pyz`` (or ``python -m tritonops.agent``).
 
     ``command`` is ``sync`` (the init container: put the channel's release in place) or ``pull``
-    (the sidecar: keep on the channel; ``triton_url``, ``header``, ``listen``, ``interval`` apply
-    to it only). Secrets never appear here: the agent reads the admin header's value and S3
-    credentials from its environment.
+    (the sidecar: keep on the channel; ``triton_url``, ``header``, ``listen``, ``interval`` and the
+    rollout's ``groups``, ``report`` and ``report_key`` apply to it only). Secrets never appear here:
+    the agent reads the admin header's value and S3 credentials from its environment, and the report
+    key from a file.
     """
     if command not in ("sync", "pull"):
         raise ValueError(f"command: {command!r} is not sync or pull")
     if not trusted_keys:
         raise ValueError("trusted_keys: at least one public key (an unsigned release never reaches Triton)")
-    pull_only = {"triton_url": triton_url, "header": header, "listen": listen, "interval": interval}
+    pull_only = {"triton_url": triton_url, "header": header, "listen": listen, "interval": interval,
+                 "groups": list(groups) or None, "report": report or None, "report_key": report_key}
     if command == "sync" and any(v is not None for v in pull_only.values()):
         given = sorted(k for k, v in pull_only.items() if v is not None)
         raise ValueError(f"{', '.join(given)}: only for pull (sync runs before Triton starts)")
@@ -97,6 +105,14 @@ def release_agent_args(
         args += ["--listen", listen]
     if interval is not None:
         args += ["--interval", f"{interval:g}"]
+    for group in groups:
+        args += ["--group-label", group]
+    if report:
+        args.append("--report")
+    if report_key is not None:
+        if not report:
+            raise ValueError("report_key: signs status reports, which report=False does not write")
+        args += ["--report-key", str(report_key)]
     return args
 
 
@@ -162,6 +178,9 @@ def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str, track: 
             interval=rel.poll_seconds if pull else None,
             cache=NODE_CACHE_DIR if rel.node_cache else None,
             s3_endpoint=rel.s3_endpoint,
+            groups=rel.groups if pull else (),
+            report=rel.reports and pull,
+            report_key=REPORT_KEY_PATH if pull and rel.report_key_secret else None,
         ),
     ]
 
@@ -186,7 +205,7 @@ def _agent_env(cfg: TritonStackConfig, svc: ModelService, admin: bool) -> list[O
     return env
 
 
-def _agent_mounts(svc: ModelService) -> list[Obj]:
+def _agent_mounts(svc: ModelService, pull: bool) -> list[Obj]:
     assert svc.release is not None
     mounts: list[Obj] = [
         {"name": "releases", "mountPath": RELEASE_ROOT},
@@ -196,6 +215,8 @@ def _agent_mounts(svc: ModelService) -> list[Obj]:
     ]
     if svc.release.node_cache:
         mounts.append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
+    if pull and svc.release.report_key_secret:
+        mounts.append({"name": "report-key", "mountPath": REPORT_KEY_DIR, "readOnly": True})
     return mounts
 
 
@@ -213,7 +234,7 @@ def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str, tr
             "limits": {"memory": rel.agent_memory},
         },
         "securityContext": container_security_context(),
-        "volumeMounts": _agent_mounts(svc),
+        "volumeMounts": _agent_mounts(svc, pull=command == "pull"),
     }
 
 
@@ -265,6 +286,10 @@ def release_volumes(svc: ModelService) -> list[Obj]:
     ]
     if rel.node_cache:
         volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_DIR, "type": "DirectoryOrCreate"}})
+    if rel.report_key_secret:  # the sidecar's only: 0440, group fsGroup (the pod's uid reads it, no one else)
+        items = [{"key": REPORT_KEY, "path": REPORT_KEY}]
+        volumes.append({"name": "report-key",
+                        "secret": {"secretName": rel.report_key_secret, "items": items, "defaultMode": 0o440}})
     return volumes
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.labels import name_of
-from tritonops.k8s.release_agent import trusted_keys_config_maps
+from tritonops.k8s.release_agent import REPORT_KEY, trusted_keys_config_maps
 
 Obj = dict[str, Any]
 
@@ -55,6 +55,16 @@ def user_secrets(cfg: TritonStackConfig) -> list[Obj]:
                 f"S3 read credentials of {rel.store} for {name_of(svc)}'s release agent: {env_file} holds "
                 "AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (AWS_SESSION_TOKEN optional); "
                 "delete the file afterwards",
+            )
+        if rel.report_key_secret:
+            add(
+                "Secret",
+                rel.report_key_secret,
+                [REPORT_KEY],
+                f"kubectl create secret generic {rel.report_key_secret} --namespace {ns} "
+                f"--from-file={REPORT_KEY}=./report.key",
+                f"the private key {name_of(svc)}'s release agents sign their rollout status reports with (the "
+                "root's 'report' role; `tritonops release keygen` writes one); delete the file afterwards",
             )
         tk = rel.trusted_keys
         if tk.public_keys is not None or (tk.config_map is not None and tk.config_map in created):

@@ -20,8 +20,9 @@ from tritonops.agent.bundle import build_bytes
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.k8s import exposure, monitoring, release_agent, triton, workload
 from tritonops.k8s import labels as k8s_labels
-from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
+from tritonops.k8s.required import user_secrets
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.triton.admin import RESTRICTED
 
@@ -146,6 +147,10 @@ def test_release_agent_args_options_and_refusals() -> None:
     ]  # fmt: skip
     with pytest.raises(ValueError, match="interval, listen: only for pull"):
         release_agent.release_agent_args("sync", "s3://b", "c", "/l", "/r", ["/k"], listen=":1", interval=1)
+    with pytest.raises(ValueError, match="groups, report: only for pull"):
+        release_agent.release_agent_args("sync", "s3://b", "c", "/l", "/r", ["/k"], groups=["g"], report=True)
+    with pytest.raises(ValueError, match="report_key: signs status reports"):
+        release_agent.release_agent_args("pull", "s3://b", "c", "/l", "/r", ["/k"], report_key="/k/r.key")
     with pytest.raises(ValueError, match="trusted_keys"):
         release_agent.release_agent_args("sync", "s3://b", "c", "/l", "/r", [])
     with pytest.raises(ValueError, match="command"):
@@ -208,6 +213,46 @@ def test_release_trusted_keys_from_a_secret_several_while_rotating() -> None:
     cmd = pod["initContainers"][0]["command"]
     keys = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--trusted-key"]
     assert keys == [f"{release_agent.TRUSTED_KEYS_DIR}/old.pem", f"{release_agent.TRUSTED_KEYS_DIR}/new.pem"]
+
+
+def test_release_sidecar_reports_and_groups_for_staged_rollouts() -> None:
+    """reports/groups/reportKeySecret reach the sidecar's argv as the agent's own parser reads them; the
+    private key is mounted into the sidecar only (0440, read by the pod's fsGroup), and listed as a
+    Secret the user creates."""
+    cfg = _release_cfg(reports=True, reportKeySecret="vision-report-key", groups=["eu-west", "gpu-a10"])
+    pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
+    sync, agent = pod["initContainers"][0], pod["containers"][1]
+    a = agent_parser().parse_args(agent["command"][2:])
+    assert (a.report, str(a.report_key), a.group_label) == (True, release_agent.REPORT_KEY_PATH, ["eu-west", "gpu-a10"])
+    assert _by_name(agent["volumeMounts"])["report-key"] == {
+        "name": "report-key", "mountPath": release_agent.REPORT_KEY_DIR, "readOnly": True}
+    assert _by_name(pod["volumes"])["report-key"]["secret"] == {
+        "secretName": "vision-report-key", "items": [{"key": "report.key", "path": "report.key"}], "defaultMode": 0o440}
+    assert pod["securityContext"]["fsGroup"] == k8s_labels.TRITON_UID  # the agent's uid reads the key
+    for c in (sync, pod["containers"][0]):  # neither the init container nor Triton sees the private key
+        assert "report-key" not in _by_name(c["volumeMounts"])
+        assert not {"--report", "--report-key", "--group-label"} & set(c.get("command", []) + c.get("args", []))
+    (entry,) = [e for e in user_secrets(cfg) if e["name"] == "vision-report-key"]
+    assert entry["keys"] == ["report.key"] and "--from-file=report.key=" in entry["command"]
+    # Off by default: no flag, no volume.
+    plain = _pod(workload.deployment(triton_config("dev"), triton_config("dev").model_services[0]))
+    assert "--report" not in plain["containers"][1]["command"] and "report-key" not in _by_name(plain["volumes"])
+
+
+@pytest.mark.parametrize(
+    ("release", "field", "message"),
+    [
+        ({"reportKeySecret": "k"}, "reportKeySecret", "set reports: true"),
+        ({"reports": True, "reportKeySecret": "Bad_Name"}, "reportKeySecret", "not a valid Secret name"),
+        ({"groups": ["ok", "-bad"]}, "groups[1]", "group label '-bad'"),
+        ({"reports": True, "store": "https://mirror.example/r", "region": None, "credentialsSecret": None},
+         "reports", "only for an s3:// store"),
+    ],
+)
+def test_release_reports_refusals_name_the_field(release: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        _release_cfg(**release)
+    assert f"release.{field}" in str(err.value)
 
 
 def test_release_metrics_reach_prometheus() -> None:
