@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
                     help="a running Triton (HTTP endpoint): reload every model of the release the link points "
                          "at and gate it again (recorded as served only when the gate passes)")
     sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
+    sp.add_argument("--no-load", action="store_true",
+                    help="with --triton, in model control mode poll or none (Triton loaded the repository itself, "
+                         "after the link last moved): load nothing, gate the models Triton serves")
     sp.add_argument("--load-timeout", type=argtypes.number(0, low_ok=False), default=600.0)
     sp.add_argument("--golden-timeout", type=argtypes.number(0, low_ok=False), default=120.0)
     sp = sub.add_parser("verify", help="check a release folder against its manifest")
@@ -176,6 +179,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for key in getattr(args, "trusted_key", []):
         if not key.is_file():
             raise UsageError(f"--trusted-key {key}: not found, or not a regular file")
+    if getattr(args, "no_load", False) and not args.triton:
+        raise UsageError("--no-load: gates what a running Triton serves; give --triton URL")
     report_key = getattr(args, "report_key", None)
     if report_key is not None and not report_key.is_file():
         raise UsageError(f"--report-key {report_key}: not found, or not a regular file")
@@ -197,7 +202,8 @@ def _change(args: argparse.Namespace) -> Any:
         if (args.triton and current and releases.active_release(args.link, args.releases) == current
                 and not releases.served(args.link, args.releases)):
             out["served"] = serve_release(Triton(args.triton, args.header), args.link, args.releases, current,
-                                          load_timeout=args.load_timeout, golden_timeout=args.golden_timeout)
+                                          load_timeout=args.load_timeout, golden_timeout=args.golden_timeout,
+                                          load=not args.no_load)
         else:
             out["served"] = releases.served(args.link, args.releases)
         return out

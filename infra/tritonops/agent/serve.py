@@ -41,7 +41,8 @@ def _step(name: str, fn: Callable[[], Any]) -> Any:
 
 
 def serve_release(triton: Triton | None, link: Path, releases_dir: Path, release: str, load_timeout: float = 600.0,
-                  golden_timeout: float = 120.0, touch: bool = True, digest: str | None = None) -> dict[str, Any]:
+                  golden_timeout: float = 120.0, touch: bool = True, digest: str | None = None,
+                  load: bool = True) -> dict[str, Any]:
     """Make Triton serve the release the link points at, gate it, and mark it served (the lock held).
 
     Every model of the release is loaded (ensembles after their steps), re-read from its files when
@@ -50,7 +51,10 @@ def serve_release(triton: Triton | None, link: Path, releases_dir: Path, release
     what Triton answers. Only a passing gate marks it served. Without Triton (an init step), the link
     is what serves. Raises StepFailed (load, unload, golden, mark) otherwise. ``digest``: the one
     ``current.json`` records for it (default: that of ``current`` when it is the release, else its
-    manifest file's), never changed by a gate run again.
+    manifest file's), never changed by a gate run again. ``load=False`` (model control mode poll or
+    none, where Triton loads the repository itself and the caller knows it started after the link last
+    moved): nothing is loaded or unloaded; every model of the release must be READY in Triton (else a
+    ``triton`` StepFailed, retried) and the gate runs against them.
     """
     st = releases.state(Path(releases_dir))
     if digest is None and st.get("current") == release and st.get("digest"):
@@ -59,8 +63,12 @@ def serve_release(triton: Triton | None, link: Path, releases_dir: Path, release
     models = _step("load", lambda: manifest.models(manifest.read(rdir)))
     ens = set(_step("load", lambda: manifest.ensembles(rdir)))
     order = [m for m in models if m not in ens] + [m for m in models if m in ens]
-    out: dict[str, Any] = {"reloaded": order if triton else [], "unloaded": [], "cases": 0}
-    if triton is not None:
+    out: dict[str, Any] = {"reloaded": order if triton and load else [], "unloaded": [], "cases": 0}
+    if triton is not None and not load:
+        missing = sorted(set(models) - set(_step("triton", triton.ready_models)))
+        if missing:
+            raise StepFailed("triton", f"not READY in Triton (it loads the repository itself): {', '.join(missing)}")
+    elif triton is not None:
         if touch:
             _step("load", lambda: releases.touch_models(rdir, order))
         for m in order:
@@ -68,9 +76,11 @@ def serve_release(triton: Triton | None, link: Path, releases_dir: Path, release
         extra = sorted(set(_step("load", triton.ready_models)) - set(models))
         for m in extra:
             _step("unload", lambda: triton.unload(m))  # noqa: B023
+        out["unloaded"] = extra
+    if triton is not None:
         gate = _step("golden", lambda: golden_gate(triton, rdir, sorted(models), timeout=golden_timeout))
         if not gate["ok"]:
             raise StepFailed("golden", "; ".join(gate["failed"]))
-        out.update(unloaded=extra, cases=gate["cases"])
+        out["cases"] = gate["cases"]
     _step("mark", lambda: releases.mark(releases_dir, release, digest, link=link))
     return out

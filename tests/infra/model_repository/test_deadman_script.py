@@ -11,10 +11,13 @@ What the molecule node cannot show without breaking its Triton: every branch aft
   removed, and then it gates again;
 - Triton does not answer: the look that reverted the link falls back to restarting Triton; the next
   look (nothing reverted) leaves it alone and tries again later, exit 0;
-- model control mode poll: no reload, Triton restarts after a revert, as before.
+- model control mode poll (and none): no reload; Triton restarts after a revert, and a later look, once
+  Triton started after the link last moved, gates what Triton serves without loading (``--no-load``) and
+  records it served; a look while Triton has not restarted gates nothing.
 
-systemd does not run here: ``systemctl`` is a stand-in on PATH that records its arguments (the molecule
-node runs the real unit: tests/infra/model_repository/test_deadman.py).
+systemd does not run here: ``systemctl`` is a stand-in on PATH that records its arguments and answers
+``show`` with ``$TRITON_STARTED`` (Triton's start time; the molecule node runs the real unit:
+tests/infra/model_repository/test_deadman.py).
 """
 
 from __future__ import annotations
@@ -86,11 +89,11 @@ class Node:
         old = time.time() - GRACE - 60
         os.utime(self.link, (old, old), follow_symlinks=False)
 
-    def run(self, script: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(self, script: Path | None = None, triton_started: str = "") -> subprocess.CompletedProcess[str]:
         """One look of the timer: the script as its unit runs it (secret from the environment)."""
         env = {**os.environ, "PATH": f"{self.tmp / 'bin'}:{os.environ['PATH']}",
                "TRITONOPS_ADMIN_SECRET": SECRET, "RUNTIME_DIRECTORY": str(self.tmp / "run"),
-               "SYSTEMCTL_LOG": str(self.tmp / "systemctl.log")}
+               "SYSTEMCTL_LOG": str(self.tmp / "systemctl.log"), "TRITON_STARTED": triton_started}
         return subprocess.run(["/bin/sh", str(script or self.script)], capture_output=True, text=True, env=env,
                               timeout=600)
 
@@ -117,7 +120,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     (tmp / "bin").mkdir()
     (tmp / "run").mkdir(mode=0o700)
     stub = tmp / "bin" / "systemctl"
-    stub.write_text('#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$SYSTEMCTL_LOG"\n')
+    stub.write_text('#!/bin/sh\n[ "$1" = show ] && { printf \'%s\\n\' "$TRITON_STARTED"; exit 0; }\n'
+                    'printf \'%s\\n\' "$*" >> "$SYSTEMCTL_LOG"\n')
     stub.chmod(0o755)
     _install(tmp, rdir, "gated", SAMPLE)
     ungated = tmp / "ungated-src"
@@ -214,16 +218,40 @@ def test_script_restarts_triton_only_when_it_does_not_answer_after_a_revert(node
     assert node.restarts() == ["restart --no-block tritonserver.service"] and not node.served()
 
 
-def test_poll_mode_script_restarts_triton_after_a_revert(node: Node, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["poll", "none"])
+def test_poll_and_none_mode_scripts_restart_then_gate_without_loading(node: Node, tmp_path: Path, mode: str) -> None:
+    assert node.srv is not None
+    if node.srv.process.poll() is not None:  # stopped by the test before: Triton runs again, on the gated release
+        node.srv = server.start(node.link, model_control_mode="explicit", load_models=["*"],
+                                extra_args=[f"--http-restricted-api=model-repository:{HEADER}={SECRET}"],
+                                workdir=node.tmp / f"triton-{mode}")
     script = render(tmp_path, {
         "model_repository_link": str(node.link), "model_repository_releases_dir": str(node.releases),
-        "model_repository_install_dir": str(node.install), "model_repository_model_control_mode": "poll",
-        "model_repository_recover_after": GRACE})
-    assert "--triton" not in script.read_text()
+        "model_repository_install_dir": str(node.install), "model_repository_model_control_mode": mode,
+        "model_repository_http_port": node.srv.http_port, "model_repository_admin_header": HEADER,
+        "model_repository_recover_after": GRACE, "model_repository_golden_timeout": 60})
+    assert "--no-load" in script.read_text()
     log = node.tmp / "systemctl.log"
     log.unlink(missing_ok=True)
     node.switch_ungated()
     out = node.run(script)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert releases.active_release(node.link, node.releases) == "gated"
+    assert releases.active_release(node.link, node.releases) == "gated" and not node.served()
     assert node.restarts() == ["restart --no-block tritonserver.service"]
+    # Triton has not restarted since the revert moved the link: nothing is gated, and nothing loaded.
+    model = node.releases / "gated" / MARKED / "config.pbtxt"
+    before = model.stat().st_mtime_ns
+    out = node.run(script, triton_started=time.strftime("%a %Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - 3600)))
+    assert out.returncode == 0 and "has not restarted since the link last moved" in out.stderr, out.stdout + out.stderr
+    assert not node.served()
+    # Once Triton runs on the link (started after it moved), the look gates what it serves: recorded served,
+    # no load (the model files keep their time), no second restart.
+    time.sleep(1.1)
+    out = node.run(script, triton_started=time.strftime("%a %Y-%m-%d %H:%M:%S %Z"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '"served": {' in out.stdout and '"reloaded": []' in out.stdout, out.stdout
+    assert node.served() and model.stat().st_mtime_ns == before
+    assert node.restarts() == ["restart --no-block tritonserver.service"]
+    # Served: the next look does nothing more.
+    again = node.run(script, triton_started=time.strftime("%a %Y-%m-%d %H:%M:%S %Z"))
+    assert again.returncode == 0 and node.served() and again.stdout.count('"changed"') == 1, again.stdout + again.stderr

@@ -226,6 +226,44 @@ def test_recover_reloads_every_model_and_only_a_passing_gate_reports_served(
     assert agent.gated() and 'tritonops_release_info{channel="stable"' in agent.metrics.render()
 
 
+def test_recover_no_load_gates_only_what_triton_serves_loading_nothing(
+        tmp_path: Path, node: dict[str, Any], keys: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Model control mode poll/none (the deadman timer's second look): ``recover --triton --no-load`` loads
+    nothing; the gate judges the models Triton holds. Triton still holding the refused r2 after the revert
+    fails it (which is why the timer restarts Triton first); once Triton re-read the link, it passes and
+    records served. A model not READY yet is a retry (exit 3), and --no-load needs --triton (exit 2)."""
+    fake: FakeTriton = node["triton"]
+    _publish(tmp_path, node, keys, "r1")
+    agent = _agent(node, keys)
+    assert agent.poll()["result"] == "applied" and agent.gated()
+    _publish(tmp_path, node, keys, "r2", "broken")
+    _fetch(agent, "r2")
+    releases.activate(node["link"], node["releases"], "r2", touch=["mlp"])
+    assert fake.load("mlp") is None and fake.serves()["mlp"] == "r2 (broken)"
+    assert main(["recover", *_layout(node)]) == 0 and releases.active_release(node["link"], node["releases"]) == "r1"
+    loads = list(fake.loads)
+    assert main(["recover", *_layout(node), "--triton", fake.url, "--no-load", *TIMEOUTS]) == 1
+    assert "golden" in capsys.readouterr().out
+    assert fake.loads == loads and fake.serves()["mlp"] == "r2 (broken)" and not releases.served(node["link"], node["releases"])
+    # Triton restarted on the link: it loaded r1 itself, except one model still loading.
+    fake.loaded.clear()
+    models = sorted(p.name for p in (node["releases"] / "r1").iterdir() if (p / "config.pbtxt").is_file())
+    for m in models[1:]:
+        assert fake.load(m) is None
+    loads = list(fake.loads)
+    assert main(["recover", *_layout(node), "--triton", fake.url, "--no-load", *TIMEOUTS]) == 3
+    assert f"not READY in Triton (it loads the repository itself): {models[0]}" in capsys.readouterr().out
+    assert fake.load(models[0]) is None
+    loads = list(fake.loads)
+    assert main(["recover", *_layout(node), "--triton", fake.url, "--no-load", *TIMEOUTS]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["served"]["reloaded"] == [] and out["served"]["cases"] > 0, out
+    assert fake.loads == loads and set(fake.serves().values()) == {"r1"}
+    assert releases.status(node["link"], node["releases"])["served"] is True
+    assert main(["recover", *_layout(node), "--no-load"]) == 2
+    assert "--no-load: gates what a running Triton serves; give --triton URL" in capsys.readouterr().out
+
+
 def test_the_agent_at_start_reloads_and_gates_a_release_pointed_back_at(
         tmp_path: Path, node: dict[str, Any], keys: dict[str, Path]) -> None:
     fake: FakeTriton = node["triton"]
