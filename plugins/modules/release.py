@@ -79,6 +79,21 @@ options:
   keep:
     description: O(command=prune) how many releases to keep (the active and the current one always stay).
     type: int
+  triton_url:
+    description:
+      - O(command=status) also reads Triton's repository index at this HTTP endpoint (C(POST
+        /v2/repository/index), what M(tritonops.triton.triton_model) reads) in the same module run, and
+        returns it as RV(index).
+      - When Triton does not answer, the task fails, except in check mode (a stopped Triton is what the
+        play would start), where RV(index) is absent and RV(index_error) says why.
+    type: str
+  admin_header:
+    description: The admin header's name for O(triton_url).
+    type: str
+    default: triton-admin-key
+  admin_secret:
+    description: The admin header's value for O(triton_url) (omit when the repository API is not restricted).
+    type: str
   lock_timeout:
     description:
       - Seconds the agent waits for another command that holds the releases folder (its lock file
@@ -139,6 +154,15 @@ agent:
   returned: success
   type: dict
   sample: {"active": "r2", "current": "r2", "releases": ["r1", "r2"], "active_models": {"m": "sha256..."}}
+index:
+  description: Triton's repository index (C(name), C(version), C(state), C(reason)), with O(triton_url).
+  returned: O(command=status) with O(triton_url), when Triton answered
+  type: list
+  elements: dict
+index_error:
+  description: Why Triton's index could not be read (check mode only; outside it the task fails).
+  returned: O(command=status) with O(triton_url) in check mode, when Triton did not answer
+  type: str
 active:
   description: The active release after the command (predicted in check mode).
   returned: success
@@ -162,6 +186,7 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tritonops.triton.plugins.module_utils.triton_api import repository_call
 
 REQUIRES = {
     "install": ("release", "staging"),
@@ -260,6 +285,9 @@ def main():
             touch=dict(type="list", elements="str", default=[]),
             keep=dict(type="int"),
             lock_timeout=dict(type="float"),
+            triton_url=dict(type="str"),
+            admin_header=dict(type="str", default="triton-admin-key", no_log=False),
+            admin_secret=dict(type="str", no_log=True),
         ),
         required_if=[("command", cmd, fields) for cmd, fields in REQUIRES.items()],
         mutually_exclusive=[("agent", "agent_src")],
@@ -270,14 +298,22 @@ def main():
         module.fail_json(msg="release: give agent (the agent on the node) or agent_src (on the controller)")
     if not os.path.isfile(p["agent"]):
         module.fail_json(msg="release: agent %s: no such file on the node" % p["agent"])
-    agent = Agent(module)
     cmd = p["command"]
+    if p["triton_url"] and cmd != "status":
+        module.fail_json(msg="release: triton_url reads Triton's index with command=status only, not %s" % cmd)
+    agent = Agent(module)
     # The release's checksums are read only where they decide something (status, install's check mode).
     probe = cmd == "status" or (cmd == "install" and module.check_mode)
     before = status = agent.status(p["release"] if probe else None, p["digest"] if probe else None)
     if cmd == "status":
-        module.exit_json(changed=False, agent=status, active=status.get("active"), current=status.get("current"),
-                         rc=0)
+        out = dict(changed=False, agent=status, active=status.get("active"), current=status.get("current"), rc=0)
+        if p["triton_url"]:
+            index, error, _ = repository_call(module, p["triton_url"], "/index", {}, 30, p["admin_header"],
+                                              p["admin_secret"])
+            if error and not module.check_mode:
+                module.fail_json(msg=error, **out)
+            out.update(dict(index=index or []) if not error else dict(index_error=error))
+        module.exit_json(**out)
     if module.check_mode:
         changed, after = predict(p, status)
         if changed is None:

@@ -102,29 +102,17 @@ state:
   sample: READY
 """
 
-import json
 from urllib.parse import quote
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import fetch_url
+from ansible_collections.tritonops.triton.plugins.module_utils.triton_api import repository_call
 
 
 def call(module, path, body, timeout):
     p = module.params
-    headers = {"Content-Type": "application/json"}
-    if p["admin_secret"]:
-        headers[p["admin_header"]] = p["admin_secret"]
-    url = p["url"].rstrip("/") + "/v2/repository" + path
-    resp, info = fetch_url(module, url, data=json.dumps(body), headers=headers, method="POST", timeout=timeout)
-    # On an HTTP error fetch_url has already read the body (Triton's {"error": ...}) into info.
-    raw = resp.read() if info["status"] == 200 else info.get("body") or b""
-    try:
-        doc = json.loads(raw) if raw else None
-    except ValueError:
-        doc = None
-    if info["status"] != 200:
-        error = (doc or {}).get("error") if isinstance(doc, dict) else None
-        module.fail_json(msg="Triton %s: %s" % (url, error or info.get("msg", "no answer")), status=info["status"])
+    doc, error, status = repository_call(module, p["url"], path, body, timeout, p["admin_header"], p["admin_secret"])
+    if error:
+        module.fail_json(msg=error, status=status)
     return doc
 
 

@@ -155,7 +155,7 @@ def test_reused_release_id_is_refused_before_the_switch(node: dict[str, Any], ch
                     "model_repository_controller_cache": str(tmp / f"cache-other-{check}")}
     res, doc = _run(tmp, node["play"], extra, *(["--check"] if check else []))
     assert res.returncode != 0
-    status = _results(doc, "Read the node's releases")[0]["agent"]
+    status = _results(doc, "Read the node's releases and the models Triton has loaded")[0]["agent"]
     assert (status["release_conflict"], status["release_verified"]) == (True, False)
     plan = _results(doc, "Work out the plan")[0]["ansible_facts"]
     assert plan["_model_repository_need_push"] is True
@@ -171,6 +171,53 @@ def test_reused_release_id_is_refused_before_the_switch(node: dict[str, Any], ch
     assert os.readlink(base["model_repository_link"]) == "releases/r1"
     assert manifest.read(releases / "r1") == before and manifest.verify(releases / "r1") == before
     assert sorted(p.name for p in releases.iterdir()) == ["current.json", "r1"]
+
+
+def test_an_invalid_release_fails_on_the_controller_naming_the_file(node: dict[str, Any]) -> None:
+    """The controller's stage (the release_stage action, in the Ansible worker) refuses a config Triton's
+    schema rejects: one failed task naming the file, no traceback, and the node is not touched."""
+    tmp, base = node["tmp"], node["base"]
+    broken = tmp / "broken"
+    shutil.copytree(SAMPLE, broken, ignore=shutil.ignore_patterns("__pycache__"))
+    cfg = broken / "mlp" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "\nmax_batch_size: -oops\n")
+    releases = Path(base["model_repository_releases_dir"])
+    before = manifest.read(releases / "r1")
+    res, doc = _run(tmp, node["play"], base | {"model_repository_local_path": str(broken),
+                                                "model_repository_version": "r-broken",
+                                                "model_repository_controller_cache": str(tmp / "cache-broken")})
+    assert res.returncode != 0
+    failed = [r for p in doc["plays"] for t in p["tasks"] for r in [t["hosts"]["localhost"]] if r.get("failed")]
+    assert len(failed) == 1, failed
+    stage = _results(doc, "Validate, checksum and stage the release, and build the release agent, on the controller")
+    assert stage and stage[0].get("failed"), json.dumps(doc)[-3000:]
+    assert "mlp/config.pbtxt" in stage[0]["msg"] and "Traceback" not in json.dumps(stage[0]), stage[0]
+    assert _results(doc, "Read the node's releases and the models Triton has loaded") == []  # the node: untouched
+    assert os.readlink(base["model_repository_link"]) == "releases/r1"
+    assert manifest.read(releases / "r1") == before and sorted(p.name for p in releases.iterdir()) == ["current.json", "r1"]
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["converge", "check-mode"])
+def test_status_with_a_triton_that_does_not_answer(node: dict[str, Any], check: bool) -> None:
+    """release status with triton_url: Triton's index in the same module run; a Triton that does not
+    answer fails the task naming the URL, except in check mode (a stopped Triton the play would start),
+    where the releases are still read and index_error says why."""
+    tmp, base = node["tmp"], node["base"]
+    bundle.build(tmp / "agent-status.pyz")
+    play = _play(tmp, f"status-{check}", [{
+        "name": "Status and index", "register": "st", "ignore_errors": True,
+        "tritonops.triton.release": {
+            "command": "status", "agent_src": str(tmp / "agent-status.pyz"), "link": base["model_repository_link"],
+            "releases": base["model_repository_releases_dir"], "triton_url": "http://127.0.0.1:9",
+            "admin_secret": "do-not-print-me"}}])
+    res, doc = _run(tmp, play, {}, *(["--check"] if check else []))
+    (out,) = [t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"] if t["task"]["name"] == "Status and index"]
+    assert "do-not-print-me" not in res.stdout + res.stderr
+    assert out["agent"]["active"] == "r1" and "index" not in out
+    if check:
+        assert not out.get("failed") and "http://127.0.0.1:9/v2/repository/index" in out["index_error"], out
+    else:
+        assert out.get("failed") and "http://127.0.0.1:9/v2/repository/index" in out["msg"], out
 
 
 # --- the deadman's paths go into unit files -------------------------------------------------------
