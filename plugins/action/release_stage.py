@@ -53,9 +53,12 @@ class ActionModule(ActionBase):
         cache = Path(p["cache"])
         try:
             source = Path(p["source"])
-            if p["tarball"]:
-                source = push.extract_tarball(source, cache / (push.STAGING_PREFIX + "unpacked"))
-            result["release"] = push.prepare(source, cache, p["target"], p["version"], p["config_name"])
+            if p["tarball"]:  # the unpacked folder is shared by the hosts of the play: one at a time
+                with push.staging_lock(cache):
+                    source = push.extract_tarball(source, cache / (push.STAGING_PREFIX + "unpacked"))
+                    result["release"] = push.prepare(source, cache, p["target"], p["version"], p["config_name"])
+            else:  # validated and checksummed in parallel; only the staging holds the cache's lock
+                result["release"] = push.prepare(source, cache, p["target"], p["version"], p["config_name"])
         except errors.ReleaseError as e:
             raise AnsibleActionFail("%s" % e, result={"error": "%s" % e})
         if p["agent"]:

@@ -4,6 +4,7 @@
     .venv/bin/python tests/benchmarks/bench_edge.py --nodes 1        # one node only
     .venv/bin/python tests/benchmarks/bench_edge.py --reuse tritonops-edge-1   # a converged node: no first converge
     .venv/bin/python tests/benchmarks/bench_edge.py --nodes 1 --prefix edge-e --keep --drift   # own names, kept, drift timed
+    .venv/bin/python tests/benchmarks/bench_edge.py --nodes 10 --serial 100%   # one wave (default edge_serial: [1, 25%])
 
 For each fleet size: the first converge of fresh Podman nodes (gpu_facts, triton_server from the wheel,
 the sample repository as a release), a re-converge with nothing to change (changed must be 0) and a
@@ -38,14 +39,16 @@ LOGS = cache_dir() / "logs"
 
 
 def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
-          rows: list[tuple[str, dict[str, int]]], drift: bool = False) -> None:
+          rows: list[tuple[str, dict[str, int]]], drift: bool = False, serial: str | None = None) -> None:
     inventory = tmp / f"hosts-{len(names)}.yml"
     inventory.write_text(json.dumps({"all": {"children": {"edge": {"hosts": {n: {} for n in names}}}}}))
-    size = f"{len(names)} node{'s' if len(names) > 1 else ''}"
+    size = f"{len(names)} node{'s' if len(names) > 1 else ''}" + (f" (edge_serial {serial})" if serial else "")
 
     def converge(label: str, extra: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> Path:
         # The local inventory's group_vars (and its SSH connection) apply; the second inventory adds the nodes.
         log = LOGS / f"bench-edge-{len(names)}-{label.split()[0]}.log"
+        if serial is not None:  # the play's waves (playbooks/edge.yml: serial: edge_serial)
+            extra = {"edge_serial": serial, **(extra or {})}
         recap = run_playbook(console, PLAYBOOK, [LOCAL, inventory], ",".join(names), log, extra_vars=extra,
                              forks=len(names), options=options)
         rows.append((f"{size}: {label}", recap))
@@ -90,6 +93,7 @@ def main(argv: list[str]) -> int:
     sizes = [int(n) for n in argv[argv.index("--nodes") + 1].split(",")] if "--nodes" in argv else [1, 10]
     prefix = argv[argv.index("--prefix") + 1] if "--prefix" in argv else "edge-bench"
     keep, drift = "--keep" in argv, "--drift" in argv
+    serial = argv[argv.index("--serial") + 1] if "--serial" in argv else None
     build_image(ImageSpec(arch="amd64"))
     rows: list[tuple[str, dict[str, int]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-edge-") as tmp_dir:
@@ -100,7 +104,7 @@ def main(argv: list[str]) -> int:
                     if not reuse:
                         node_down(name)
                     node_up(name)
-                fleet(console, names, Path(tmp_dir), fresh=not reuse, rows=rows, drift=drift)
+                fleet(console, names, Path(tmp_dir), fresh=not reuse, rows=rows, drift=drift, serial=serial)
             finally:
                 for name in names if not (reuse or keep) else []:
                     node_down(name)

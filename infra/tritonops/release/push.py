@@ -22,12 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from tritonops.agent import manifest
+from tritonops.agent import lock, manifest
 from tritonops.agent.errors import ReleaseError, UsageError
 from tritonops.agent.golden import golden_gate
 from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.releases import STAGING_PREFIX, check_release_id
 from tritonops.agent.triton import Triton
+
+STAGE_LOCK_TIMEOUT = 600.0  # seconds a prepare waits for another one staging into the same cache
 
 
 class CredentialsError(ValueError):
@@ -93,28 +95,48 @@ def prepare(source: Path, cache: Path, target: str | None = None, version: str |
     """Validate ``source``, checksum it, and stage it as ``cache/<release-id>`` on the controller.
 
     The release id is ``version`` or the first 16 hex digits of the manifest digest. Returns the
-    release id, the staged folder and each model's digest.
+    release id, the staged folder and each model's digest. Several at once (the hosts of one play,
+    two plays) may stage into one cache: each validates and checksums by itself, and the staging
+    holds the cache's lock (:mod:`tritonops.agent.lock`, ``<cache>/.lock``).
     """
     source = Path(source)
     files, warnings = check_repository(source, target, config_name)
     digest = manifest.digest(files)
     release = check_release_id(version or digest[:16])
     staged = Path(cache) / release
-    staged_now = False
-    if staged.is_dir():
-        try:
-            same = manifest.read(staged) == files and manifest.tree_files(staged) == files
-        except ReleaseError:
-            same = False
-        if not same:
-            if version:
-                raise ReleaseError(f"{staged}: release {version!r} is already staged with different "
-                                   "content; give the new content a new model_repository_version")
-            shutil.rmtree(staged)
-            staged.with_name(staged.name + ".tar").unlink(missing_ok=True)
+    if _staged(staged, files) and staged.with_name(staged.name + ".tar").is_file():
+        return _result(staged, files, digest, release, warnings, False)  # already staged: nothing to write
+    with staging_lock(cache):
+        return _stage(source, staged, files, digest, release, version, warnings)
+
+
+def staging_lock(cache: Path) -> Any:
+    """The controller cache's lock (re-entrant in a thread): one staging (or tarball unpacking) at a time."""
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    return lock.held(Path(cache), "prepare", STAGE_LOCK_TIMEOUT)
+
+
+def _staged(staged: Path, files: dict) -> bool:
+    """``staged`` holds exactly ``files`` (its manifest and every file's checksum)."""
     if not staged.is_dir():
-        Path(cache).mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=str(cache)))
+        return False
+    try:
+        return manifest.read(staged) == files and manifest.tree_files(staged) == files
+    except ReleaseError:
+        return False
+
+
+def _stage(source: Path, staged: Path, files: dict, digest: str, release: str, version: str | None,
+           warnings: list) -> dict[str, Any]:
+    staged_now = False
+    if staged.is_dir() and not _staged(staged, files):
+        if version:
+            raise ReleaseError(f"{staged}: release {version!r} is already staged with different "
+                               "content; give the new content a new model_repository_version")
+        shutil.rmtree(staged)
+        staged.with_name(staged.name + ".tar").unlink(missing_ok=True)
+    if not staged.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=str(staged.parent)))
         for rel in files:
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +145,10 @@ def prepare(source: Path, cache: Path, target: str | None = None, version: str |
         manifest.verify(tmp)  # the copy is what gets pushed: check it once more
         os.rename(tmp, staged)
         staged_now = True
+    return _result(staged, files, digest, release, warnings, staged_now)
+
+
+def _result(staged: Path, files: dict, digest: str, release: str, warnings: list, staged_now: bool) -> dict[str, Any]:
     return {
         "changed": staged_now,
         "release": release,
@@ -280,9 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "prepare":
             source = args.source
-            if args.tarball:
-                source = extract_tarball(args.source, args.cache / f"{STAGING_PREFIX}unpacked")
-            out = prepare(source, args.cache, args.target, args.version, args.config_name)
+            with staging_lock(args.cache):  # the unpacked folder is shared by every run on this cache
+                if args.tarball:
+                    source = extract_tarball(args.source, args.cache / f"{STAGING_PREFIX}unpacked")
+                out = prepare(source, args.cache, args.target, args.version, args.config_name)
         elif args.cmd == "fetch-s3":
             creds = read_credentials(sys.stdin) if args.credentials_stdin else None
             out = fetch_s3(args.bucket, args.prefix, args.dest, args.endpoint_url, args.region, creds)

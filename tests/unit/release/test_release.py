@@ -67,6 +67,35 @@ def test_prepare_twice_stages_once(tmp_path: Path, staged: dict) -> None:
     assert again["release"] == staged["release"]
 
 
+def test_eight_prepares_at_once_into_one_cache_stage_once_and_agree(tmp_path: Path) -> None:
+    """The hosts of one play stage in parallel (no throttle): eight processes at once into one empty cache
+    all succeed with the same release, exactly one stages it, and nothing half-made is left."""
+    import multiprocessing as mp
+
+    cache, ctx = tmp_path / "cache", mp.get_context("fork")
+    barrier, results = ctx.Barrier(8), ctx.Queue()
+
+    def one() -> None:
+        barrier.wait()  # all eight validate and checksum together, then race to stage
+        try:
+            results.put(rel.prepare(SAMPLE, cache, "cpu"))
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            results.put({"error": f"{type(e).__name__}: {e}"})
+
+    procs = [ctx.Process(target=one) for _ in range(8)]
+    for proc in procs:
+        proc.start()
+    outs = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    assert not [o for o in outs if "error" in o], outs
+    assert len({(o["release"], o["digest"], o["tarball"]) for o in outs}) == 1
+    assert sum(o["changed"] for o in outs) == 1, [o["changed"] for o in outs]
+    release = outs[0]["release"]
+    assert sorted(p.name for p in cache.iterdir()) == [release, f"{release}.tar"]  # no staging folder, no .lock
+    assert manifest.verify(cache / release)
+
+
 def test_model_digest_changes_only_for_the_changed_model(tmp_path: Path, staged: dict) -> None:
     changed = tmp_path / "v2"
     shutil.copytree(SAMPLE, changed)
