@@ -47,7 +47,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        _, p = self.validate_argument_spec(argument_spec=ARGS)
+        p = self.validate_argument_spec(argument_spec=ARGS)[1]
         push = _import("tritonops.release.push")
         errors = _import("tritonops.agent.errors")
         cache = Path(p["cache"])

@@ -308,8 +308,8 @@ def main():
     if cmd == "status":
         out = dict(changed=False, agent=status, active=status.get("active"), current=status.get("current"), rc=0)
         if p["triton_url"]:
-            index, error, _ = repository_call(module, p["triton_url"], "/index", {}, 30, p["admin_header"],
-                                              p["admin_secret"])
+            index, error = repository_call(module, p["triton_url"], "/index", {}, 30, p["admin_header"],
+                                           p["admin_secret"])[:2]
             if error and not module.check_mode:
                 module.fail_json(msg=error, **out)
             out.update(dict(index=index or []) if not error else dict(index_error=error))
