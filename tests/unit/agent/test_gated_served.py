@@ -203,16 +203,24 @@ def test_a_kill_after_a_failed_load_then_the_channel_moved_back_reloads_and_gate
     assert golden_gate(Triton(fake.url), node["releases"] / "r1", ["mlp"], timeout=5)["ok"]
 
 
-def test_recover_reloads_every_model_and_only_a_passing_gate_reports_served(
-        tmp_path: Path, node: dict[str, Any], keys: dict[str, Path]) -> None:
+def _dead_controller_left_r2_loaded(tmp_path: Path, node: dict[str, Any], keys: dict[str, Path]) -> Agent:
+    """r1 gated and served; then a controller switched to the broken r2 and loaded it, and died before its
+    gate. Returns the agent that gated r1."""
     fake: FakeTriton = node["triton"]
     _publish(tmp_path, node, keys, "r1")
     agent = _agent(node, keys)
     assert agent.poll()["result"] == "applied" and agent.gated()
     _publish(tmp_path, node, keys, "r2", "broken")
     _fetch(agent, "r2")
-    releases.activate(node["link"], node["releases"], "r2", touch=["mlp"])  # a controller switched and loaded r2...
-    assert fake.load("mlp") is None and fake.serves()["mlp"] == "r2 (broken)"  # ...and died before its gate
+    releases.activate(node["link"], node["releases"], "r2", touch=["mlp"])
+    assert fake.load("mlp") is None and fake.serves()["mlp"] == "r2 (broken)"
+    return agent
+
+
+def test_recover_reloads_every_model_and_only_a_passing_gate_reports_served(
+        tmp_path: Path, node: dict[str, Any], keys: dict[str, Path]) -> None:
+    fake: FakeTriton = node["triton"]
+    agent = _dead_controller_left_r2_loaded(tmp_path, node, keys)
     # recover without Triton (at boot, before Triton starts) re-points the link: not served until gated again
     assert main(["recover", *_layout(node)]) == 0
     assert releases.active_release(node["link"], node["releases"]) == "r1"
@@ -233,13 +241,7 @@ def test_recover_no_load_gates_only_what_triton_serves_loading_nothing(
     fails it (which is why the timer restarts Triton first); once Triton re-read the link, it passes and
     records served. A model not READY yet is a retry (exit 3), and --no-load needs --triton (exit 2)."""
     fake: FakeTriton = node["triton"]
-    _publish(tmp_path, node, keys, "r1")
-    agent = _agent(node, keys)
-    assert agent.poll()["result"] == "applied" and agent.gated()
-    _publish(tmp_path, node, keys, "r2", "broken")
-    _fetch(agent, "r2")
-    releases.activate(node["link"], node["releases"], "r2", touch=["mlp"])
-    assert fake.load("mlp") is None and fake.serves()["mlp"] == "r2 (broken)"
+    _dead_controller_left_r2_loaded(tmp_path, node, keys)
     assert main(["recover", *_layout(node)]) == 0 and releases.active_release(node["link"], node["releases"]) == "r1"
     loads = list(fake.loads)
     assert main(["recover", *_layout(node), "--triton", fake.url, "--no-load", *TIMEOUTS]) == 1
