@@ -14,12 +14,15 @@ ControlPersist (ansible/inventories/local, devkit.hosts.lab_ssh), one fork per n
 also times publishing a new model release through the same playbook, golden gate included. The nodes
 (``edge-bench-N``, or ``--prefix``-N) are removed at the end unless ``--keep``. ``--drift`` also times
 ``tritonops drift`` (ansible and models sources) on the first node after the check run. Needs root, Podman and the node image (built if missing).
+Each run also prints the CPU seconds the whole machine spent in it (controller and nodes, /proc/stat) and
+the cores that kept busy on average: the nodes here share the controller's cores, which a fleet does not.
 Exits 1 when a no-change or check run changed anything.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -38,6 +41,13 @@ LOCAL = REPO / "ansible" / "inventories" / "local"
 LOGS = cache_dir() / "logs"
 
 
+def cpu_busy_seconds() -> float:
+    """CPU seconds this machine has spent busy since boot, all cores and all processes (the nodes' included):
+    the first line of /proc/stat less idle and iowait."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
           rows: list[tuple[str, dict[str, int]]], drift: bool = False, serial: str | None = None) -> None:
     inventory = tmp / f"hosts-{len(names)}.yml"
@@ -49,10 +59,13 @@ def fleet(console: Console, names: list[str], tmp: Path, fresh: bool,
         log = LOGS / f"bench-edge-{len(names)}-{label.split()[0]}.log"
         if serial is not None:  # the play's waves (playbooks/edge.yml: serial: edge_serial)
             extra = {"edge_serial": serial, **(extra or {})}
+        busy = cpu_busy_seconds()
         recap = run_playbook(console, PLAYBOOK, [LOCAL, inventory], ",".join(names), log, extra_vars=extra,
                              forks=len(names), options=options)
+        recap["cpu"] = round(cpu_busy_seconds() - busy, 1)
         rows.append((f"{size}: {label}", recap))
-        console.print(f"{size}: {label}: {recap['seconds']}s ok={recap['ok']} changed={recap['changed']}")
+        console.print(f"{size}: {label}: {recap['seconds']}s ok={recap['ok']} changed={recap['changed']} "
+                      f"cpu={recap['cpu']}s ({recap['cpu'] / max(recap['seconds'], 0.1):.2f} of {os.cpu_count()} cores)")
         return log
 
     if fresh:
@@ -109,11 +122,15 @@ def main(argv: list[str]) -> int:
                 for name in names if not (reuse or keep) else []:
                     node_down(name)
     table = Table(title="edge benchmark (ansible/edge.yml over the lab's SSH, local Podman nodes, 2-core host)")
-    for col in ("step", "seconds", "ok", "changed", "failed"):
+    for col in ("step", "seconds", "ok", "changed", "failed", "cpu s", "cores busy"):
         table.add_column(col, justify="left" if col == "step" else "right")
     for label, recap in rows:
-        table.add_row(label, str(recap["seconds"]), str(recap["ok"]), str(recap["changed"]), str(recap["failed"]))
+        cpu = recap.get("cpu")
+        table.add_row(label, str(recap["seconds"]), str(recap["ok"]), str(recap["changed"]), str(recap["failed"]),
+                      "" if cpu is None else str(cpu), "" if cpu is None else f"{cpu / max(recap['seconds'], 0.1):.2f}")
     console.print(table)
+    console.print(f"cores busy: CPU seconds of the whole machine (controller and nodes) per wall second, of "
+                  f"{os.cpu_count()}; a run near {os.cpu_count()} is bound by this machine's CPUs, not by Ansible's waves")
     quiet = [r for label, r in rows if "no change" in label or "check" in label or "drift" in label]
     return 0 if quiet and all(r["changed"] == 0 and r["failed"] == 0 for r in quiet) else 1
 
