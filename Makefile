@@ -8,10 +8,10 @@ DEVKIT := PYTHONPATH=$(CURDIR)/tools $(BIN)/python -m devkit
 EXTRAS := triton,k8s,ansible,obs,dev
 # Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
 # libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it; catatonit, `podman kube play`'s pause process).
-APT_PACKAGES := prometheus prometheus-alertmanager podman runc debootstrap uidmap fuse-overlayfs \
+APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client
 
-.PHONY: all demo demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -51,9 +51,15 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# mypy and ansible-lint take a core each, so they run side by side (-O: each one's output in one piece).
 lint: venv
 	$(BIN)/ruff check infra tests examples tools
+	@$(MAKE) --no-print-directory -j2 -Otarget lint-mypy lint-ansible
+
+lint-mypy: venv
 	$(BIN)/mypy
+
+lint-ansible: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint -q
 
 # Test tiers: every test carries one marker that says what it needs (tests/conftest.py gives each its

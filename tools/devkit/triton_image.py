@@ -10,7 +10,7 @@ play`` of the rendered pods, ``python -m devkit kube``). It is built the way the
   the Python backend (library, utils, the stub for the image's Python) under
   ``/opt/tritonserver/backends`` (tritonserver's default backend directory) and puts ``tritonserver``
   on ``PATH``, as in the NGC image, so the rendered ``args: [tritonserver, ...]`` run unchanged;
-* the base is the devkit's own Debian bookworm image (``devkit.hosts.images``, debootstrap): no
+* the base is the devkit's own Debian bookworm image (``devkit.hosts.images``, mmdebstrap): no
   registry is asked for anything (``--pull=never``).
 
 The NGC image's user ``triton-server`` (uid 1000) exists, and the image has ``python3`` and ``openssl``

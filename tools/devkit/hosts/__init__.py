@@ -1,4 +1,4 @@
-"""Disposable Debian bookworm systemd hosts on rootful Podman, built locally from debootstrap.
+"""Disposable Debian bookworm systemd hosts on rootful Podman, built locally with mmdebstrap.
 
 ``images`` builds (and caches) the amd64/arm64 images, ``nodes`` creates and destroys named nodes,
 ``commands`` is the ``python -m devkit hosts`` CLI. No image registry is involved.
