@@ -5,7 +5,7 @@ Two layers of cache:
 * the root filesystem, as a tarball under ``.cache/hosts/`` named by the hash of the mmdebstrap inputs
   (suite, arch, mirror, package list, the builder's revision), so wiping Podman's storage does not redo
   mmdebstrap (the slow part, especially for arm64 under qemu);
-* the final image, labelled with the hash of *all* inputs (the debootstrap hash plus the
+* the final image, labelled with the hash of *all* inputs (the rootfs hash plus the
   Containerfile); it is rebuilt only when the label differs from what the code would build now.
 """
 
@@ -198,9 +198,9 @@ def ensure_binfmt(arch: str) -> None:
 def build_rootfs(spec: ImageSpec, step: Step) -> Path:
     """mmdebstrap the root filesystem straight into a tarball in the cache (skipped when it exists).
 
-    mmdebstrap rather than debootstrap: it unpacks the packages with the machine's own dpkg and apt and runs
-    only the maintainer scripts inside the chroot, so a foreign (qemu) arm64 rootfs takes about 3 minutes
-    where debootstrap's emulated second stage took about 14."""
+    mmdebstrap rather than debootstrap: it downloads with the machine's apt and installs with apt and dpkg
+    in a few batches, where debootstrap's second stage is a shell script that handles one package at a time;
+    under qemu every one of its commands is emulated. An arm64 rootfs took 177 s, debootstrap 585-862 s."""
     tarball = spec.rootfs_tarball
     if tarball.is_file():
         step(f"rootfs {tarball.name}: cached")
