@@ -29,6 +29,12 @@ def test_rootfs_inputs_change_both_hashes(change: dict[str, object]) -> None:
     assert a.inputs_hash() != b.inputs_hash()
 
 
+def test_a_dpkg_path_exclude_changes_the_rootfs(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = spec().rootfs_hash()
+    monkeypatch.setattr(images, "DPKG_PATH_EXCLUDES", images.DPKG_PATH_EXCLUDES[:-1])
+    assert spec().rootfs_hash() != before
+
+
 def test_package_order_does_not_matter() -> None:
     assert spec(packages=tuple(reversed(images.BASE_PACKAGES))).rootfs_hash() == spec().rootfs_hash()
 

@@ -29,7 +29,7 @@ SUITE = "bookworm"
 ARCHES = ("amd64", "arm64")
 IMAGE_REPO = "localhost/tritonops-debian-bookworm"
 INPUTS_LABEL = "io.tritonops.inputs"
-# Bump when the build procedure itself changes in a way the hashed inputs do not capture.
+# Bump when the build changes in a way the hashed inputs (mmdebstrap's arguments, the mirror) do not capture.
 BUILDER_REVISION = "2"  # 2: mmdebstrap
 
 # Installed by mmdebstrap itself (cached in the rootfs tarball): what Ansible and systemd need.
@@ -138,10 +138,16 @@ class ImageSpec:
     def foreign(self) -> bool:
         return self.arch != host_arch()
 
+    def mmdebstrap_args(self) -> list[str]:
+        """mmdebstrap's options and suite (the output and the mirror follow): what the rootfs hash covers."""
+        return ["--mode=root", "--format=tar", "--variant=minbase", f"--arch={self.arch}",
+                f"--include={','.join(sorted(self.packages))}",
+                *(f"--dpkgopt=path-exclude={p}" for p in DPKG_PATH_EXCLUDES),
+                *(f"--dpkgopt=path-include={p}" for p in DPKG_PATH_INCLUDES),
+                SUITE]
+
     def rootfs_hash(self) -> str:
-        doc = {"suite": SUITE, "arch": self.arch, "mirror": self.mirror, "packages": sorted(self.packages),
-               "variant": "minbase", "rev": BUILDER_REVISION,
-               "dpkg": [DPKG_PATH_EXCLUDES, DPKG_PATH_INCLUDES]}
+        doc = {"args": self.mmdebstrap_args(), "mirror": self.mirror, "rev": BUILDER_REVISION}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def containerfile(self) -> str:
@@ -213,13 +219,9 @@ def build_rootfs(spec: ImageSpec, step: Step) -> Path:
         ensure_binfmt(spec.arch)
     step(f"mmdebstrap {SUITE}/{spec.arch}{' under qemu' if spec.foreign else ''}")
     partial = tarball.with_suffix(".tar.partial")
-    cmd = ["mmdebstrap", "--mode=root", "--format=tar", "--variant=minbase", f"--arch={spec.arch}",
-           f"--include={','.join(spec.packages)}",
-           *(f"--dpkgopt=path-exclude={p}" for p in DPKG_PATH_EXCLUDES),
-           *(f"--dpkgopt=path-include={p}" for p in DPKG_PATH_INCLUDES),
-           SUITE, str(partial), spec.mirror]
     try:
-        run_logged(cmd, cache_dir() / "logs" / f"mmdebstrap-{spec.arch}.log")
+        run_logged(["mmdebstrap", *spec.mmdebstrap_args(), str(partial), spec.mirror],
+                   cache_dir() / "logs" / f"mmdebstrap-{spec.arch}.log")
         partial.rename(tarball)
     finally:
         partial.unlink(missing_ok=True)
