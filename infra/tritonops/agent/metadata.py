@@ -156,6 +156,56 @@ def fetch_manifest(store: Store, digest: str, length: int | None, release: str, 
     return raw, check_manifest(raw, {"length": length, "release": release}, channel, where), signers
 
 
+def changed_roles(old: trust.Root, new: trust.Root) -> set[str]:
+    """The roles whose keys or threshold differ between two roots."""
+    return {r for r in set(old.roles) | set(new.roles) if old.roles.get(r) != new.roles.get(r)}
+
+
+def update_root(root: trust.Root, raws: list[bytes], where: str) -> trust.Root:
+    """The root reached from ``root`` through ``raws`` (root N+1, N+2, ... as read), each version signed by a
+    threshold of the one before and of its own root keys (:func:`trust.next_root`); Rejected
+    (``signature``) at the first that does not hold, and then none of them is trusted. Pure: no I/O."""
+    for raw in raws:
+        try:
+            root = trust.next_root(root, raw, f"{where}: root {root.version + 1}")
+        except StoreError:
+            raise
+        except ReleaseError as e:
+            raise Rejected("signature", str(e)) from None
+    return root
+
+
+def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, Any] | None, where: str,
+                  now: float | None = None) -> dict[str, Any]:
+    """A channel pointer's checked fields (with ``_root`` and ``_sha256``), judged as a node judges it against
+    ``root`` (already updated: :func:`update_root`) and ``prev``, the entry the node trusts for the channel
+    (``{"version", "sha256"}``, None for none): Rejected with the reason otherwise. Pure: no I/O; the node
+    (:meth:`Trusted.check`) and the controller before every write (tritonops.release.publish) call it."""
+    if root.expired(now):  # after the update loop, however the root was reached (TUF 5.3.10): freeze
+        raise Rejected("expired", f"{where}: root version {root.version} expired at "
+                                  f"{trust.format_time(root.expires or 0)}; nothing new is applied, the gated "
+                                  "release keeps serving (the store needs tritonops release root rotate)")
+    try:
+        signed = pointer_fields(trust.verify(raw, "channel", root, where, "channel"), where)
+    except ReleaseError as e:
+        raise Rejected("signature", str(e)) from None
+    if signed["channel"] != channel:
+        raise Rejected("channel", f"{where}: a pointer for channel {signed['channel']!r}, not {channel!r}: refused")
+    sha = hashlib.sha256(trust.canonical(signed)).hexdigest()
+    if prev and signed["version"] < prev["version"]:
+        raise Rejected("rollback", f"{where}: version {signed['version']} is older than version "
+                                   f"{prev['version']} ({prev.get('release')}) that this node trusts: refused")
+    if prev and signed["version"] == prev["version"] and sha != prev.get("sha256"):
+        raise Rejected("rollback", f"{where}: version {signed['version']} with other content than the "
+                                   "version this node trusts: refused")
+    if trust.expired(signed, now):
+        raise Rejected("expired", f"{where}: expired at {signed['expires']} (version {signed['version']}); "
+                                  "the gated release keeps serving (the channel needs tritonops release refresh)")
+    signed["_root"] = root
+    signed["_sha256"] = sha
+    return signed
+
+
 class Trusted:
     """The root and the per-channel pointer versions this node trusts, kept in ``<releases>/.trusted.json``."""
 
@@ -164,6 +214,7 @@ class Trusted:
         self.root = trust.implicit_root(trusted_keys)  # a bad key: UsageError (exit 2)
         self.channels: dict[str, dict[str, Any]] = {}
         self.dirty = False
+        self.resets: list[str] = []  # what a root rotation made the node forget (the agent logs it)
         if self.path.exists() or self.path.is_symlink():
             self._load()
 
@@ -208,51 +259,36 @@ class Trusted:
     def check(self, raw: bytes, channel: str, store: Store, where: str, now: float | None = None) -> dict[str, Any]:
         """The pointer's checked fields, once it may be acted on; Rejected (or StoreError: a root could
         not be read, try again) otherwise. Nothing is remembered until :meth:`accept`, but a root rotation
-        the pointer names (each version verified) is, even when it has expired (``dirty``: save it)."""
+        the pointer names (each version verified) is, even when it has expired (``dirty``: save it).
+
+        The fetching is here; the deciding is :func:`update_root` and :func:`check_pointer`, pure functions
+        of bytes already read that the controller runs too before it writes anything."""
         try:
             signed = unverified(raw, where)
         except StoreError as e:
             raise Unreadable(str(e)) from None
-        root = self.root
         want = signed["root_version"]
-        if want > root.version:
-            if want - root.version > ROOTS_PER_POINTER:
+        if want > self.root.version:
+            if want - self.root.version > ROOTS_PER_POINTER:
                 raise Rejected("signature", f"{where}: root_version {want} is more than {ROOTS_PER_POINTER} "
-                                            f"versions past the trusted root {root.version}")
-            for n in range(root.version + 1, want + 1):
-                raw_root = store.get(root_key(n), limit=ROOT_MAX) or b""  # StoreError: the caller retries
-                try:
-                    root = trust.next_root(root, raw_root, f"{where}: root {n}")
-                except StoreError:
-                    raise
-                except ReleaseError as e:
-                    raise Rejected("signature", str(e)) from None
-            if root.version > self.root.version:  # trusted from now on, expired or not (TUF 5.3.8): its
-                self.root, self.dirty = root, True  # revocations hold even while the channel is frozen
-        if root.expired(now):  # after the update loop, however the root was reached (TUF 5.3.10): freeze
-            raise Rejected("expired", f"{where}: root version {root.version} expired at "
-                                      f"{trust.format_time(root.expires or 0)}; nothing new is applied, the gated "
-                                      "release keeps serving (the store needs tritonops release root rotate)")
-        try:
-            signed = pointer_fields(trust.verify(raw, "channel", root, where, "channel"), where)
-        except ReleaseError as e:
-            raise Rejected("signature", str(e)) from None
-        if signed["channel"] != channel:
-            raise Rejected("channel", f"{where}: a pointer for channel {signed['channel']!r}, not {channel!r}: refused")
-        sha = hashlib.sha256(trust.canonical(signed)).hexdigest()
-        prev = self.channels.get(channel)
-        if prev and signed["version"] < prev["version"]:
-            raise Rejected("rollback", f"{where}: version {signed['version']} is older than version "
-                                       f"{prev['version']} ({prev.get('release')}) that this node trusts: refused")
-        if prev and signed["version"] == prev["version"] and sha != prev.get("sha256"):
-            raise Rejected("rollback", f"{where}: version {signed['version']} with other content than the "
-                                       "version this node trusts: refused")
-        if trust.expired(signed, now):
-            raise Rejected("expired", f"{where}: expired at {signed['expires']} (version {signed['version']}); "
-                                      "the gated release keeps serving (the channel needs tritonops release refresh)")
-        signed["_root"] = root
-        signed["_sha256"] = sha
-        return signed
+                                            f"versions past the trusted root {self.root.version}")
+            raws = [store.get(root_key(n), limit=ROOT_MAX) or b""  # StoreError: the caller retries
+                    for n in range(self.root.version + 1, want + 1)]
+            self.rotate(update_root(self.root, raws, where))
+        return check_pointer(raw, channel, self.root, self.channels.get(channel), where, now)
+
+    def rotate(self, root: trust.Root) -> None:
+        """Trust ``root`` from now on, expired or not (TUF 5.3.8: its revocations hold even while the channel
+        is frozen), and forget the pointer versions of every channel when the ``channel`` role's keys or
+        threshold changed (TUF 5.3.11): what a revoked key vouched for (a version of 10**9) binds no more."""
+        if root.version <= self.root.version:
+            return
+        if changed_roles(self.root, root) & {"channel"} and self.channels:
+            forgot = ", ".join(f"{c} version {e.get('version')}" for c, e in sorted(self.channels.items()))
+            self.resets.append(f"root version {root.version} changed the channel role's keys or threshold: "
+                               f"forgot the trusted {forgot} (TUF 5.3.11)")
+            self.channels = {}
+        self.root, self.dirty = root, True
 
     def accept(self, channel: str, pointer: dict[str, Any]) -> bool:
         """Trust a pointer :meth:`check` passed (and the root it was verified with); True when that changed
@@ -263,7 +299,8 @@ class Trusted:
                  "expires": pointer["expires"], "sha256": sha}
         changed = False
         if isinstance(root, trust.Root) and root.version > self.root.version:
-            self.root, changed = root, True
+            self.rotate(root)
+            changed = True
         if self.channels.get(channel) != entry:
             self.channels[channel] = entry
             changed = True

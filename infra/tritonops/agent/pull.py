@@ -345,15 +345,23 @@ class Agent:
         try:
             pointer = self.trusted.check(raw, self.channel, self.store, where)
         except metadata.Rejected as e:
+            self._log_resets()
             self.frozen = self.frozen or e.reason == "expired"
             self._rejected(e.reason, str(e))
             raise
         except ReleaseError:
             self.store.forget(key)  # a root could not be read: read the pointer again next poll
             raise
+        self._log_resets()
         self.trusted.accept(self.channel, pointer)  # saved under the folder's lock: with the release, or alone
         self.pointer, self.frozen = pointer, False
         return True
+
+    def _log_resets(self) -> None:
+        """What a root rotation made the node forget (TUF 5.3.11), logged once."""
+        for message in self.trusted.resets:
+            self.log(f"channel {self.channel}: {message}")
+        self.trusted.resets.clear()
 
     def _save_trust(self) -> None:
         """Persist the trusted state under the node folder's lock; when busy, on the next poll."""

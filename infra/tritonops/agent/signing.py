@@ -76,12 +76,15 @@ def _openssl(args: list[str], what: str) -> subprocess.CompletedProcess:
 
 
 def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
-    """A new Ed25519 key pair; refuses to overwrite an existing private key."""
+    """A new Ed25519 key pair, both written as new files only: never over an existing file (a private key
+    included) and never through a link (the public key opened O_EXCL, the private key hard-linked from a
+    private folder to its name; both fail on any existing name)."""
     if not str(private_key).strip() or not str(public_key).strip():
         raise UsageError("keygen: the private and the public key each need a file path")
     private_key, public_key = Path(private_key), Path(public_key)
-    if private_key.exists() or private_key.is_symlink():
-        raise UsageError(f"{private_key}: exists; remove it first if you really mean to replace the key")
+    for name in (private_key, public_key):
+        if name.exists() or name.is_symlink():
+            raise UsageError(f"{name}: exists; remove it first if you really mean to replace the key")
     if private_key.absolute() == public_key.absolute():
         raise UsageError(f"{private_key}: the private and the public key cannot be the same file")
     if public_key.is_dir():
@@ -105,20 +108,39 @@ def keygen(private_key: Path, public_key: Path) -> tuple[Path, Path]:
         r = _openssl(["pkey", "-in", str(made), "-pubout", "-out", str(pub)], str(public_key))
         if r.returncode != 0:
             raise ReleaseError(f"{public_key}: openssl pkey failed: {r.stderr.strip()}")
+        _write_new(public_key, pub.read_bytes())
         try:
-            os.link(made, private_key)
-        except FileExistsError:
-            raise UsageError(f"{private_key}: exists; remove it first if you really mean to replace the key") from None
-        except OSError as e:
-            raise ReleaseError(f"{private_key}: cannot write ({e.strerror or e})") from None
-        fd, pub_tmp = tempfile.mkstemp(prefix=f".{public_key.name}.", dir=public_key.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pub.read_bytes())
-        os.chmod(pub_tmp, 0o644)
-        os.replace(pub_tmp, public_key)  # replaces a link at that name, never writes through it
+            _link_new(made, private_key)
+        except ReleaseError:
+            public_key.unlink()  # the one written just now: a pair or nothing
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return private_key, public_key
+
+
+def _write_new(name: Path, data: bytes) -> None:
+    """``data`` into a new file ``name`` (0644): O_EXCL refuses any existing name, a link (dangling or not)
+    included, so nothing is replaced and nothing is written through a link."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise UsageError(f"{name}: exists; remove it first if you really mean to replace the key") from None
+    except OSError as e:
+        raise ReleaseError(f"{name}: cannot write ({e.strerror or e})") from None
+    os.fchmod(fd, 0o644)  # whatever the umask; on the file opened, never on a name
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _link_new(made: Path, name: Path) -> None:
+    """``made`` under ``name``, a name that must not exist (a file, a link, a dangling link planted meanwhile)."""
+    try:
+        os.link(made, name)
+    except FileExistsError:
+        raise UsageError(f"{name}: exists; remove it first if you really mean to replace the key") from None
+    except OSError as e:
+        raise ReleaseError(f"{name}: cannot write ({e.strerror or e})") from None
 
 
 def sign(data: bytes, private_key: Path) -> bytes:

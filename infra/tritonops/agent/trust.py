@@ -161,7 +161,8 @@ def _count(data: bytes, sigs: list[tuple[str, bytes]], role: str, root: Root, wh
             if len(good) >= threshold:
                 return good
     raise ReleaseError(f"{where}: {len(good)} valid signature(s) of the {root.describe(role)} needed "
-                       f"({threshold}); signed by {', '.join(k[:12] for k, _ in sigs) or 'no key'}")
+                       f"({threshold}); signed by {', '.join(k[:12] for k, _ in sigs) or 'no key'}; "
+                       f"the {role} role's keys: {', '.join(k[:12] for k in ids)}")
 
 
 def verify(raw: bytes, role: str, root: Root, where: str, type_: str) -> dict[str, Any]:
@@ -290,6 +291,11 @@ def sign_detached(data: bytes, private_keys: list[Path]) -> bytes:
 
 def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: int, expires: float) -> dict[str, Any]:
     """The signed part of a root: ``keys`` maps each role to its public key files."""
+    unknown = sorted(set(thresholds) - set(keys)) + sorted(set(keys) - set(ROLES) - set(OPTIONAL_ROLES))
+    if unknown:
+        known = ", ".join((*ROLES, *OPTIONAL_ROLES))
+        raise UsageError(f"root: role {unknown[0]!r} " + ("is not a role" if unknown[0] not in (*ROLES, *OPTIONAL_ROLES)
+                                                          else "has a --threshold but no keys") + f" (roles: {known})")
     missing = [r for r in ROLES if r not in keys]
     if missing:
         raise UsageError(f"root: no keys for role(s) {', '.join(missing)} (every root names root, release, channel)")

@@ -272,7 +272,8 @@ Thresholds = Annotated[list[str] | None, typer.Option(help="ROLE=N signatures ne
 
 def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, release_key: list[Path] | None,
               channel_key: list[Path] | None, report_key: list[Path] | None, threshold: list[str] | None,
-              sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool) -> None:
+              sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool,
+              trusted_key: list[Path] | None = None) -> None:
     where = _store("root", store, None)
     keys = {r: list(k) for r, k in (("root", root_key), ("release", release_key), ("channel", channel_key),
                                     ("report", report_key)) if k}
@@ -286,7 +287,8 @@ def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, relea
         raise typer.BadParameter("the old root's root key(s) and the new one's (for root 1: the key nodes trust "
                                  "today, and the new root keys)", param_hint="'--sign-with'")
     seconds = _expires(expires)
-    run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first),
+    run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first,
+                                                 trusted_key),
                    as_json, lambda o: console.print(f"root version {o['root_version']} written, valid until "
                                                     f"{o['expires']}: " + ", ".join(
                                                         f"{r} {v['threshold']} of {len(v['keyids'])}"
@@ -305,10 +307,14 @@ def root_init_cmd(
     expires: Annotated[str, typer.Option(help="How long the root stays valid")] = "365d",
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
+    trusted_key: Annotated[list[Path] | None, typer.Option(
+        help="A public key the nodes trust today, their --trusted-key (repeatable; default: the keys that "
+             "signed the store's channel pointers): root 1 is refused unless one of them signs it",
+        parser=path)] = None,
 ) -> None:
     """Write root version 1: public keys per role (--root-key, --release-key, --channel-key: repeatable)."""
     _root_cmd(True, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
-              s3_endpoint, as_json)
+              s3_endpoint, as_json, trusted_key)
 
 
 @root_app.command("rotate")

@@ -132,6 +132,22 @@ class Writer:
             raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
 
 
+    def keys_under(self, prefix: str) -> list[str]:
+        """The keys of the objects directly under ``prefix`` (a folder: ``reports/stable/``), sorted."""
+        if self.reader.kind == "file":
+            folder = self.root / prefix
+            return sorted(prefix + p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        keys = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                             Prefix=self._key(prefix)):
+                keys += [prefix + o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])]
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"{self.url}/{prefix}: cannot list: {e}") from None
+        return sorted(keys)
+
     def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str = "move",
              content_type: str = "application/json") -> bytes | None:
         """Read-modify-write of one object that never loses a concurrent write: ``change`` gets the
@@ -237,6 +253,58 @@ def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
     return parse_pointer(raw or b"", f"{store}/{channel_key(channel)}")
 
 
+def pointer_doc(channel: str, old: dict[str, Any] | None, release: str, digest: str, note: str, length: int,
+                root: trust.Root | None, rollout: dict[str, Any] | None, expires: float) -> dict[str, Any]:
+    """The signed part of ``channel``'s next pointer after ``old``: version + 1, the history, the expiry."""
+    same = old is not None and old["digest"] == digest and old["release"] == release
+    # A rollout's next wave (or its halt) is the same release: no new history entry.
+    history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}]
+               if old and not same else [])
+    history += (old or {}).get("history", [])
+    now = time.time()
+    doc = {"type": "channel", "channel": channel, "version": int((old or {}).get("version", 0)) + 1,
+           "expires": trust.format_time(now + expires), "release": release, "digest": digest, "length": length,
+           "root_version": root.version if root else 0, "note": note, "published": trust.format_time(now),
+           "history": history[:HISTORY]}
+    if rollout is not None:
+        doc["rollout"] = rollout
+    return doc
+
+
+def nodes_root(writer: Writer) -> trust.Root | None:
+    """The root every node trusts once it has followed this store's roots: root 1 then each next one, verified
+    as nodes verify them (metadata.update_root). None without a root: nodes trust their --trusted-key files,
+    which the controller does not hold. A chain nodes would refuse is a UsageError naming the root."""
+    n = latest_root(writer)
+    if n == 0:
+        return None
+    where = f"{writer.url}/{root_key(1)}"
+    try:
+        root = trust.load_root(writer.get(root_key(1), limit=trust.ROOT_MAX), where)
+        return metadata.update_root(root, [writer.get(root_key(i), limit=trust.ROOT_MAX) for i in range(2, n + 1)],
+                                    writer.url)
+    except StoreError:
+        raise
+    except ReleaseError as e:
+        raise UsageError(f"{e}: nodes refuse this store's roots; nothing written") from None
+
+
+def as_nodes(root: trust.Root | None, old: dict[str, Any] | None, raw: bytes, channel: str, where: str) -> None:
+    """Refuse (UsageError, exit 2) a pointer that every node following ``root`` would refuse, with the node's
+    own check (metadata.check_pointer) and its reason: a key the channel role does not list, a threshold not
+    met, an expired root. No root: the nodes' --trusted-key files decide, unknown here."""
+    if root is None:
+        return
+    prev = None
+    if old and int(old.get("version", 0)) >= 1:
+        prev = {"version": old["version"], "release": old.get("release"),
+                "sha256": hashlib.sha256(trust.canonical(old)).hexdigest()}
+    try:
+        metadata.check_pointer(raw, channel, root, prev, where)
+    except metadata.Rejected as e:
+        raise UsageError(f"{e} [nodes would refuse it: {e.reason}; nothing written]") from None
+
+
 Target = Callable[[dict[str, Any] | None], tuple[str, str, str]]
 
 
@@ -259,7 +327,7 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
     if not keys:
         raise UsageError(f"channel {channel!r}: a channel pointer is signed; give the signing key (--key)")
     seen: dict[str, Any] = {}
-    root_version = latest_root(writer)
+    root = nodes_root(writer)
 
     def change(raw: bytes | None) -> bytes | None:
         old = None if raw is None else _old_pointer(raw, f"{writer.url}/{key}")
@@ -269,19 +337,11 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
         if same and (old or {}).get("rollout") == rollout and not force and (old or {}).get("version", 0) >= 1:
             return None
         length = _release_length(writer, channel, rel, dig)
-        # A rollout's next wave (or its halt) is the same release: no new history entry.
-        history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}]
-                   if old and not same else [])
-        history += (old or {}).get("history", [])
-        now = time.time()
-        doc = {"type": "channel", "channel": channel, "version": int((old or {}).get("version", 0)) + 1,
-               "expires": trust.format_time(now + expires), "release": rel, "digest": dig, "length": length,
-               "root_version": root_version, "note": why, "published": trust.format_time(now),
-               "history": history[:HISTORY]}
-        if rollout is not None:
-            doc["rollout"] = rollout
+        doc = pointer_doc(channel, old, rel, dig, why, length, root, rollout, expires)
         seen["doc"] = doc
-        return trust.sign_envelope(doc, list(keys))
+        signed = trust.sign_envelope(doc, list(keys))
+        as_nodes(root, old, signed, channel, f"{writer.url}/{key}")  # nothing is written that nodes refuse
+        return signed
 
     if writer.swap(key, change, what=note) is None:
         return {**(seen["old"] or {}), "changed": False}
@@ -342,6 +402,7 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     if known is not None and known.get("digest") != digest:
         raise ReleaseError(f"{to}: release id {release!r} was published with other content "
                            f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
+    _preflight(writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
     uploaded = skipped = duplicates = 0
     seen: set[str] = set()
     for i, (rel, sha) in enumerate(sorted(files.items()), 1):
@@ -366,6 +427,23 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
                              keys=_keys(channel_keys) or release_keys, expires=expires)
         out.update(channel=channel, changed=moved["changed"], previous=moved.get("previous"))
     return out
+
+
+def _preflight(writer: Writer, text: bytes, signature: bytes, channel: str | None, release: str, digest: str,
+               keys: list[Path], expires: float) -> None:
+    """Before the first upload: the manifest's signatures and the channel pointer to be, judged as nodes judge
+    them against the store's root (UsageError naming the role and the keys otherwise; nothing written)."""
+    root = nodes_root(writer)
+    if root is None:
+        return
+    where = f"{writer.url}/{manifest_key(digest)}"
+    try:
+        trust.verify_detached(text, signature, "release", root, f"{where}.sigs")
+    except ReleaseError as e:
+        raise UsageError(f"{e} [nodes would refuse it: signature; nothing written]") from None
+    if channel:
+        doc = pointer_doc(channel, None, release, digest, "publish", len(text), root, None, expires)
+        as_nodes(root, None, trust.sign_envelope(doc, keys), channel, f"{writer.url}/{channel_key(channel)}")
 
 
 def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None = None,
@@ -446,12 +524,15 @@ def refresh(to: str, channel: str, s3_endpoint: str | None = None, *, keys: Path
 
 def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thresholds: dict[str, int] | None = None,
                expires: float = ROOT_EXPIRES, s3_endpoint: str | None = None,
-               first: bool | None = None) -> dict[str, Any]:
+               first: bool | None = None, trusted_keys: list[Path] | None = None) -> dict[str, Any]:
     """Write the store's next root, ``root/<N+1>.json``: ``keys`` maps each role (root, release, channel,
     report) to its public key files, ``thresholds`` each role to how many must sign. ``sign_with`` must hold
     a threshold of the current root's root keys (for root 1: the key(s) nodes trust today, their
-    --trusted-key) and of the new root's: nodes follow it only then. ``first``: True refuses when a root
-    exists (init), False when none does (rotate). Create-only: a root version is never rewritten."""
+    --trusted-key) and of the new root's: nodes follow it only then, and it is checked as they check it
+    (metadata.update_root) before it is written. Root 1 is checked against ``trusted_keys`` (the nodes'
+    --trusted-key files) or, without them, against the keys that signed the store's channel pointers.
+    ``first``: True refuses when a root exists (init), False when none does (rotate). Create-only: a root
+    version is never rewritten."""
     writer = Writer(to, s3_endpoint)
     version = latest_root(writer) + 1
     if first is True and version > 1:
@@ -461,11 +542,14 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
     signed = trust.new_root(keys, thresholds or {}, version, time.time() + expires)
     raw = trust.sign_envelope(signed, list(sign_with))
     where = f"{to}/{root_key(version)}"
-    if version > 1:  # checked as nodes will check it: signed by the old root's root keys and its own
-        prev = trust.load_root(writer.get(root_key(version - 1), limit=trust.ROOT_MAX), f"{to}/{root_key(version - 1)}")
-        trust.next_root(prev, raw, where)
-    else:
-        trust.load_root(raw, where)  # its own root keys; the old ones are the nodes' --trusted-key files
+    current = nodes_root(writer) if version > 1 else _nodes_anchor(writer, trusted_keys, sign_with)
+    try:
+        if current is None:  # a new store: its own root keys; the old ones are the nodes' --trusted-key files
+            trust.load_root(raw, where)
+        else:  # as nodes check it: signed by a threshold of the root they trust and by its own root keys
+            metadata.update_root(current, [raw], to)
+    except ReleaseError as e:
+        raise UsageError(f"{e} [nodes would refuse root {version}; nothing written]") from None
 
     def create(old: bytes | None) -> bytes:
         if old is not None:
@@ -475,6 +559,33 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
     writer.swap(root_key(version), create, what=f"root {version}")
     return {"store": to, "root_version": version, "expires": signed["expires"],
             "roles": {r: {"keyids": v["keyids"], "threshold": v["threshold"]} for r, v in signed["roles"].items()}}
+
+
+def _nodes_anchor(writer: Writer, trusted_keys: list[Path] | None, sign_with: list[Path]) -> trust.Root | None:
+    """What nodes trust before root 1 (version 0): their --trusted-key files when given; else the keys that
+    signed this store's channel pointers (nodes took those), as far as ``sign_with`` holds them; None for a
+    store without pointers (nothing to check against)."""
+    if trusted_keys:
+        return trust.implicit_root(list(trusted_keys))
+    signers: dict[str, str] = {}
+    for key in writer.keys_under("channels/"):
+        if key.endswith(".json"):
+            try:
+                env = trust.parse_envelope(writer.get(key, limit=POINTER_MAX), f"{writer.url}/{key}", "channel")
+            except ReleaseError:
+                continue  # the unsigned old format: no key to learn from
+            signers.update({s["keyid"]: key for s in env["signatures"]})
+    if not signers:
+        return None
+    mine = {trust.keyid(pem := trust.public_pem(k), str(k)): pem for k in sign_with}
+    known = {kid: pem for kid, pem in mine.items() if kid in signers}
+    if not known:
+        raise UsageError(f"{writer.url}: root 1 signed by {', '.join(k[:12] for k in mine)}; the nodes of this "
+                         f"store trust {', '.join(sorted(k[:12] for k in signers))} today (the signers of "
+                         f"{', '.join(sorted(set(signers.values())))}): add one of those to --sign-with, or name "
+                         "the nodes' --trusted-key files [nodes would refuse root 1; nothing written]")
+    ids = tuple(sorted(known))
+    return trust.Root(0, None, known, {r: (ids, 1) for r in (*trust.ROLES, *trust.OPTIONAL_ROLES)})
 
 
 def _parse_metrics(text: str) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from agent_harness import release_source
@@ -43,8 +44,14 @@ def _agent(tmp_path: Path, store: str, keys: dict[str, Path], channel: str = "st
 
 
 def _publish(tmp_path: Path, store: str, keys: dict[str, Path], version: str, channel: str | None = "stable",
-             **kw: object) -> dict:
-    return pub.publish(release_source(tmp_path, version, version), store, channel, kw.pop("key", keys["release"]),
+             unchecked: bool = False, **kw: object) -> dict:
+    """``unchecked``: as a controller that does not check what it writes against the store's root (an older
+    tritonops, a thief of a revoked key): what the node must refuse on its own."""
+    if unchecked:
+        with mock.patch.object(pub, "_preflight"), mock.patch.object(pub, "as_nodes"):
+            return _publish(tmp_path, store, keys, version, channel, **kw)
+    src = tmp_path / "src" / version
+    return pub.publish(src if src.is_dir() else release_source(tmp_path, version, version), store, channel, kw.pop("key", keys["release"]),
                        target="cpu", version=version, **kw)  # type: ignore[arg-type]
 
 
@@ -267,8 +274,11 @@ def test_a_rotated_root_is_followed_and_the_revoked_key_refused(tmp_path: Path, 
     _publish(tmp_path, str(store), keys, "r2", key=keys["new"])
     assert agent.poll()["result"] == "applied" and _serving(agent) == "r2"
     assert agent.status()["trusted"]["root_version"] == 1
-    # the revoked key signs a newer pointer: refused, now and after a restart (root 1 kept in .trusted.json)
-    _publish(tmp_path, str(store), keys, "r3")
+    # the revoked key signs a newer pointer: the controller refuses to write it (issue 34) ...
+    with pytest.raises(UsageError, match=r"0 valid signature\(s\) of the 1 of 1 release key\(s\) of root version 1"):
+        _publish(tmp_path, str(store), keys, "r3")
+    # ... and the node refuses it when written anyway, now and after a restart (root 1 kept in .trusted.json)
+    _publish(tmp_path, str(store), keys, "r3", unchecked=True)
     assert agent.poll()["rejected"] == "signature"
     assert _agent(tmp_path, str(store), keys).poll()["rejected"] == "signature"
     assert _serving(agent) == "r2"
@@ -299,7 +309,9 @@ def test_a_threshold_of_two_of_three_keys_is_needed(tmp_path: Path, keys: dict[s
     three = ["k1", "k2", "k3"]
     _root(store, keys, ["release", "k1", "k2"], {"root": three, "release": three, "channel": three},
           {"root": 2, "release": 2, "channel": 2})
-    _publish(tmp_path, str(store), keys, "r2", key=[keys["k1"]])
+    with pytest.raises(UsageError, match=r"1 valid signature\(s\) of the 2 of 3 release key\(s\)"):
+        _publish(tmp_path, str(store), keys, "r2", key=[keys["k1"]])  # the controller refuses it (issue 34)
+    _publish(tmp_path, str(store), keys, "r2", key=[keys["k1"]], unchecked=True)
     out = agent.poll()
     assert out["rejected"] == "signature" and "1 valid signature(s) of the 2 of 3 channel key(s)" in out["error"]
     _publish(tmp_path, str(store), keys, "r3", key=[keys["k1"], keys["k3"]])
@@ -370,8 +382,11 @@ def test_an_expired_root_freezes_the_channel_like_an_expired_pointer(tmp_path: P
     assert 'tritonops_release_metadata_expired{channel="stable"} 1' in text
     assert 'tritonops_release_up_to_date{channel="stable"} 0' in text
     assert _serving(agent) == "r2" and _rejected(agent, "expired") == 1 and agent.status()["trusted"]["expired"]
-    # ... and a new release, validly signed by root 1's keys: not applied, now nor after a restart.
-    _publish(tmp_path, str(store), keys, "r3", key=keys["new"])
+    # ... and a new release, validly signed by root 1's keys: the controller refuses to publish it (issue 34),
+    # and a node does not apply it when written anyway, now nor after a restart.
+    with pytest.raises(UsageError, match="root version 1 expired at .*nodes would refuse it: expired; nothing written"):
+        _publish(tmp_path, str(store), keys, "r3", key=keys["new"])
+    _publish(tmp_path, str(store), keys, "r3", key=keys["new"], unchecked=True)
     out = agent.poll()
     assert out["rejected"] == "expired" and "root version 1 expired at" in out["error"] and _serving(agent) == "r2"
     again = _agent(tmp_path, str(store), keys)
@@ -392,7 +407,7 @@ def test_a_root_expired_when_first_read_freezes_and_is_kept(tmp_path: Path, keys
     agent.poll()
     pub.write_root(str(store), {r: [keys["new.pub"]] for r in trust.ROLES}, [keys["release"], keys["new"]],
                    expires=-60.0)  # root 1 expired a minute ago
-    _publish(tmp_path, str(store), keys, "r2", key=keys["new"])
+    _publish(tmp_path, str(store), keys, "r2", key=keys["new"], unchecked=True)
     out = agent.poll()
     assert out["rejected"] == "expired" and "root version 1 expired at" in out["error"] and _serving(agent) == "r1"
     # Followed and kept (TUF 5.3.8: its revocation of the old key holds while the channel is frozen).
