@@ -367,10 +367,11 @@ def status_cmd(
                 t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
                           {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))
             console.print(t)
-        from tritonops.cli.rollout import waves_table
+        from tritonops.cli.rollout import unattributed, waves_table
 
         for r in out.get("rollouts", {}).values():
             waves_table(r)
+            unattributed(r)
 
     out: dict = {}
 
@@ -379,7 +380,8 @@ def status_cmd(
         from tritonops.release import rollout  # a staged rollout: targeted / applied / gated / failed per wave
 
         found = {c: rollout.summary(where, c, agents, s3_endpoint) for c in channel}
-        out["rollouts"] = {c: {k: v[k] for k in ("channel", "release", "rollout", "waves")}
+        out["rollouts"] = {c: {k: v[k] for k in ("channel", "release", "rollout", "waves", "rejected_reports",
+                                                 "unattributed")}
                            for c, v in found.items() if v is not None}
         return out
 

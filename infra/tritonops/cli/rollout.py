@@ -34,7 +34,8 @@ AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
 AgentUrl = Annotated[list[str] | None, typer.Option(
     "--agent-url", help="A release agent's /metrics URL, http(s)://HOST:PORT/metrics (repeatable)")]
 Fleet = Annotated[Path | None, typer.Option(
-    help="The agents that must report: one per line, 'AGENT-ID [GROUP,GROUP]'", parser=path)]
+    help="The agents that must report: one per line, 'AGENT-ID [GROUP,GROUP] [key=REPORT-PUBLIC-KEY]' (a report "
+         "counts only when its listed agent's key signed it; agents not listed are not counted)", parser=path)]
 Key = Annotated[list[Path] | None, typer.Option(
     "--key", help="The private key(s) that sign the channel pointer (role 'channel'; repeatable for a threshold)",
     parser=path)]
@@ -64,6 +65,14 @@ def waves_table(out: dict[str, Any]) -> None:
         t.add_row(f"{w['wave']} {escape(w['spec'])}" + ("" if w["reached"] else " (not yet)"),
                   *(str(w[k]) for k in ("agents", "targeted", "applied", "gated", "failed", "refused", "pending")))
     console.print(t)
+
+
+def unattributed(out: dict[str, Any]) -> None:
+    """The reports the gate could not attribute to an agent, and why (each one line)."""
+    if out.get("rejected_reports"):
+        console.print(f"{len(out['rejected_reports'])} report(s) not counted:", highlight=False)
+        for why in out["rejected_reports"]:
+            console.print(f"  {escape(why)}", highlight=False)
 
 
 @app.command("start")
@@ -127,6 +136,7 @@ def advance_cmd(
         waves_table(o)
         why = f": {escape(o['reason'])}" if o.get("reason") else ""
         console.print(f"[bold]{o['result']}[/] (wave {o['wave']}){why}", highlight=False)
+        unattributed(o)
         if o.get("rollback"):
             console.print(f"channel [bold]{escape(channel)}[/] rolled back to {escape(o['rollback']['release'])}")
 
@@ -154,4 +164,8 @@ def status_cmd(
             raise ReleaseError(f"{store}: channel {channel!r} has no rollout")
         return got
 
-    run_release_op(run, as_json, waves_table)
+    def render(o: dict[str, Any]) -> None:
+        waves_table(o)
+        unattributed(o)
+
+    run_release_op(run, as_json, render)

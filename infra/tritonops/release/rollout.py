@@ -13,8 +13,10 @@ What the agents did comes from two sources, merged: their ``/metrics`` (``--agen
 status`` scrapes them: ``tritonops_release_rollout_targeted`` says the agent's wave,
 ``tritonops_release_info`` what it serves) and the status reports agents behind NAT write into the
 store (``reports/<channel>/<agent>.json``; with ``report_keys`` only reports signed by one of them
-count). A fleet list (``fleet``: agent ids, with their groups) names agents that must report even
-when they have not: without one, "every targeted agent" means every agent known from those sources.
+count). A fleet list (``fleet``: agent ids, with their groups and each agent's own report key) names
+agents that must report even when they have not: without one, "every targeted agent" means every agent
+known from those sources. With one, a report counts only when it is its listed agent's, signed by that
+agent's key, unexpired; the rest are listed as rejected, with the reason, and counted as unattributed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import netio, trust
+from tritonops.agent import netio, signing, trust
 from tritonops.agent import rollout as ar
 from tritonops.agent.errors import ReleaseError, StoreError, UsageError
 from tritonops.agent.releases import check_release_id
@@ -123,10 +125,20 @@ def previous_release(writer: pub.Writer, channel: str, old: dict[str, Any] | Non
 # --- what the agents did ---------------------------------------------------------------------------
 
 
-def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | None = None) -> dict[str, Any]:
-    """The agents' status reports for ``channel``: {"reports": {agent: signed}, "rejected": [why, ...]}."""
+Fleet = list[tuple[str, list[str], bytes | None]]  # (agent id, its groups, its report public key PEM or None)
+
+
+def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | None = None,
+                 fleet: Fleet | None = None, now: float | None = None) -> dict[str, Any]:
+    """The agents' status reports for ``channel``: {"reports": {agent: signed}, "rejected": [why, ...]}.
+
+    A report counts only when it is well formed (each field checked: a reason, never a traceback), unexpired,
+    filed under its own agent's name and signed by that agent's key in ``fleet`` (or, for an agent the
+    fleet gives no key, by one of ``report_keys`` when given). With a fleet, a report of an agent it does
+    not list is not counted (rejected: "not in the fleet"); the groups a report claims are never used."""
     keys = [k for k in writer.keys_under(f"reports/{channel}/") if k.endswith(".json")]
     root = trust.implicit_root(report_keys) if report_keys else None
+    members = {a: pem for a, _, pem in fleet} if fleet is not None else None
     out: dict[str, Any] = {"reports": {}, "rejected": []}
 
     def fetch(key: str) -> bytes | ReleaseError:
@@ -142,21 +154,50 @@ def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | Non
         try:
             if isinstance(raw, ReleaseError):
                 raise raw
-            if root is not None:
-                signed = trust.verify(raw, "report", root, where, "report")
-            else:
-                signed = trust.parse_envelope(raw, where, "report")["signed"]
-            agent = ar.check_name(signed.get("agent"), where, "agent", 253)
-            if signed.get("result") not in OUTCOMES:
-                raise ReleaseError(f"{where}: result {str(signed.get('result'))[:40]!r} is not one of "
-                                   + ", ".join(OUTCOMES))
-            if key != ar.report_key(channel, agent):
-                raise ReleaseError(f"{where}: a report of agent {agent!r} under another agent's name")
+            out["reports"].update([_one_report(raw, key, channel, where, root, members, now)])
         except ReleaseError as e:
             out["rejected"].append(str(e))
-            continue
-        out["reports"][agent] = {**signed, "signed": bool(json.loads(raw).get("signatures"))}
     return out
+
+
+def _one_report(raw: bytes, key: str, channel: str, where: str, root: trust.Root | None,
+                members: dict[str, bytes | None] | None, now: float | None) -> tuple[str, dict[str, Any]]:
+    """(agent id, its report's signed part) once it may count; ReleaseError saying why not otherwise."""
+    env = trust.parse_envelope(raw, where, "report")
+    agent = ar.check_name(env["signed"].get("agent"), where, "agent", 253)
+    if key != ar.report_key(channel, agent):
+        raise ReleaseError(f"{where}: a report of agent {agent!r} under another agent's name")
+    if members is not None and agent not in members:
+        raise ReleaseError(f"{where}: agent {agent!r} is not in the fleet: not counted")
+    pem = (members or {}).get(agent)
+    if pem is not None:  # the agent's own key, and no other agent's
+        kid = trust.keyid(pem, where)
+        signed = trust.verify(raw, "report", trust.Root(0, None, {kid: pem}, {"report": ((kid,), 1)}),
+                              f"{where} (agent {agent}'s report key)", "report")
+    elif root is not None:
+        signed = trust.verify(raw, "report", root, where, "report")
+    else:
+        signed = env["signed"]
+    _report_fields(signed, where)
+    if trust.expired(signed, now):
+        raise ReleaseError(f"{where}: expired at {signed['expires']}: not counted")
+    return agent, {**signed, "signed": bool(env["signatures"])}
+
+
+def _report_fields(signed: dict[str, Any], where: str) -> None:
+    """Each field a report's reader uses, checked: ReleaseError naming the field."""
+    if signed.get("result") not in OUTCOMES:
+        raise ReleaseError(f"{where}: result {str(signed.get('result'))[:40]!r} is not one of " + ", ".join(OUTCOMES))
+    for name in ("rollout", "digest", "release"):
+        if not isinstance(signed.get(name), (str, type(None))):
+            raise ReleaseError(f"{where}: {name} {str(signed.get(name))[:40]!r} is not a string")
+    groups = signed.get("groups", [])
+    if not isinstance(groups, list) or len(groups) > ar.MAX_GROUPS:
+        raise ReleaseError(f"{where}: groups {str(groups)[:40]!r} is not a list of at most {ar.MAX_GROUPS} labels")
+    for g in groups:
+        ar.check_name(g, where, "groups label")
+    if "expires" in signed:
+        trust.parse_time(signed["expires"], where)
 
 
 def scrape(url: str) -> dict[str, Any]:
@@ -181,31 +222,40 @@ def scrape(url: str) -> dict[str, Any]:
     return row
 
 
-def parse_fleet(path: Path) -> list[tuple[str, list[str]]]:
-    """A fleet list: one agent per line, ``AGENT-ID [GROUP,GROUP]``; '#' starts a comment."""
+def parse_fleet(path: Path) -> Fleet:
+    """A fleet list: one agent per line, ``AGENT-ID [GROUP,GROUP] [key=PUBLIC-KEY-FILE]``; '#' starts a
+    comment. ``key=`` names the agent's own report key (relative to the list's folder): its reports count
+    only when that key signed them."""
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--fleet {path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    out = []
+    out: Fleet = []
     for n, line in enumerate(lines, 1):
         parts = line.split("#", 1)[0].split()
         if not parts:
             continue
-        if len(parts) > 2:
-            raise UsageError(f"--fleet {path}:{n}: expected 'AGENT-ID [GROUP,GROUP]'")
         where = f"--fleet {path}:{n}"
-        groups = [ar.check_name(g, where, "group label") for g in parts[1].split(",")] if len(parts) == 2 else []
-        out.append((ar.check_name(parts[0], where, "agent id", 253), groups))
+        key = [p for p in parts[1:] if p.startswith("key=")]
+        rest = [p for p in parts[1:] if not p.startswith("key=")]
+        if len(rest) > 1 or len(key) > 1:
+            raise UsageError(f"{where}: expected 'AGENT-ID [GROUP,GROUP] [key=PUBLIC-KEY-FILE]'")
+        groups = [ar.check_name(g, where, "group label") for g in rest[0].split(",")] if rest else []
+        pem = None
+        if key:
+            file = Path(path).parent / key[0][4:]
+            signing.check_public_key(file, f"{where}: key=")
+            pem = file.read_bytes()
+        out.append((ar.check_name(parts[0], where, "agent id", 253), groups, pem))
     return out
 
 
 def observe(pointer: dict[str, Any], ro: dict[str, Any], reports: dict[str, Any], scraped: list[dict[str, Any]],
-            fleet: list[tuple[str, list[str]]] | None = None) -> list[dict[str, Any]]:
+            fleet: Fleet | None = None) -> list[dict[str, Any]]:
     """One row per known agent: its first wave (None: in none) and its outcome for the pointer's release
     (applied / gated / failed / refused, or None: nothing yet)."""
     rows: dict[str, dict[str, Any]] = {}
-    for agent, groups in fleet or []:
+    for agent, groups, _ in fleet or []:
         rows[agent] = {"agent": agent, "source": "fleet", "wave": ar.wave_of(agent, groups, ro), "outcome": None}
     for agent, r in reports.items():
         row = rows.setdefault(agent, {"agent": agent, "wave": ar.wave_of(agent, r.get("groups") or [], ro)})
@@ -251,7 +301,7 @@ def _current(writer: pub.Writer, channel: str) -> tuple[dict[str, Any], dict[str
 
 
 def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | None = None,
-            fleet: list[tuple[str, list[str]]] | None = None,
+            fleet: Fleet | None = None,
             report_keys: list[Path] | None = None) -> dict[str, Any] | None:
     """The channel's rollout, its agents and the per-wave counts; None when the channel has no rollout."""
     reader = Store(to, s3_endpoint=s3_endpoint)
@@ -261,15 +311,16 @@ def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | Non
     if p is None or p.get("rollout") is None:
         return None
     ro = ar.parse(p["rollout"], f"{to}/channels/{channel}.json")
-    got: dict[str, Any] = (read_reports(store, channel, report_keys) if isinstance(store, pub.Writer) else
+    got: dict[str, Any] = (read_reports(store, channel, report_keys, fleet) if isinstance(store, pub.Writer) else
                            {"reports": {}, "rejected": [f"{to}: an HTTP mirror cannot be listed; reports not read"]})
     rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls], fleet)
     return {"channel": channel, "release": p["release"], "digest": p["digest"], "rollout": ro,
-            "waves": waves_table(ro, rows), "agents": rows, "rejected_reports": got["rejected"]}
+            "waves": waves_table(ro, rows), "agents": rows, "rejected_reports": got["rejected"],
+            "unattributed": len(got["rejected"])}
 
 
 def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpoint: str | None = None,
-            fleet: list[tuple[str, list[str]]] | None = None, report_keys: list[Path] | None = None,
+            fleet: Fleet | None = None, report_keys: list[Path] | None = None,
             max_failures: float | None = None, rollback_on_halt: bool = False,
             pointer_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """Judge waves 0..wave; then the next wave, a halt (and a rollback), or nothing yet ("waiting").
@@ -281,7 +332,7 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
     writer = pub.Writer(to, s3_endpoint)
     p, ro = _current(writer, channel)
     where = f"{to}/channels/{channel}.json"
-    got = read_reports(writer, channel, report_keys)
+    got = read_reports(writer, channel, report_keys, fleet)
     rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls or []], fleet)
     table = waves_table(ro, rows)
     targeted = [r for r in rows if r["wave"] is not None and r["wave"] <= ro["wave"]]
@@ -291,7 +342,7 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
     out: dict[str, Any] = {"channel": channel, "release": p["release"], "rollout": ro["id"], "wave": ro["wave"],
                            "targeted": len(targeted), "failed": failed, "pending": pending, "max_failures": limit,
                            "waves": table, "unreachable": [r["agent"] for r in rows if "error" in r],
-                           "rejected_reports": got["rejected"]}
+                           "rejected_reports": got["rejected"], "unattributed": len(got["rejected"])}
     if ro["halted"]:
         return {**out, "result": "already halted"}
     unchanged = (p["release"], p["digest"])
