@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ReleaseError
+from .errors import ReleaseError, UsageError
 from .fsio import read_bounded
 
 MANIFEST_FILE = "MANIFEST.sha256.json"
@@ -52,11 +53,47 @@ def tree_files(root: Path) -> dict[str, str]:
     return files
 
 
-def links_leaving(root: Path) -> list[str]:
-    """Symbolic links under ``root`` that point outside it (a release must never ship such a file)."""
-    root = Path(root).resolve()
-    return sorted(str(p) for p in Path(root).rglob("*")
-                  if p.is_symlink() and root not in p.resolve().parents and p.resolve() != root)
+def repository_files(root: Path) -> dict[str, str]:
+    """sha256 of every file a release of ``root`` holds: the bytes Triton would load, through symbolic links
+    that stay inside ``root`` (a version folder ``mlp/1 -> v1data`` included). UsageError naming every link
+    that loops, leads nowhere or leaves ``root``, and every file with another hard link (its bytes may be a
+    file outside the repository): a release ships whole or not at all."""
+    real_root = Path(os.path.realpath(root))
+    found: dict[str, str] = {}
+    bad: list[str] = []
+
+    def visit(folder: Path, rel: PurePosixPath, ancestors: frozenset[str]) -> None:
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            path, name = Path(entry.path), rel / entry.name
+            if entry.name == "__pycache__":
+                continue
+            target = path
+            if entry.is_symlink():
+                try:
+                    target = Path(os.path.realpath(path, strict=True))
+                except OSError:
+                    bad.append(f"{path}: a symbolic link that loops or leads nowhere")
+                    continue
+                if target != real_root and real_root not in target.parents:
+                    bad.append(f"{path}: a symbolic link to {target}, outside the repository")
+                    continue
+            if target.is_dir():
+                real = os.path.realpath(target)
+                if real in ancestors:
+                    bad.append(f"{path}: a symbolic link to a folder that holds it (a loop)")
+                    continue
+                visit(target, name, ancestors | {real})
+            elif target.is_file() and entry.name != MANIFEST_FILE:
+                links = target.stat().st_nlink
+                if links > 1:
+                    bad.append(f"{path}: a file with {links - 1} other hard link(s); copy it into the repository")
+                    continue
+                found[name.as_posix()] = sha256_file(target)
+
+    visit(Path(root), PurePosixPath(), frozenset({str(real_root)}))
+    if bad:
+        raise UsageError(f"{root}: {len(bad)} path(s) a release cannot ship: " + "; ".join(bad))
+    return found
 
 
 def text(files: dict[str, str], lengths: dict[str, int] | None = None, release: str | None = None,

@@ -58,9 +58,14 @@ BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
+CHANNEL_MAX = 128  # characters of a channel name (its pointer's file name must fit any store: 255 bytes)
+
+
 def channel_key(channel: str) -> str:
-    if not channel or not all(c.isalnum() or c in "._-" for c in channel) or channel[0] in ".-":
-        raise UsageError(f"channel {channel!r}: use letters, digits, '.', '_' or '-'")
+    if (not channel or not all(c.isalnum() or c in "._-" for c in channel) or channel[0] in ".-"
+            or len(channel) > CHANNEL_MAX or not channel.isascii()):
+        raise UsageError(f"channel {channel[:40]!r}{'...' if len(channel) > 40 else ''}: use letters, digits, "
+                         f"'.', '_' or '-' (1-{CHANNEL_MAX} characters)")
     return f"channels/{channel}.json"
 
 

@@ -349,17 +349,26 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
     return {**seen["doc"], "changed": True, "previous": old["release"] if old else None}
 
 
-def _id_record(writer: Writer, to: str, release: str) -> dict[str, Any] | None:
-    """ids/<release>.json: the digest an id was first published with (None: a new id)."""
+def _claim(writer: Writer, release: str, digest: str) -> None:
+    """Claim ``ids/<release>.json`` for ``digest`` with a conditional write (a compare-and-swap: If-None-Match
+    on S3, the folder's lock): a second publish of other content under the same id is refused, even at the
+    same moment; the same content again finds its own claim."""
     id_key = f"ids/{release}.json"
-    if not writer.exists(id_key):
+
+    def claim(old: bytes | None) -> bytes | None:
+        if old is None:
+            return json.dumps({"release": release, "digest": digest}).encode()
+        try:
+            known = json.loads(old)
+            assert isinstance(known, dict)
+        except (ValueError, RecursionError, AssertionError):
+            raise StoreError(f"{writer.url}/{id_key}: not a release id record {{'release', 'digest'}}") from None
+        if known.get("digest") != digest:
+            raise ReleaseError(f"{writer.url}: release id {release!r} was published with other content "
+                               f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
         return None
-    try:
-        known = json.loads(writer.get(id_key) or b"{}")
-        assert isinstance(known, dict)
-    except (ValueError, RecursionError, AssertionError):
-        raise StoreError(f"{to}/{id_key}: not a release id record {{'release', 'digest'}}") from None
-    return known
+
+    writer.swap(id_key, claim, what=f"release id {release}")
 
 
 def _keys(keys: Path | list[Path] | None) -> list[Path]:
@@ -386,7 +395,8 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
         trust.public_pem(k)  # a missing or unreadable key is refused (naming it) before anything else is read
     files, warnings = check_repository(source, target, config_name)
     writer = Writer(to, s3_endpoint)
-    known = _id_record(writer, to, check_release_id(version)) if version else None
+    if version:
+        check_release_id(version)
     if not allowed:
         raise UsageError("publish: name the channel(s) the release may be served on (--channel or --for-channel)")
     lengths = manifest.tree_lengths(source, files)
@@ -397,12 +407,8 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     text = manifest.text(files, lengths, release, allowed).encode()
     digest = hashlib.sha256(text).hexdigest()
     signature = trust.sign_detached(text, release_keys)
-    id_key = f"ids/{release}.json"
-    known = known if version else _id_record(writer, to, release)
-    if known is not None and known.get("digest") != digest:
-        raise ReleaseError(f"{to}: release id {release!r} was published with other content "
-                           f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
     _preflight(writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
+    _claim(writer, release, digest)  # one id, one content: whoever comes second with other content is refused
     uploaded = skipped = duplicates = 0
     seen: set[str] = set()
     for i, (rel, sha) in enumerate(sorted(files.items()), 1):
@@ -418,7 +424,6 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
             progress(i, len(files), rel)
     writer.put(signatures_key(digest), signature, "application/json")
     writer.put(manifest_key(digest), text, "application/json")
-    writer.put(id_key, json.dumps({"release": release, "digest": digest}).encode(), "application/json")
     out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files),
                            "uploaded": uploaded, "already_there": skipped, "duplicates": duplicates,
                            "models": manifest.models(files), "warnings": warnings}

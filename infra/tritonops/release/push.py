@@ -70,10 +70,7 @@ def check_repository(source: Path, target: str | None = None, config_name: str |
     source = Path(source)
     if not source.is_dir():
         raise ReleaseError(f"{source}: model repository source is not a directory")
-    leaving = manifest.links_leaving(source)
-    if leaving:
-        raise ReleaseError(f"{leaving[0]}: a symbolic link to a file outside the repository; a release ships only "
-                           f"what is inside it ({len(leaving)} such link(s))")
+    files = manifest.repository_files(source)  # links that loop or leave, hard links: refused, each named
     if (source / MANIFEST_FILE).is_file():
         manifest.verify(source)
     try:
@@ -84,7 +81,6 @@ def check_repository(source: Path, target: str | None = None, config_name: str |
         lines = [f"{f.location()}: [{f.field or f.code}] {f.message}" for f in report.errors]
         raise ReleaseError(f"{source}: tritonops validate --target {target or '-'} found "
                            f"{len(report.errors)} error(s):\n  " + "\n  ".join(lines))
-    files = manifest.tree_files(source)
     for rel in files:
         manifest.check_path(rel, str(source))
     return files, [f"{f.location()}: {f.message}" for f in report.warnings]

@@ -309,7 +309,7 @@ def test_a_source_with_a_link_leaving_it_is_refused(tmp_path: Path, keys: dict[s
     src = release_source(tmp_path, "a")
     (tmp_path / "secret.txt").write_text("not for the fleet")
     (src / "mlp" / "1" / "extra.txt").symlink_to(tmp_path / "secret.txt")
-    with pytest.raises(ReleaseError, match="extra.txt: a symbolic link to a file outside"):
+    with pytest.raises(ReleaseError, match="extra.txt: a symbolic link to .*, outside the repository"):
         pub.publish(src, str(tmp_path / "store"), "stable", keys["key"], target="cpu", version="r1")
     assert not (tmp_path / "store").exists()
 

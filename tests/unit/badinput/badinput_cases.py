@@ -390,7 +390,7 @@ def _cases() -> list[Case]:
     add(Case("publish-target-unknown", (*pub, "--target", "tpu"), names=("tpu", "target"), setup=with_(keys)))
     add(Case("publish-invalid-repository", pub, expect=1, names=("config.pbtxt",),
              setup=with_(keys, put("repo/mlp/config.pbtxt", "binary"))))
-    add(Case("publish-store-id-corrupt", (*pub, "--release", "r1"), expect=3, names=("ids/r1.json",),
+    add(Case("publish-store-id-corrupt", (*pub, "--release", "r1", "--channel", "stable"), expect=3, names=("ids/r1.json",),
              setup=with_(keys, write("store/ids/r1.json", BINARY))))
     add(Case("publish-store-pointer-corrupt", (*pub, "--channel", "stable"), expect=3,
              names=("channels/stable.json",), setup=with_(keys, write("store/channels/stable.json", "{oops"))))
