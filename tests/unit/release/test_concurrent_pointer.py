@@ -19,6 +19,7 @@ from tritonops.agent import manifest, signing
 from tritonops.agent.errors import StoreError
 from tritonops.agent.store import manifest_key
 from tritonops.release import publish as pub
+from tritonops.release import writer as writer_module
 
 # Releases without files, each signed for every channel used here: what a (signed) pointer move checks.
 TEXTS = {r: manifest.text({}, {}, r, ["stable", "a", "b"]).encode() for r in ("r0", "ra", "rb")}
@@ -123,7 +124,7 @@ def test_a_pointer_moved_by_someone_else_on_every_try_fails_clearly(
     store = "s3://ptr-busy/edge"
     writer = _releases(pub.Writer(store, moto_s3))
     pub.move_pointer(writer, "stable", "r0", DIGESTS["r0"], "set r0", keys=KEYS)
-    monkeypatch.setattr(pub, "SWAP_TRIES", 2)
+    monkeypatch.setattr(writer_module, "SWAP_TRIES", 2)
     other = pub.Writer(store, moto_s3)
     real = pub.parse_pointer
     n = [0]
