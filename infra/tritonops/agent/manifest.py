@@ -58,9 +58,19 @@ def repository_files(root: Path) -> dict[str, str]:
     that stay inside ``root`` (a version folder ``mlp/1 -> v1data`` included). UsageError naming every link
     that loops, leads nowhere or leaves ``root``, and every file with another hard link (its bytes may be a
     file outside the repository): a release ships whole or not at all."""
+    found, bad = walk_release(root)
+    if bad:
+        raise UsageError(f"{root}: {len(bad)} path(s) a release cannot ship: "
+                         + "; ".join(f"{p}: {why}" for p, why in bad))
+    return {rel: sha256_file(path) for rel, path in found.items()}
+
+
+def walk_release(root: Path) -> tuple[dict[str, Path], list[tuple[Path, str]]]:
+    """({release path: the file it reads}, [(path, why a release cannot ship it)]) for the folder ``root``,
+    following symbolic links that stay inside it; nothing is read but the folders (``validate`` uses it)."""
     real_root = Path(os.path.realpath(root))
-    found: dict[str, str] = {}
-    bad: list[str] = []
+    found: dict[str, Path] = {}
+    bad: list[tuple[Path, str]] = []
 
     def visit(folder: Path, rel: PurePosixPath, ancestors: frozenset[str]) -> None:
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
@@ -72,28 +82,26 @@ def repository_files(root: Path) -> dict[str, str]:
                 try:
                     target = Path(os.path.realpath(path, strict=True))
                 except OSError:
-                    bad.append(f"{path}: a symbolic link that loops or leads nowhere")
+                    bad.append((path, "a symbolic link that loops or leads nowhere"))
                     continue
                 if target != real_root and real_root not in target.parents:
-                    bad.append(f"{path}: a symbolic link to {target}, outside the repository")
+                    bad.append((path, f"a symbolic link to {target}, outside the repository"))
                     continue
             if target.is_dir():
                 real = os.path.realpath(target)
                 if real in ancestors:
-                    bad.append(f"{path}: a symbolic link to a folder that holds it (a loop)")
+                    bad.append((path, "a symbolic link to a folder that holds it (a loop)"))
                     continue
                 visit(target, name, ancestors | {real})
             elif target.is_file() and entry.name != MANIFEST_FILE:
                 links = target.stat().st_nlink
                 if links > 1:
-                    bad.append(f"{path}: a file with {links - 1} other hard link(s); copy it into the repository")
+                    bad.append((path, f"a file with {links - 1} other hard link(s); copy it into the repository"))
                     continue
-                found[name.as_posix()] = sha256_file(target)
+                found[name.as_posix()] = target
 
     visit(Path(root), PurePosixPath(), frozenset({str(real_root)}))
-    if bad:
-        raise UsageError(f"{root}: {len(bad)} path(s) a release cannot ship: " + "; ".join(bad))
-    return found
+    return found, bad
 
 
 def text(files: dict[str, str], lengths: dict[str, int] | None = None, release: str | None = None,

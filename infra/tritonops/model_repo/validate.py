@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.golden import GOLDEN_FILE
-from tritonops.agent.manifest import check_path
+from tritonops.agent.manifest import check_path, walk_release
 from tritonops.model_repo import config_rules, pbtxt
 from tritonops.model_repo.golden import Golden, wire_datatype
 from tritonops.model_repo.spec import ModelSpec, Tensor
@@ -190,6 +190,9 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
                     siblings[other.name] = Model(other, pbtxt.load(other / CONFIG))
     for model in models.values():
         _check_model(model, siblings, target, gpus, out)
+    if path.is_dir():  # what a published release would lose: publish refuses it, so it is an error here
+        for bad, why in walk_release(path)[1]:
+            out.error("release.path", bad, f"{why}: tritonops release publish refuses it")
     findings = sorted(out.findings, key=lambda f: (f.path, f.line or 0))
     return Report(
         path=str(path),

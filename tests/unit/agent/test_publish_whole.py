@@ -105,3 +105,16 @@ def test_two_publishes_of_different_content_under_one_id_at_once_one_is_refused(
     assert len(won) == 1 and sum("published with other content" in str(r) for r in results) == 3, results
     assert json.loads((tmp_path / "store" / "ids" / "r1.json").read_text())["digest"] == won[0]
     assert [p.parent.name for p in (tmp_path / "store" / "releases").glob("*/manifest.json")] == won
+
+
+def test_validate_errors_on_what_publish_would_refuse(tmp_path: Path) -> None:
+    src = release_source(tmp_path, "a")
+    (src / "loop1").symlink_to("loop2")
+    (src / "loop2").symlink_to("loop1")
+    (tmp_path / "secret.txt").write_text("not for the fleet")
+    (src / "mlp" / "1" / "extra.txt").symlink_to(tmp_path / "secret.txt")
+    r = CliRunner().invoke(app, ["validate", str(src), "--target", "cpu"])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "3 errors" in out, out
+    assert "loop1: a symbolic link that loops or leads nowhere: tritonops release publish refuses it" in out
+    assert "extra.txt: a symbolic link to" in out and "outside the repository" in out
