@@ -65,6 +65,9 @@ class Agent:
         self.owner, self.group = owner, group
         self.load_timeout, self.golden_timeout = load_timeout, golden_timeout
         self.log = log
+        if self.trusted.root.version == 0:  # every --trusted-key holds every role; other fleets' keys look alike
+            log(f"warning: channel {channel}: no signed root trusted yet: each --trusted-key signs every role and "
+                "a release signed by any one of them installs (tritonops release root init sets roles and thresholds)")
         self.metrics = Metrics()
         self.refused: dict[str, str] = {}
         self.failures: dict[str, dict[str, Any]] = {}  # digest -> its last failure: class, cause, next retry

@@ -138,6 +138,9 @@ def test_root_init_without_the_key_nodes_trust_is_refused(tmp_path: Path, keys: 
     assert publish(tmp_path, store, "r1", keys["new"])[0] == 0
     done = sync(agent_pyz, store, tmp_path / "node", keys["old.pub"])
     assert done.returncode == 0 and json.loads(done.stdout)["release"] == "r1", done.stderr
+    assert "warning: channel stable: no signed root trusted yet" in done.stderr  # the --trusted-key files only
+    again = sync(agent_pyz, store, tmp_path / "node", keys["old.pub"])  # root 1 kept: roles and thresholds
+    assert again.returncode == 0 and "no signed root trusted yet" not in again.stderr
 
 
 def test_rotate_refuses_an_unknown_role_and_a_root_the_current_threshold_did_not_sign(
