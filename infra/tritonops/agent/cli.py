@@ -49,6 +49,9 @@ def _pull_args(sp: argparse.ArgumentParser) -> None:
     _layout(sp)
     sp.add_argument("--store", required=True, help="s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
     sp.add_argument("--channel", required=True)
+    sp.add_argument("--store-name",
+                    help="the store's name its signed root carries (tritonops release root init --name): metadata "
+                         "of any other store is refused, even under the same keys")
     sp.add_argument("--trusted-key", type=argtypes.path, action="append", default=[], required=True,
                     help="a public key (PEM) whose signature a release must carry; repeat while rotating")
     sp.add_argument("--s3-endpoint", help="an S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL_S3)")
@@ -140,7 +143,7 @@ def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
                   blob_timeout=args.blob_timeout)
     return Agent(store, args.channel, args.link, args.releases,
                  args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
-                 group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True),
+                 group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True), store_name=args.store_name,
                  **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout,
                      "missed_polls": args.missed_polls, "agent_id": args.agent_id,
                      "group_labels": args.group_label, "report": args.report,

@@ -33,7 +33,7 @@ from .store import ROOT_MAX, SIGNATURE_MAX, Store, manifest_key, root_key, signa
 TRUSTED_FILE = ".trusted.json"
 TRUSTED_MAX = 4 << 20
 ROOTS_PER_POINTER = 64  # root versions followed for one pointer (a pointer naming root 10**9 costs 64 reads at most)
-REASONS = ("rollback", "expired", "channel", "relabel", "signature", "length")
+REASONS = ("rollback", "expired", "channel", "relabel", "signature", "length", "store")
 UNSIGNED = ("an unsigned channel pointer (the format before signed metadata); re-publish with this version "
             "(tritonops release publish, or refresh)")
 
@@ -176,7 +176,7 @@ def update_root(root: trust.Root, raws: list[bytes], where: str) -> trust.Root:
 
 
 def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, Any] | None, where: str,
-                  now: float | None = None) -> dict[str, Any]:
+                  now: float | None = None, store_name: str | None = None) -> dict[str, Any]:
     """A channel pointer's checked fields (with ``_root`` and ``_sha256``), judged as a node judges it against
     ``root`` (already updated: :func:`update_root`) and ``prev``, the entry the node trusts for the channel
     (``{"version", "sha256"}``, None for none): Rejected with the reason otherwise. Pure: no I/O; the node
@@ -191,6 +191,10 @@ def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, An
         raise Rejected("signature", str(e)) from None
     if signed["channel"] != channel:
         raise Rejected("channel", f"{where}: a pointer for channel {signed['channel']!r}, not {channel!r}: refused")
+    if store_name is not None and (root.name != store_name or signed.get("store") != store_name):
+        raise Rejected("store", f"{where}: metadata of store {signed.get('store') or root.name or '(unnamed)'!r} "
+                                f"(root version {root.version} named {root.name or 'none'}), not {store_name!r} "
+                                "that this node is configured for (--store-name): refused")
     sha = hashlib.sha256(trust.canonical(signed)).hexdigest()
     if prev and signed["version"] < prev["version"]:
         raise Rejected("rollback", f"{where}: version {signed['version']} is older than version "
@@ -209,8 +213,9 @@ def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, An
 class Trusted:
     """The root and the per-channel pointer versions this node trusts, kept in ``<releases>/.trusted.json``."""
 
-    def __init__(self, releases: Path, trusted_keys: list[Path]) -> None:
+    def __init__(self, releases: Path, trusted_keys: list[Path], store_name: str | None = None) -> None:
         self.path = Path(releases) / TRUSTED_FILE
+        self.store_name = store_name  # --store-name: the name every root and pointer must carry
         self.root = trust.implicit_root(trusted_keys)  # a bad key: UsageError (exit 2)
         self.channels: dict[str, dict[str, Any]] = {}
         self.dirty = False
@@ -275,7 +280,7 @@ class Trusted:
             raws = [store.get(root_key(n), limit=ROOT_MAX) or b""  # StoreError: the caller retries
                     for n in range(self.root.version + 1, want + 1)]
             self.rotate(update_root(self.root, raws, where))
-        return check_pointer(raw, channel, self.root, self.channels.get(channel), where, now)
+        return check_pointer(raw, channel, self.root, self.channels.get(channel), where, now, self.store_name)
 
     def rotate(self, root: trust.Root) -> None:
         """Trust ``root`` from now on, expired or not (TUF 5.3.8: its revocations hold even while the channel

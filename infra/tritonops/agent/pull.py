@@ -54,12 +54,12 @@ class Agent:
                  owner: str | None = None, group: str | None = None, load_timeout: float = 600.0,
                  golden_timeout: float = 120.0, log: Callable[[str], None] = print, missed_polls: int = 3,
                  agent_id: str | None = None, group_labels: list[str] | tuple[str, ...] = (), report: bool = False,
-                 report_key: Path | None = None) -> None:
+                 report_key: Path | None = None, store_name: str | None = None) -> None:
         self.store, self.channel = store, channel
         self.link, self.releases = Path(link), Path(releases_dir)
         self.trusted_keys = [signing.check_public_key(Path(k)) for k in trusted_keys]  # a bad key: exit 2
         # The root and channel versions this node trusts (<releases>/.trusted.json; --trusted-key files at first).
-        self.trusted = metadata.Trusted(self.releases, self.trusted_keys)
+        self.trusted = metadata.Trusted(self.releases, self.trusted_keys, store_name)
         self.frozen = False  # the channel's signed pointer has expired: nothing new is applied
         self.triton, self.keep, self.cache = triton, keep, Path(cache) if cache else None
         self.owner, self.group = owner, group

@@ -82,6 +82,7 @@ class Root:
     roles: dict[str, tuple[tuple[str, ...], int]]
     doc: dict[str, Any] | None = None  # the signed part (None: the node's --trusted-key files)
     raw: bytes | None = field(default=None, repr=False)  # the envelope as read
+    name: str | None = None  # the store (fleet) the root belongs to: root init --name; nodes' --store-name
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires is not None and self.expires <= (time.time() if now is None else now)
@@ -227,7 +228,10 @@ def _root_from_signed(signed: dict[str, Any], where: str, raw: bytes | None) -> 
     unknown = sorted(set(roles_doc) - set(ROLES) - set(OPTIONAL_ROLES))
     if unknown:
         raise ReleaseError(f"{where}: roles.{unknown[0]}: unknown role (roles: {', '.join((*ROLES, *OPTIONAL_ROLES))})")
-    return Root(signed["version"], parse_time(signed["expires"], where), keys, roles, signed, raw)
+    store = signed.get("name")
+    if store is not None and (not isinstance(store, str) or not 0 < len(store) <= 128):
+        raise ReleaseError(f"{where}: name {str(store)[:40]!r} is not a store name (1-128 characters)")
+    return Root(signed["version"], parse_time(signed["expires"], where), keys, roles, signed, raw, store)
 
 
 def next_root(root: Root, raw_next: bytes, where: str) -> Root:
@@ -289,8 +293,9 @@ def sign_detached(data: bytes, private_keys: list[Path]) -> bytes:
     return (json.dumps(_sign_all(data, private_keys), indent=2) + "\n").encode()
 
 
-def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: int, expires: float) -> dict[str, Any]:
-    """The signed part of a root: ``keys`` maps each role to its public key files."""
+def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: int, expires: float,
+             name: str | None = None) -> dict[str, Any]:
+    """The signed part of a root: ``keys`` maps each role to its public key files; ``name`` the store's."""
     unknown = sorted(set(thresholds) - set(keys)) + sorted(set(keys) - set(ROLES) - set(OPTIONAL_ROLES))
     if unknown:
         known = ", ".join((*ROLES, *OPTIONAL_ROLES))
@@ -315,4 +320,7 @@ def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: i
         if not 1 <= threshold <= len(set(ids)):
             raise UsageError(f"root: the {role} threshold {threshold} needs from 1 to {len(set(ids))} (its keys)")
         roles[role] = {"keyids": sorted(set(ids)), "threshold": threshold}
-    return {"type": "root", "version": version, "expires": format_time(expires), "keys": all_keys, "roles": roles}
+    doc = {"type": "root", "version": version, "expires": format_time(expires), "keys": all_keys, "roles": roles}
+    if name is not None:
+        doc["name"] = name
+    return doc

@@ -268,12 +268,15 @@ ChannelKeys = Annotated[list[Path] | None, typer.Option(
 ReportKeys = Annotated[list[Path] | None, typer.Option(
     help="A public key that signs agents' status reports (optional role; repeatable)", parser=path)]
 Thresholds = Annotated[list[str] | None, typer.Option(help="ROLE=N signatures needed (repeatable; default 1)")]
+StoreName = Annotated[str | None, typer.Option(
+    help="The store's (fleet's) name, signed into the root and every pointer: nodes run with --store-name refuse "
+         "any other store's metadata, even under the same keys (rotate keeps the current root's name)")]
 
 
 def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, release_key: list[Path] | None,
               channel_key: list[Path] | None, report_key: list[Path] | None, threshold: list[str] | None,
               sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool,
-              trusted_key: list[Path] | None = None) -> None:
+              trusted_key: list[Path] | None = None, name: str | None = None) -> None:
     where = _store("root", store, None)
     keys = {r: list(k) for r, k in (("root", root_key), ("release", release_key), ("channel", channel_key),
                                     ("report", report_key)) if k}
@@ -288,7 +291,7 @@ def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, relea
                                  "today, and the new root keys)", param_hint="'--sign-with'")
     seconds = _expires(expires)
     run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first,
-                                                 trusted_key),
+                                                 trusted_key, name),
                    as_json, lambda o: console.print(f"root version {o['root_version']} written, valid until "
                                                     f"{o['expires']}: " + ", ".join(
                                                         f"{r} {v['threshold']} of {len(v['keyids'])}"
@@ -311,10 +314,11 @@ def root_init_cmd(
         help="A public key the nodes trust today, their --trusted-key (repeatable; default: the keys that "
              "signed the store's channel pointers): root 1 is refused unless one of them signs it",
         parser=path)] = None,
+    name: StoreName = None,
 ) -> None:
     """Write root version 1: public keys per role (--root-key, --release-key, --channel-key: repeatable)."""
     _root_cmd(True, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
-              s3_endpoint, as_json, trusted_key)
+              s3_endpoint, as_json, trusted_key, name)
 
 
 @root_app.command("rotate")
@@ -329,10 +333,11 @@ def root_rotate_cmd(
     expires: Annotated[str, typer.Option(help="How long the root stays valid")] = "365d",
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
+    name: StoreName = None,
 ) -> None:
     """Write the next root version (rotate or revoke keys: a key the new root leaves out is trusted no more)."""
     _root_cmd(False, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
-              s3_endpoint, as_json)
+              s3_endpoint, as_json, None, name)
 
 
 @app.command("status")

@@ -113,6 +113,8 @@ def pointer_doc(channel: str, old: dict[str, Any] | None, release: str, digest: 
            "expires": trust.format_time(now + expires), "release": release, "digest": digest, "length": length,
            "root_version": root.version if root else 0, "note": note, "published": trust.format_time(now),
            "history": history[:HISTORY]}
+    if root is not None and root.name:
+        doc["store"] = root.name  # nodes with --store-name refuse another store's pointer under the same keys
     if rollout is not None:
         doc["rollout"] = rollout
     return doc
@@ -147,7 +149,7 @@ def as_nodes(root: trust.Root | None, old: dict[str, Any] | None, raw: bytes, ch
         prev = {"version": old["version"], "release": old.get("release"),
                 "sha256": hashlib.sha256(trust.canonical(old)).hexdigest()}
     try:
-        metadata.check_pointer(raw, channel, root, prev, where)
+        metadata.check_pointer(raw, channel, root, prev, where, store_name=root.name)
     except metadata.Rejected as e:
         raise UsageError(f"{e} [nodes would refuse it: {e.reason}; nothing written]") from None
 
@@ -376,7 +378,8 @@ def refresh(to: str, channel: str, s3_endpoint: str | None = None, *, keys: Path
 
 def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thresholds: dict[str, int] | None = None,
                expires: float = ROOT_EXPIRES, s3_endpoint: str | None = None,
-               first: bool | None = None, trusted_keys: list[Path] | None = None) -> dict[str, Any]:
+               first: bool | None = None, trusted_keys: list[Path] | None = None,
+               name: str | None = None) -> dict[str, Any]:
     """Write the store's next root, ``root/<N+1>.json``: ``keys`` maps each role (root, release, channel,
     report) to its public key files, ``thresholds`` each role to how many must sign. ``sign_with`` must hold
     a threshold of the current root's root keys (for root 1: the key(s) nodes trust today, their
@@ -391,10 +394,12 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
         raise UsageError(f"{to}: root/{version - 1}.json exists already; use tritonops release root rotate")
     if first is False and version == 1:
         raise UsageError(f"{to}: no root yet; use tritonops release root init")
-    signed = trust.new_root(keys, thresholds or {}, version, time.time() + expires)
+    current = nodes_root(writer) if version > 1 else None
+    signed = trust.new_root(keys, thresholds or {}, version, time.time() + expires,
+                            name if name is not None else (current.name if current else None))
     raw = trust.sign_envelope(signed, list(sign_with))
     where = f"{to}/{root_key(version)}"
-    current = nodes_root(writer) if version > 1 else _nodes_anchor(writer, trusted_keys, sign_with)
+    current = current if version > 1 else _nodes_anchor(writer, trusted_keys, sign_with)
     try:
         if current is None:  # a new store: its own root keys; the old ones are the nodes' --trusted-key files
             trust.load_root(raw, where)

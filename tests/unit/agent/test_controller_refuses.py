@@ -48,11 +48,11 @@ def snapshot(store: Path) -> dict[str, bytes]:
             and not p.name.startswith(".")}
 
 
-def sync(pyz: Path, store: Path, node: Path, trusted: Path) -> subprocess.CompletedProcess:
+def sync(pyz: Path, store: Path, node: Path, trusted: Path, *extra: str) -> subprocess.CompletedProcess:
     (node / "releases").mkdir(parents=True, exist_ok=True)
     return subprocess.run([sys.executable, "-I", str(pyz), "sync", "--store", str(store), "--channel", "stable",
                            "--link", str(node / "models"), "--releases", str(node / "releases"),
-                           "--trusted-key", str(trusted)], capture_output=True, text=True, timeout=120)
+                           "--trusted-key", str(trusted), *extra], capture_output=True, text=True, timeout=120)
 
 
 def publish(tmp_path: Path, store: Path, release: str, *keyfiles: Path, channel: str = "stable") -> tuple[int, str]:
@@ -197,3 +197,28 @@ def test_rotation_ends_the_freeze_a_revoked_key_set_with_version_10_to_the_9(
     assert "forgot the trusted stable version 1000000000 (TUF 5.3.11)" in done.stderr
     trusted = json.loads((node / "releases" / ".trusted.json").read_text())
     assert trusted["channels"]["stable"]["version"] < 10**9
+
+
+def test_a_node_of_one_store_refuses_another_stores_metadata_under_the_same_keys(
+        tmp_path: Path, keys: dict[str, Path], agent_pyz: Path) -> None:
+    """Two fleets sharing key files: each root names its store (root init --name), every pointer carries it,
+    and a node run with --store-name refuses the other store's pointer (a mirror serving it, or a mix-up)."""
+    for name, release in (("fleet-a", "r1"), ("fleet-b", "r2")):
+        store = tmp_path / name
+        assert publish(tmp_path, store, "r0", keys["old"])[0] == 0
+        code, out = cli("release", "root", "init", "--store", store, *root_keys(keys, "new"), "--name", name,
+                        "--sign-with", keys["old"], "--sign-with", keys["new"])
+        assert code == 0, out
+        assert publish(tmp_path, store, release, keys["new"])[0] == 0
+    assert json.loads((tmp_path / "fleet-b" / channel_key("stable")).read_text())["signed"]["store"] == "fleet-b"
+    done = sync(agent_pyz, tmp_path / "fleet-a", tmp_path / "a", keys["old.pub"], "--store-name", "fleet-a")
+    assert done.returncode == 0 and json.loads(done.stdout)["release"] == "r1", done.stderr
+    # fleet-b's store where fleet-a's nodes look: same keys, valid signatures, refused
+    done = sync(agent_pyz, tmp_path / "fleet-b", tmp_path / "b", keys["old.pub"], "--store-name", "fleet-a")
+    assert done.returncode != 0 and "not 'fleet-a' that this node is configured for" in done.stdout + done.stderr
+    assert not (tmp_path / "b" / "models").exists()
+    # rotate keeps the name; the fleet's own nodes follow it
+    code, out = cli("release", "root", "rotate", "--store", tmp_path / "fleet-a", *root_keys(keys, "new"),
+                    "--sign-with", keys["new"])
+    assert code == 0, out
+    assert json.loads((tmp_path / "fleet-a" / "root" / "2.json").read_text())["signed"]["name"] == "fleet-a"
