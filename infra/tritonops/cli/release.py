@@ -290,12 +290,14 @@ def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, relea
         raise typer.BadParameter("the old root's root key(s) and the new one's (for root 1: the key nodes trust "
                                  "today, and the new root keys)", param_hint="'--sign-with'")
     seconds = _expires(expires)
+    def render(o: dict[str, Any]) -> None:
+        if o.get("replaced"):
+            console.print("root version 1 replaced: no node followed the one before (--trusted-key did not sign it)")
+        roles = ", ".join(f"{r} {v['threshold']} of {len(v['keyids'])}" for r, v in sorted(o["roles"].items()))
+        console.print(f"root version {o['root_version']} written, valid until {o['expires']}: {roles}")
+
     run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first,
-                                                 trusted_key, name),
-                   as_json, lambda o: console.print(f"root version {o['root_version']} written, valid until "
-                                                    f"{o['expires']}: " + ", ".join(
-                                                        f"{r} {v['threshold']} of {len(v['keyids'])}"
-                                                        for r, v in sorted(o["roles"].items()))))
+                                          trusted_key, name), as_json, render)
 
 
 @root_app.command("init")

@@ -387,9 +387,14 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
     (metadata.update_root) before it is written. Root 1 is checked against ``trusted_keys`` (the nodes'
     --trusted-key files) or, without them, against the keys that signed the store's channel pointers.
     ``first``: True refuses when a root exists (init), False when none does (rotate). Create-only: a root
-    version is never rewritten."""
+    version is never rewritten, but for one case: ``root init --trusted-key`` over a ``root/1.json`` (the
+    only root) that those keys did not sign, which therefore no node ever followed, replaces it."""
     writer = Writer(to, s3_endpoint)
     version = latest_root(writer) + 1
+    unfollowed = None
+    if first is True and version == 2 and trusted_keys:
+        unfollowed = _unfollowed_root1(writer, trust.implicit_root(list(trusted_keys)))
+        version = 1 if unfollowed is not None else version
     if first is True and version > 1:
         raise UsageError(f"{to}: root/{version - 1}.json exists already; use tritonops release root rotate")
     if first is False and version == 1:
@@ -409,13 +414,24 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
         raise UsageError(f"{e} [nodes would refuse root {version}; nothing written]") from None
 
     def create(old: bytes | None) -> bytes:
-        if old is not None:
+        if old is not None and old != unfollowed:
             raise UsageError(f"{where}: exists already (written meanwhile?); a root version is never rewritten")
         return raw
 
     writer.swap(root_key(version), create, what=f"root {version}")
-    return {"store": to, "root_version": version, "expires": signed["expires"],
+    return {"store": to, "root_version": version, "expires": signed["expires"], "replaced": unfollowed is not None,
             "roles": {r: {"keyids": v["keyids"], "threshold": v["threshold"]} for r, v in signed["roles"].items()}}
+
+
+def _unfollowed_root1(writer: Writer, anchor: trust.Root) -> bytes | None:
+    """The bytes of ``root/1.json`` when nodes trusting ``anchor`` (their --trusted-key files) refuse it: no node
+    followed it, so a root 1 they accept may replace it (the repair of a root init signed with the wrong keys)."""
+    raw = writer.get(root_key(1), limit=trust.ROOT_MAX)
+    try:
+        metadata.update_root(anchor, [raw], writer.url)
+    except metadata.Rejected:
+        return raw
+    return None
 
 
 def _nodes_anchor(writer: Writer, trusted_keys: list[Path] | None, sign_with: list[Path]) -> trust.Root | None:

@@ -222,3 +222,27 @@ def test_a_node_of_one_store_refuses_another_stores_metadata_under_the_same_keys
                     "--sign-with", keys["new"])
     assert code == 0, out
     assert json.loads((tmp_path / "fleet-a" / "root" / "2.json").read_text())["signed"]["name"] == "fleet-a"
+
+
+def test_a_root_1_no_node_followed_is_replaced_by_root_init_with_the_nodes_keys(
+        tmp_path: Path, keys: dict[str, Path], agent_pyz: Path) -> None:
+    """The outage of issue 34: root 1 written (by an older tritonops) without the key nodes trust. Every node
+    refuses it, so none followed it: root init with the nodes' --trusted-key replaces it, and they follow."""
+    store = tmp_path / "store"
+    assert publish(tmp_path, store, "r0", keys["old"])[0] == 0
+    (store / "root").mkdir()
+    bad = trust.sign_envelope(trust.new_root({r: [keys["new.pub"]] for r in ROLES}, {}, 1, 2e9), [keys["new"]])
+    (store / "root" / "1.json").write_bytes(bad)
+    code, out = cli("release", "root", "init", "--store", store, *root_keys(keys, "new"), "--sign-with", keys["old"],
+                    "--sign-with", keys["new"])
+    assert code == 2 and "exists already" in out, out  # without --trusted-key: nothing to tell it by
+    code, out = cli("release", "root", "init", "--store", store, *root_keys(keys, "new"), "--sign-with", keys["old"],
+                    "--sign-with", keys["new"], "--trusted-key", keys["old.pub"])
+    assert code == 0 and "root version 1 replaced: no node followed the one before" in out, out
+    assert (store / "root" / "1.json").read_bytes() != bad
+    code, out = cli("release", "root", "init", "--store", store, *root_keys(keys, "new"), "--sign-with", keys["old"],
+                    "--sign-with", keys["new"], "--trusted-key", keys["old.pub"])
+    assert code == 2 and "exists already" in out, out  # a root 1 nodes follow is never replaced
+    assert publish(tmp_path, store, "r1", keys["new"])[0] == 0
+    done = sync(agent_pyz, store, tmp_path / "node", keys["old.pub"])
+    assert done.returncode == 0 and json.loads(done.stdout)["release"] == "r1", done.stderr
