@@ -51,11 +51,13 @@ class RenderSet:
     release_deps: dict[str, list[str]] = field(default_factory=dict)
 
 
-def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str, str] | None = None) -> RenderSet:
-    """``reader_arns``: modelReader roleName -> ARN (cluster-aws's output); None: a placeholder ARN."""
+def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str, str] | None = None,
+               dashboards: bool = True) -> RenderSet:
+    """``reader_arns``: modelReader roleName -> ARN (cluster-aws's output); None: a placeholder ARN.
+    ``dashboards``: see :func:`tritonops.k8s.triton.namespace_objects`."""
     out = RenderSet(stack, env)
     if isinstance(cfg, TritonStackConfig):
-        out.objects += triton.namespace_objects(cfg)
+        out.objects += triton.namespace_objects(cfg, dashboards)
         for svc in cfg.model_services:
             arn = (reader_arns or {}).get(svc.model_reader) if svc.model_reader else None
             out.objects += triton.service_objects(cfg, svc, arn)
