@@ -195,13 +195,27 @@ def pulumi_config(stack: str) -> StackConfig:
     return parse_config(stack, raw, source=f"Pulumi.{pulumi.get_stack()}.yaml", env=pulumi.get_stack())
 
 
+def stack_reference_name(cluster_stack: str, organization: str | None) -> str:
+    """The StackReference name of ``cluster.clusterStack``. ``<project>/<stack>`` (or ``<stack>``: the
+    cluster-aws project) is the backend-neutral form: the program adds the organization it runs under,
+    yours on Pulumi Cloud and the literal ``organization`` on a self-managed (DIY) backend, which alone
+    accepts ``organization/<project>/<stack>``. ``<org>/<project>/<stack>`` is used as given."""
+    parts = cluster_stack.split("/")
+    if len(parts) == 3:
+        return cluster_stack
+    if len(parts) == 1:
+        parts = [project_name("cluster-aws"), *parts]
+    return "/".join([organization or "organization", *parts])
+
+
 def cluster_reference(name: str, source: ClusterSource) -> Any:
     """The cluster-aws stack named by ``cluster.clusterStack`` (a StackReference), or None."""
     import pulumi
 
     if not source.cluster_stack:
         return None
-    return pulumi.StackReference(f"{name}-cluster", stack_name=source.cluster_stack)
+    return pulumi.StackReference(f"{name}-cluster",
+                                 stack_name=stack_reference_name(source.cluster_stack, pulumi.get_organization()))
 
 
 def kube_provider(name: str, source: ClusterSource, ref: Any = None) -> Any:
@@ -384,8 +398,10 @@ def _reader_arn(cfg: TritonStackConfig, index: int, ref: Any) -> Any:
     a modelReader without ``cluster.clusterStack``."""
     if cfg.model_services[index].model_reader is None:
         return None
+    import pulumi
+
     assert ref is not None and cfg.cluster.cluster_stack is not None
-    stack = cfg.cluster.cluster_stack
+    stack = stack_reference_name(cfg.cluster.cluster_stack, pulumi.get_organization())
     return ref.require_output(outputs.MODEL_READERS).apply(
         lambda readers: outputs.reader_arn(cfg, index, readers, stack)
     )

@@ -135,3 +135,14 @@ def test_the_cluster_stack_name_forms() -> None:
     assert cc._cluster_env("tritonops-cluster-aws/prod") == "prod"
     assert cc._cluster_env("acme/other-project/prod") is None
     assert cc.gpus_per_instance("g5.2xlarge") == 1 and cc.gpus_per_instance("g5.12xlarge") == 4
+
+
+def test_the_stack_reference_name_is_backend_neutral() -> None:
+    """``<project>/<stack>`` gets the organization the program runs under: the literal ``organization`` on a
+    self-managed backend, the user's organization on Pulumi Cloud; a full name is kept."""
+    from tritonops.k8s.stacks import stack_reference_name
+
+    assert stack_reference_name("tritonops-cluster-aws/dev", "organization") == "organization/tritonops-cluster-aws/dev"
+    assert stack_reference_name("tritonops-cluster-aws/dev", "acme") == "acme/tritonops-cluster-aws/dev"
+    assert stack_reference_name("dev", "acme") == "acme/tritonops-cluster-aws/dev"
+    assert stack_reference_name("other/tritonops-cluster-aws/dev", "acme") == "other/tritonops-cluster-aws/dev"
