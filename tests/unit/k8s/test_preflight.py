@@ -8,8 +8,12 @@ anything else. A complete cluster exits 0; with three prerequisites removed, exa
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +41,7 @@ def _not_found(path: str) -> dict[str, Any]:
 
 
 class FakeApi:
-    def __init__(self, responses: dict[str, Any]) -> None:
+    def __init__(self, responses: dict[str, Any], tls: tuple[Path, Path] | None = None) -> None:
         self.responses = responses
         self.requests: list[tuple[str, str, str]] = []  # path, Accept, Authorization
         api = self
@@ -59,7 +63,13 @@ class FakeApi:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
@@ -174,3 +184,43 @@ def test_no_reachable_cluster_says_so_and_exits_3(tmp_path: Path) -> None:
 def test_a_bad_stack_is_a_usage_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["preflight", "--stack", "nope", "--env", "dev"])
     assert result.exit_code == 2 and "unknown stack 'nope'" in result.output
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that is its own CA (openssl, as the release signing uses)."""
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_https_with_the_kubeconfigs_ca_and_an_exec_credential_plugin(tmp_path: Path) -> None:
+    """As EKS's kubeconfig: certificate-authority-data and `aws eks get-token` (here a Python stand-in that
+    prints an ExecCredential); a server whose certificate the CA did not sign is no cluster (exit 3)."""
+    cert, key = _self_signed(tmp_path)
+    api = FakeApi(copy.deepcopy(RECORDED), tls=(cert, key))
+    try:
+        plugin = ("import json; print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', "
+                  f"'kind': 'ExecCredential', 'status': {{'token': '{TOKEN}'}}}}))")
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": "eks",
+               "clusters": [{"name": "eks", "cluster": {"server": api.url, "certificate-authority-data":
+                                                         base64.b64encode(cert.read_bytes()).decode()}}],
+               "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "eks"}}],
+               "users": [{"name": "eks", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                           "command": sys.executable, "args": ["-c", plugin]}}}]}
+        config = tmp_path / "eks.yaml"
+        config.write_text(yaml.safe_dump(doc))
+        args = ["preflight", "--stack", "platform", "--env", "prod", "--kubeconfig", str(config)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert api.requests and all(auth == f"Bearer {TOKEN}" for _, _, auth in api.requests)
+        (tmp_path / "other").mkdir()
+        other, _ = _self_signed(tmp_path / "other")
+        doc["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(other.read_bytes()).decode()
+        config.write_text(yaml.safe_dump(doc))
+        result = runner.invoke(app, args)
+        assert result.exit_code == 3 and "CERTIFICATE_VERIFY_FAILED" in result.output
+    finally:
+        api.server.shutdown()
+        api.server.server_close()
