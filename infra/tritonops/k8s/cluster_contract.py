@@ -218,6 +218,7 @@ class Cluster:
     aws: ClusterAwsConfig | None
     aws_file: Path | None
     platform: PlatformConfig | None
+    platform_file: Path | None = None
 
 
 def _cluster_env(cluster_stack: str | None) -> str | None:
@@ -245,6 +246,7 @@ def cluster_of(stack: str, env: str, cfg: StackConfig, stacks_dir: Path | None) 
         assert isinstance(loaded, ClusterAwsConfig)
         aws = loaded
     platform = cfg if isinstance(cfg, PlatformConfig) else None
+    platform_file = stack_file("platform", env, stacks_dir) if platform is not None else None
     if platform is None and source:
         for penv in stack_envs("platform", stacks_dir):
             try:
@@ -252,9 +254,9 @@ def cluster_of(stack: str, env: str, cfg: StackConfig, stacks_dir: Path | None) 
             except ConfigError:
                 continue  # its own --check-config names that
             if isinstance(other, PlatformConfig) and other.cluster.cluster_stack == source:
-                platform = other
+                platform, platform_file = other, stack_file("platform", penv, stacks_dir)
                 break
-    return Cluster(aws, aws_file, platform)
+    return Cluster(aws, aws_file, platform, platform_file)
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -400,6 +402,31 @@ def _capacity(cfg: TritonStackConfig, objs: list[Obj], path: Path, cluster: Clus
             )
 
 
+# The platform's charts behind its providers: the config key that turns each on.
+PLATFORM_SWITCHES: dict[Provider, str] = {KEDA: "keda", PROMETHEUS_OPERATOR: "monitoring", DEVICE_PLUGIN: "gpuOperator"}
+
+
+def _platform_enabled(platform: PlatformConfig, switch: str) -> bool:
+    return {"keda": platform.keda.enabled, "monitoring": platform.monitoring.enabled,
+            "gpuOperator": platform.gpu_operator.enabled}[switch]
+
+
+def _platform(stack: str, objs: list[Obj], cluster: Cluster) -> Iterator[Problem]:
+    """A kind the platform stack serves, rendered while the cluster's platform stack turns that chart off."""
+    if stack == "platform" or cluster.platform is None or cluster.platform_file is None:
+        return
+    named: set[str] = set()
+    for o in objs:
+        for need in needs_of(o) or ():
+            switch = PLATFORM_SWITCHES.get(need.provider)
+            if switch is None or switch in named or _platform_enabled(cluster.platform, switch):
+                continue
+            named.add(switch)
+            yield _problem(cluster.platform_file, f"{project_name('platform')}:{switch}.enabled",
+                           f"is false, but stack {stack} renders {o['kind']} ({o['apiVersion']}), which needs "
+                           f"{need.provider.name}")
+
+
 def check(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]:
     """Every object the stack renders against the contract and the cluster's other stacks; [] when clean."""
     from tritonops.k8s.stacks import render_set
@@ -415,6 +442,7 @@ def check(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]
     problems = list(_unknown_kinds(objs, path, stack))
     problems += _storage(stack, cfg, path, ours)
     problems += _ingress(stack, objs, path, ours)
+    problems += _platform(stack, objs, cluster)
     if isinstance(cfg, TritonStackConfig):
         problems += _capacity(cfg, objs, path, cluster)
     return problems

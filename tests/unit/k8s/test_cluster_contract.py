@@ -146,3 +146,14 @@ def test_the_stack_reference_name_is_backend_neutral() -> None:
     assert stack_reference_name("tritonops-cluster-aws/dev", "acme") == "acme/tritonops-cluster-aws/dev"
     assert stack_reference_name("dev", "acme") == "acme/tritonops-cluster-aws/dev"
     assert stack_reference_name("other/tritonops-cluster-aws/dev", "acme") == "other/tritonops-cluster-aws/dev"
+
+
+def test_a_kind_whose_platform_chart_is_off_names_the_platform_key(tmp_path: Path) -> None:
+    """triton dev renders a ScaledObject; the platform stack of the same cluster (same clusterStack) turns KEDA
+    off: the check names the platform file's keda.enabled."""
+    stacks = _copy_stacks(tmp_path)
+    path = stacks / "platform" / "Pulumi.dev.yaml"
+    line = _edit(path, "    enabled: true\n", "    enabled: false\n")
+    code, out = _check(tmp_path, "triton", "dev")
+    assert code == 2, out
+    assert f"{path}:{line}: tritonops-platform:keda.enabled: is false, but stack triton renders ScaledObject" in out
