@@ -6,8 +6,8 @@ the stack's ``pulumi up``, each with who provides it:
 
 - the CRDs (group/version and resource) of every custom kind the stack renders that another stack
   or a prerequisite installs, read from the API's discovery documents (``/apis/<group>/<version>``);
-- the StorageClass each PVC names (or a default one), the IngressClass each Ingress names, the Gateway
-  the routes attach to and its GatewayClass;
+- the StorageClass each PVC names (or a default one) and its CSI driver, the IngressClass each
+  Ingress names, the Gateway the routes attach to and its GatewayClass;
 - the VPC CNI's network-policy option (the ``aws-node`` DaemonSet's ``aws-eks-nodeagent`` container
   started with ``--enable-network-policy=true``) when the stack renders NetworkPolicies;
 - the Secrets, ConfigMaps and PVCs ``secrets-required.yaml`` lists for the user to create (read as
@@ -66,11 +66,35 @@ def _exists(path: str, accept: str = "application/json") -> Callable[[Client], b
     return lambda c: c.get(path, accept)[0] == 200
 
 
-def _default_storage_class(c: Client) -> bool:
+# In-tree provisioners that Kubernetes hands to a CSI driver (CSI migration, on by default since 1.23).
+MIGRATED_TO_CSI = {"kubernetes.io/aws-ebs": "ebs.csi.aws.com"}
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def _storage_class(c: Client, name: str | None) -> Obj | None:
+    if name is not None:
+        status, doc = c.get(f"/apis/storage.k8s.io/v1/storageclasses/{name}")
+        return doc if status == 200 else None
     status, doc = c.get("/apis/storage.k8s.io/v1/storageclasses")
     items = (doc or {}).get("items") or [] if status == 200 else []
-    return any(((i.get("metadata") or {}).get("annotations") or {}).get(
-        "storageclass.kubernetes.io/is-default-class") == "true" for i in items)
+    return next((i for i in items if ((i.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS)
+                 == "true"), None)
+
+
+def _has_storage_class(name: str | None) -> Callable[[Client], bool]:
+    return lambda c: _storage_class(c, name) is not None
+
+
+def _csi_driver(name: str | None) -> Callable[[Client], bool]:
+    """The CSI driver behind the StorageClass is registered (a StorageClass alone provisions nothing);
+    a missing StorageClass is the other probe's finding."""
+    def look(c: Client) -> bool:
+        sc = _storage_class(c, name)
+        if sc is None:
+            return True
+        driver = MIGRATED_TO_CSI.get(str(sc.get("provisioner")), str(sc.get("provisioner")))
+        return c.get(f"/apis/storage.k8s.io/v1/csidrivers/{driver}")[0] == 200
+    return look
 
 
 def _network_policy_agent(c: Client) -> bool:
@@ -108,12 +132,10 @@ def _crd_probes(stack: str, objs: list[Obj]) -> list[Probe]:
 def _class_probes(stack: str, cfg: StackConfig, objs: list[Obj]) -> list[Probe]:
     out = []
     for key, name in cc.implied_claims(stack, cfg):
-        if name is None:
-            out.append(Probe("a default StorageClass", key, cc.EBS_CSI, _default_storage_class))
-        else:
-            provider = cc.STORAGE_CLASSES.get(name, (cc.EBS_CSI, False))[0]
-            out.append(Probe(f"StorageClass {name}", key, provider,
-                             _exists(f"/apis/storage.k8s.io/v1/storageclasses/{name}")))
+        provider = cc.STORAGE_CLASSES.get(name or "", (cc.EBS_CSI, False))[0]
+        what = f"StorageClass {name}" if name else "a default StorageClass"
+        out.append(Probe(what, key, provider, _has_storage_class(name)))
+        out.append(Probe(f"the CSI driver of {what}", key, provider, _csi_driver(name)))
     classes = sorted({str(o["spec"].get("ingressClassName")) for o in objs if o["kind"] == "Ingress"})
     for name in classes:
         provider = cc.INGRESS_CLASSES.get(name, (cc.INGRESS_NGINX, False))[0]

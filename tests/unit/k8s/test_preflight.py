@@ -114,7 +114,7 @@ def test_the_recorded_responses_are_shaped_as_the_real_apis() -> None:
         if doc.get("kind") == "APIResourceList":
             _schema_valid(doc, "apiresourcelist-meta-v1")
             assert path == f"/apis/{doc['groupVersion']}"
-        elif doc.get("apiVersion") in ("v1", "apps/v1", "storage.k8s.io/v1", "networking.k8s.io/v1"):
+        elif doc.get("apiVersion") in ("v1", "apps/v1", "storage.k8s.io/v1", "networking.k8s.io/v1"):  # all but CRs
             kubernetes_validate.validate(doc, "1.30", strict=True)
     _schema_valid(_not_found("/x"), "status-meta-v1")
 
@@ -142,6 +142,15 @@ def test_three_prerequisites_removed_are_exactly_the_three_listed(fake: FakeApi,
     assert commands["IngressClass nginx"].startswith("helm upgrade --install ingress-nginx")
     assert "enableNetworkPolicy" in commands["VPC CNI network policy (aws-eks-nodeagent --enable-network-policy=true)"]
     assert commands["Secret triton/dev-tritonops-example-com-tls"].startswith("kubectl create secret tls")
+
+
+def test_a_storage_class_without_its_csi_driver_provisions_nothing(fake: FakeApi, tmp_path: Path) -> None:
+    del fake.responses["/apis/storage.k8s.io/v1/csidrivers/ebs.csi.aws.com"]
+    code, out = _preflight(tmp_path, fake.url, "platform", "prod")
+    assert code == 1 and _missing(out) == {"the CSI driver of StorageClass gp3"}
+    assert "aws-ebs-csi-driver" in next(c["command"] for c in json.loads(out)["checks"] if not c["ok"])
+    del fake.responses["/apis/storage.k8s.io/v1/storageclasses/gp3"]
+    assert _missing(_preflight(tmp_path, fake.url, "platform", "prod")[1]) == {"StorageClass gp3"}
 
 
 def test_crd_versions_gateway_and_class_and_the_zero_digests(fake: FakeApi, tmp_path: Path) -> None:
