@@ -39,12 +39,10 @@ from tritonops.k8s.config import (
 from tritonops.k8s.contract import Problem, locate
 from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL, name_of
 from tritonops.k8s.stack_file import load_stack_config, stack_envs, stack_file
+from tritonops.versions import GATEWAY_API_VERSION, INGRESS_NGINX_CHART_VERSION
 
 Obj = dict[str, Any]
 
-# Pinned versions of what the prerequisites' commands install.
-INGRESS_NGINX_CHART_VERSION = "4.11.3"
-GATEWAY_API_VERSION = "v1.2.1"
 EBS_CSI_ADDON = "aws-ebs-csi-driver"
 
 
