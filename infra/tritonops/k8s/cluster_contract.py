@@ -186,6 +186,22 @@ CONTRACT: dict[tuple[str, str], tuple[Need, ...]] = {
         _crd("ec2nodeclasses", "karpenter.k8s.aws", "v1", KARPENTER),
         Need("controller", "karpenter", KARPENTER),
     ),
+    # Kinds the stacks may render as they take over prerequisites (a StorageClass, an IngressClass, a Gateway)
+    # or run more workloads; listed so the check names what serves them rather than an unknown kind.
+    ("storage.k8s.io/v1", "StorageClass"): (*_api("StorageClass"),
+                                            Need("controller", "the CSI driver its provisioner names", EBS_CSI)),
+    ("networking.k8s.io/v1", "IngressClass"): (*_api("IngressClass"),
+                                               Need("controller", "the controller spec.controller names",
+                                                    INGRESS_NGINX)),
+    ("gateway.networking.k8s.io/v1", "Gateway"): (
+        _crd("gateways", "gateway.networking.k8s.io", "v1", GATEWAY_API),
+        Need("gatewayclass", "spec.gatewayClassName: a GatewayClass and its controller", GATEWAY),
+    ),
+    ("apps/v1", "StatefulSet"): _POD_NEEDS,
+    ("apps/v1", "DaemonSet"): _POD_NEEDS,
+    ("batch/v1", "Job"): (_POD_NEEDS[0], Need("capacity", "CPU nodes (system pool)", SYSTEM_NODES)),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): _api("ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _api("ClusterRoleBinding"),
     # helm/ of `tritonops render` (GitOps): Flux applies the same charts `pulumi up` installs.
     ("source.toolkit.fluxcd.io/v1", "HelmRepository"): (_crd("helmrepositories", "source.toolkit.fluxcd.io", "v1",
                                                              FLUX),),
