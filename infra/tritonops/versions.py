@@ -45,6 +45,10 @@ KARPENTER_REPO = "oci://public.ecr.aws/karpenter"
 # EKS-optimized AMI releases the EC2NodeClasses pin (amiSelectorTerms alias family@version, never
 # @latest): AL2023 (Karpenter picks its NVIDIA variant on GPU instances) and Bottlerocket.
 KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20251120", "bottlerocket": "bottlerocket@v1.50.0"}
+# Prerequisites no stack installs, at the versions the cluster contract's commands install
+# (tritonops.k8s.cluster_contract): ingress-nginx (IngressClass nginx) and the Gateway API CRDs.
+INGRESS_NGINX_CHART_VERSION = "4.11.3"
+GATEWAY_API_VERSION = "v1.2.1"  # standard channel: GatewayClass, Gateway, HTTPRoute, GRPCRoute at v1
 
 # Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to
 # CPU-only nodes (installed with --no-index --no-deps): the tritonserver binary, onnxruntime for the

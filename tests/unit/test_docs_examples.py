@@ -137,3 +137,53 @@ def test_the_devkit_command_checks_and_updates(tmp_path: Path) -> None:
     assert stale.exit_code == 1 and f"{doc}:2: $ echo a" in stale.output
     assert runner.invoke(app, ["docs", "--update", str(doc)]).exit_code == 0
     assert runner.invoke(app, ["docs", "--check", str(doc)]).exit_code == 0
+
+
+# --- docs/kubernetes.md's walkthrough: every command that can run here runs, and it matches the dev stacks ---
+
+WALKTHROUGH = "## From an empty AWS account to a served model (dev)"
+K8S_DOC = ROOT / "docs" / "kubernetes.md"
+
+
+def _walkthrough() -> tuple[str, list[docs.Block]]:
+    text = K8S_DOC.read_text()
+    start = text.index(WALKTHROUGH)
+    end = text.index("\n## ", start + 1)
+    first, last = text[:start].count("\n"), text[:end].count("\n")
+    return text[start:end], [b for b in docs.parse(K8S_DOC, text) if first <= b.start < last]
+
+
+def test_the_walkthrough_runs_every_command_that_can_run_here() -> None:
+    """validate, keygen, publish to a folder store, render --check-config of the three dev stacks and render."""
+    _, blocks = _walkthrough()
+    commands = [c.text for b in blocks for c in b.commands]
+    for stack in ("cluster-aws", "platform", "triton"):
+        assert f"tritonops render --check-config --stack {stack} --env dev" in commands
+    for start in ("tritonops validate examples/model_repository", "tritonops release keygen",
+                  "tritonops release publish examples/model_repository --store /tmp/store/vision --channel dev ",
+                  "tritonops render --stack triton --env dev --out"):
+        assert any(c.startswith(start) for c in commands), start
+    stale = [r for b in blocks for r in docs.run_block(b) if not r.ok]
+    assert not stale, "\n\n".join(docs.report(r) for r in stale)
+
+
+def test_the_walkthrough_the_example_repository_and_the_dev_stacks_name_the_same_things() -> None:
+    from tritonops.k8s.render import build
+    from tritonops.k8s.stack_file import load_stack_config
+
+    section, _ = _walkthrough()
+    triton = load_stack_config("triton", "dev")
+    svc = triton.model_services[0]  # type: ignore[union-attr]
+    repo = sorted(p.parent.name for p in (ROOT / "examples" / "model_repository").glob("*/config.pbtxt"))
+    assert sorted(m.name for m in svc.models) == repo  # routes, KEDA queries, drift --expect follow
+    drift = next(o for o in build("triton", "dev").objects if o["kind"] == "CronJob")
+    assert sorted(re.findall(r"--expect', '(\w+)'", str(drift))) == repo
+    store = svc.release.store
+    published = re.findall(r"publish examples/model_repository --store (\S+) \\?\s*--channel (\S+)", section)
+    assert {s for s, _ in published if s.startswith("s3://")} == {store}
+    assert {c for s, c in published if s == store} == {svc.release.channel, svc.release.canary.channel}
+    bucket, _, prefix = store.removeprefix("s3://").partition("/")
+    readers = load_stack_config("cluster-aws", "dev").model_readers  # type: ignore[union-attr]
+    assert [(r.bucket, r.prefix) for r in readers if r.service_account == f"triton-{svc.name}"] == [(bucket, prefix)]
+    for stack in ("platform", "triton"):  # the backend-neutral StackReference name
+        assert load_stack_config(stack, "dev").cluster.cluster_stack == "tritonops-cluster-aws/dev"  # type: ignore

@@ -3,6 +3,7 @@
 * ``model_repo``: validate, manifest
 * ``load``: smoke, bench, tune, serve
 * ``k8s``: render
+* ``preflight``: preflight
 * ``drift``: drift
 * ``plan``: plan
 * ``observability``, ``release``, ``agent``: sub-commands of their own
@@ -23,7 +24,7 @@ import typer
 
 import tritonops
 from tritonops.agent.exitcodes import HELP as EXIT_HELP
-from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, release, rollout
+from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, preflight, release, rollout
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, epilog=EXIT_HELP,
                   help="Triton Inference Server infrastructure: validate, release, render, check drift, plan.")
@@ -41,6 +42,7 @@ def main(version: Annotated[bool, typer.Option("--version", is_eager=True, callb
     """Triton Inference Server infrastructure: validate, release, render, check drift, plan."""
 # Registration order is the order of `tritonops --help`.
 app.command("render")(k8s.render)
+app.command("preflight")(preflight.preflight)
 app.command("bench")(load.bench_cmd)
 app.command("tune")(load.tune_cmd)
 app.command("drift")(drift.drift_cmd)

@@ -47,7 +47,9 @@ def _config_error(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> t
 
 
 def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
-    """Pulumi's own rules (Pulumi.yaml against the stack file) and the stack's parser; exit 0 or 2."""
+    """Pulumi's own rules (Pulumi.yaml against the stack file), the stack's parser, then the cluster contract
+    (tritonops.k8s.cluster_contract: what serves each rendered object); exit 0 or 2."""
+    from tritonops.k8s import cluster_contract
     from tritonops.k8s.contract import check_project, check_stack_file, user_secrets
     from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 
@@ -57,6 +59,7 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
         problems = [(str(p), p.key) for p in found]
         if not problems:
             load_stack_config(stack, env, stacks_dir)
+            problems = [(str(p), p.key) for p in cluster_contract.check(stack, env, stacks_dir)]
     except ConfigError as exc:
         problems = [_config_error(exc, stack, env, stacks_dir)]
     if problems:
@@ -90,8 +93,9 @@ def render(
     env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a stacks/<stack>/Pulumi.<env>.yaml.")],
     out: Annotated[Path | None, typer.Option("--out", help="Directory to write the YAML into.", parser=path,
                                              callback=folder_to_write)] = None,
-    check: Annotated[bool, typer.Option("--check-config", help="Only validate the stack file (Pulumi's rules and "
-                                        "the stack's parser): exit 0, or 2 naming file, line and key.")] = False,
+    check: Annotated[bool, typer.Option("--check-config", help="Only validate the stack file (Pulumi's rules, "
+                                        "the stack's parser, and the cluster contract: every rendered object has "
+                                        "what serves it): exit 0, or 2 naming file, line and key.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
     check_channels: Annotated[bool, typer.Option(
         "--check-channels", help="triton: first read each pull-mode channel from its store, as `pulumi up` does, "

@@ -11,7 +11,6 @@ from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import JOB_LABEL, SCRAPE_JOB, TRACK_LABEL, Obj, name_of, object_meta, selector
 from tritonops.k8s.release_agent import AGENT_PORT_NAME
 from tritonops.k8s.scaling import scaling_policy
-from tritonops.observability.dashboards import dashboards
 from tritonops.observability.keda import ScalingPolicy
 from tritonops.observability.rules import RuleSettings, rule_groups
 
@@ -56,7 +55,9 @@ def prometheus_rule(cfg: TritonStackConfig) -> Obj:
 
 
 def dashboards_config_map(cfg: TritonStackConfig) -> Obj:
-    """Grafana's dashboard sidecar loads every ConfigMap carrying the dashboard label."""
+    """Grafana's dashboard sidecar loads every ConfigMap carrying the dashboard label (needs the 'obs' extra)."""
+    from tritonops.observability.dashboards import dashboards
+
     meta = object_meta("tritonops-dashboards", cfg)
     meta["labels"] = {**meta["labels"], cfg.grafana_dashboard_label: "1"}
     data = {

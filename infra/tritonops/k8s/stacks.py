@@ -51,11 +51,13 @@ class RenderSet:
     release_deps: dict[str, list[str]] = field(default_factory=dict)
 
 
-def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str, str] | None = None) -> RenderSet:
-    """``reader_arns``: modelReader roleName -> ARN (cluster-aws's output); None: a placeholder ARN."""
+def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str, str] | None = None,
+               dashboards: bool = True) -> RenderSet:
+    """``reader_arns``: modelReader roleName -> ARN (cluster-aws's output); None: a placeholder ARN.
+    ``dashboards``: see :func:`tritonops.k8s.triton.namespace_objects`."""
     out = RenderSet(stack, env)
     if isinstance(cfg, TritonStackConfig):
-        out.objects += triton.namespace_objects(cfg)
+        out.objects += triton.namespace_objects(cfg, dashboards)
         for svc in cfg.model_services:
             arn = (reader_arns or {}).get(svc.model_reader) if svc.model_reader else None
             out.objects += triton.service_objects(cfg, svc, arn)
@@ -193,13 +195,27 @@ def pulumi_config(stack: str) -> StackConfig:
     return parse_config(stack, raw, source=f"Pulumi.{pulumi.get_stack()}.yaml", env=pulumi.get_stack())
 
 
+def stack_reference_name(cluster_stack: str, organization: str | None) -> str:
+    """The StackReference name of ``cluster.clusterStack``. ``<project>/<stack>`` (or ``<stack>``: the
+    cluster-aws project) is the backend-neutral form: the program adds the organization it runs under,
+    yours on Pulumi Cloud and the literal ``organization`` on a self-managed (DIY) backend, which alone
+    accepts ``organization/<project>/<stack>``. ``<org>/<project>/<stack>`` is used as given."""
+    parts = cluster_stack.split("/")
+    if len(parts) == 3:
+        return cluster_stack
+    if len(parts) == 1:
+        parts = [project_name("cluster-aws"), *parts]
+    return "/".join([organization or "organization", *parts])
+
+
 def cluster_reference(name: str, source: ClusterSource) -> Any:
     """The cluster-aws stack named by ``cluster.clusterStack`` (a StackReference), or None."""
     import pulumi
 
     if not source.cluster_stack:
         return None
-    return pulumi.StackReference(f"{name}-cluster", stack_name=source.cluster_stack)
+    return pulumi.StackReference(f"{name}-cluster",
+                                 stack_name=stack_reference_name(source.cluster_stack, pulumi.get_organization()))
 
 
 def kube_provider(name: str, source: ClusterSource, ref: Any = None) -> Any:
@@ -382,8 +398,10 @@ def _reader_arn(cfg: TritonStackConfig, index: int, ref: Any) -> Any:
     a modelReader without ``cluster.clusterStack``."""
     if cfg.model_services[index].model_reader is None:
         return None
+    import pulumi
+
     assert ref is not None and cfg.cluster.cluster_stack is not None
-    stack = cfg.cluster.cluster_stack
+    stack = stack_reference_name(cfg.cluster.cluster_stack, pulumi.get_organization())
     return ref.require_output(outputs.MODEL_READERS).apply(
         lambda readers: outputs.reader_arn(cfg, index, readers, stack)
     )

@@ -98,7 +98,9 @@ def admin_secret(cfg: TritonStackConfig, token: Any) -> Obj:
     }
 
 
-def namespace_objects(cfg: TritonStackConfig) -> list[Obj]:
+def namespace_objects(cfg: TritonStackConfig, dashboards: bool = True) -> list[Obj]:
+    """``dashboards`` False: without the dashboards ConfigMap (a plain ConfigMap whose content needs the
+    'obs' extra; tritonops.k8s.cluster_contract checks the rest on the base install)."""
     return [
         namespace(cfg),
         default_deny_policy(cfg),
@@ -106,7 +108,7 @@ def namespace_objects(cfg: TritonStackConfig) -> list[Obj]:
         kube_api_egress_policy(cfg),
         priority_class(cfg),
         prometheus_rule(cfg),
-        dashboards_config_map(cfg),
+        *([dashboards_config_map(cfg)] if dashboards else []),
         agent_config_map(cfg),
         *trusted_keys_config_maps(cfg),
     ]

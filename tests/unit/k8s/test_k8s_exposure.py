@@ -40,12 +40,21 @@ def _objects(cfg: TritonStackConfig) -> list[Obj]:
 
 # --- routes --------------------------------------------------------------------------------------
 
-ROUTED_HTTP = ["/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/resnet50", "/v2/models/resnet50/ready",
-               "/v2/models/resnet50/infer", "/v2/models/densenet_onnx/infer"]
-UNROUTED_HTTP = ["/v2/repository/index", "/v2/repository/models/resnet50/load", "/v2/repository/models/x/unload",
-                 "/v2/models/resnet50/config", "/v2/models/resnet50/stats", "/v2/models/stats",
-                 "/v2/systemsharedmemory/status", "/v2/cudasharedmemory/region/r/register", "/v2/trace/setting",
-                 "/v2/logging", "/v2/models/resnet50/trace/setting", "/v2/models/unknown/infer", "/metrics", "/"]
+def _routed_http(m1: str, m2: str) -> list[str]:
+    return ["/v2", "/v2/health/live", "/v2/health/ready", f"/v2/models/{m1}", f"/v2/models/{m1}/ready",
+            f"/v2/models/{m1}/infer", f"/v2/models/{m2}/infer"]
+
+
+def _unrouted_http(m1: str) -> list[str]:
+    return ["/v2/repository/index", f"/v2/repository/models/{m1}/load", "/v2/repository/models/x/unload",
+            f"/v2/models/{m1}/config", f"/v2/models/{m1}/stats", "/v2/models/stats",
+            "/v2/systemsharedmemory/status", "/v2/cudasharedmemory/region/r/register", "/v2/trace/setting",
+            "/v2/logging", f"/v2/models/{m1}/trace/setting", "/v2/models/unknown/infer", "/metrics", "/"]
+
+
+# dev serves examples/model_repository's models, prod its own.
+ROUTED_HTTP = {"dev": _routed_http("mlp", "pipeline"), "prod": _routed_http("resnet50", "densenet_onnx")}
+UNROUTED_HTTP = {"dev": _unrouted_http("mlp"), "prod": _unrouted_http("resnet50")}
 ROUTED_GRPC = ["ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelInfer",
                "ModelStreamInfer"]
 UNROUTED_GRPC = ["RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload", "ModelConfig", "ModelStatistics",
@@ -96,18 +105,18 @@ def _grpc_ingresses() -> list[Obj]:
     return [i for i in _routes("dev", "Ingress") if i["metadata"]["name"].endswith("-grpc")]
 
 
-@pytest.mark.parametrize("path", ROUTED_HTTP + UNROUTED_HTTP)
+@pytest.mark.parametrize("path", ROUTED_HTTP["dev"] + UNROUTED_HTTP["dev"])
 def test_ingress_routes_only_inference_metadata_and_health(path: str) -> None:
     ingresses = _http_ingresses()
     assert len(ingresses) == 2  # stable and canary
     for ing in ingresses:
-        assert _ingress_routes(ing, path) == (path in ROUTED_HTTP), (ing["metadata"]["name"], path)
+        assert _ingress_routes(ing, path) == (path in ROUTED_HTTP["dev"]), (ing["metadata"]["name"], path)
 
 
-@pytest.mark.parametrize("path", ROUTED_HTTP + UNROUTED_HTTP)
+@pytest.mark.parametrize("path", ROUTED_HTTP["prod"] + UNROUTED_HTTP["prod"])
 def test_httproute_routes_only_inference_metadata_and_health(path: str) -> None:
     vision = next(r for r in _routes("prod", "HTTPRoute") if r["metadata"]["name"] == "triton-vision-http")
-    assert _httproute_routes(vision, path) == (path in ROUTED_HTTP)
+    assert _httproute_routes(vision, path) == (path in ROUTED_HTTP["prod"])
 
 
 @pytest.mark.parametrize("method", ROUTED_GRPC + UNROUTED_GRPC)

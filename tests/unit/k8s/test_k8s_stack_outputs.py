@@ -268,7 +268,8 @@ def test_triton_annotates_service_accounts_with_cluster_aws_s_exported_roles(ove
         reader["arn"] = f"arn:aws:iam::999988887777:role/exported-{name}"
     run = run_stack("triton", "prod", overrides, mocks=ClusterMocks(cluster))
     (ref,) = run.mocks.of_type("pulumi:pulumi:StackReference")
-    assert ref.inputs["name"] == _config("triton", "prod").cluster.cluster_stack  # one reference, both uses
+    # one reference, both uses; the committed backend-neutral name with the organization Pulumi runs under
+    assert ref.inputs["name"] == f"organization/{_config('triton', 'prod').cluster.cluster_stack}"
     (provider,) = run.mocks.of_type("pulumi:providers:kubernetes")
     assert "kubeconfig" in provider.inputs
     sas = _service_accounts(run.mocks)

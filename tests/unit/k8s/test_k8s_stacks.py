@@ -15,7 +15,7 @@ from k8s_harness import (
     run_program,
     unwrap,
 )
-from tritonops.k8s.config import ConfigError
+from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config
 
@@ -268,4 +268,7 @@ def test_cluster_aws_irsa_model_reader_roles(env: str) -> None:
     cond = trust["Statement"][0]["Condition"]["StringEquals"]
     assert cond["oidc.eks.us-west-2.amazonaws.com/id/ABCDEF:sub"] == "system:serviceaccount:triton:triton-vision"
     (policy,) = [p for p in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if p.name == f"reader-tritonops-{env}-model-reader-s3"]
-    assert f"tritonops-models-{env}/vision/*" in policy.inputs["policy"]
+    # The bucket and prefix the triton stack of this env reads its releases from: one and the same.
+    triton = load_stack_config("triton", env)
+    assert isinstance(triton, TritonStackConfig) and triton.model_services[0].release is not None
+    assert f"{triton.model_services[0].release.store.removeprefix('s3://')}/*" in policy.inputs["policy"]
