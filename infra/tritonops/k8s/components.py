@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from tritonops.k8s import eks, platform, triton
+from tritonops.k8s import eks, platform, triton, waits
 from tritonops.k8s.config import (
     ClusterAwsConfig,
     GpuNodePoolConfig,
@@ -92,8 +92,10 @@ def apply_objects(
     depends_on: Sequence[pulumi.Resource] = (),
     ignore_replicas: bool = False,
 ) -> list[pulumi.CustomResource]:
-    """Namespaces first, then everything else depending on them."""
+    """Namespaces first, then everything else depending on them; each object that waits gets the
+    timeouts tritonops.k8s.waits derives for it."""
     created: list[pulumi.CustomResource] = []
+    planned = waits.plan(list(objs))
     namespaces = [
         k8s_object(o, pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)))
         for o in objs
@@ -104,10 +106,17 @@ def apply_objects(
         if o["kind"] == "Namespace":
             continue
         ignore = ["spec.replicas"] if ignore_replicas and o["kind"] == "Deployment" else None
+        wait = planned.get(waits.key(o))
+        timeouts = wait.custom_timeouts() if wait is not None else None
         created.append(
             k8s_object(
                 o,
-                pulumi.ResourceOptions(parent=parent, depends_on=[*namespaces, *depends_on], ignore_changes=ignore),
+                pulumi.ResourceOptions(
+                    parent=parent,
+                    depends_on=[*namespaces, *depends_on],
+                    ignore_changes=ignore,
+                    custom_timeouts=pulumi.CustomTimeouts(**timeouts) if timeouts else None,
+                ),
             )
         )
     return created

@@ -500,6 +500,7 @@ def _check_triton(cfg: Any, source: str | None) -> None:
                 f"pin an image tag, optionally with its digest: REPOSITORY:TAG[@sha256:DIGEST] (got {svc.image!r})",
                 source,
             )
+        _check_digest(svc, (*k, "image"), source)
         if cfg.ingress.mode == "gateway" and len(svc.models) > GATEWAY_MAX_MODELS:
             raise ConfigError(
                 _key("triton", (*k, "models")),
@@ -541,6 +542,25 @@ def _check_triton(cfg: Any, source: str | None) -> None:
         check_budget(cfg)
     except ValueError as exc:
         raise ConfigError(getattr(exc, "key", _key("triton", ("modelServices",))), str(exc), source) from exc
+
+
+def _check_digest(svc: Any, k: tuple[str | int, ...], source: str | None) -> None:
+    """An all-zero digest is a placeholder: refused unless the service says so (``imagePlaceholder``)."""
+    placeholder = svc.image.endswith("@sha256:" + "0" * 64)
+    if placeholder and not svc.image_placeholder:
+        raise ConfigError(
+            _key("triton", k),
+            "the digest is the all-zero placeholder: no node can pull it and `pulumi up` would wait for pods "
+            "that never start. Put the tag's digest (skopeo inspect --format '{{.Digest}}' docker://IMAGE), "
+            "or set imagePlaceholder: true on the service if this file is only an example",
+            source,
+        )
+    if svc.image_placeholder and not placeholder:
+        raise ConfigError(
+            _key("triton", (*k[:-1], "imagePlaceholder")),
+            "true, but the image's digest is no placeholder: remove imagePlaceholder",
+            source,
+        )
 
 
 _CHECKS = {"cluster-aws": _check_cluster_aws, "platform": _check_platform, "triton": _check_triton}

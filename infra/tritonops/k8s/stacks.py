@@ -359,6 +359,9 @@ def triton_program() -> dict[str, Any]:
             f"{project_name('triton')}:{ADMIN_TOKEN_KEY}",
             f"set the admin API header value: pulumi config set --secret {ADMIN_TOKEN_KEY} VALUE",
         )
+    for i, svc in enumerate(cfg.model_services):
+        if svc.image_placeholder:  # accepted only as the example file's explicit opt-in (parse._check_digest)
+            pulumi.log.warn(f"modelServices[{i}].image: placeholder digest: {svc.name}'s pods cannot pull it")
     if bootstrap.enabled():  # at preview and up, before anything is created: each pull-mode channel exists
         bootstrap.check_channels(cfg, source=f"Pulumi.{pulumi.get_stack()}.yaml")
     ref = cluster_reference("triton", cfg.cluster)

@@ -43,6 +43,7 @@ from tritonops.k8s.release_agent import (
     release_sync_container,
     release_volumes,
 )
+from tritonops.k8s.waits import pod_ready_budget
 from tritonops.observability.metrics import CANARY, STABLE
 from tritonops.triton.admin import RESTRICTED
 
@@ -261,6 +262,21 @@ def deployment(
         # A new agent rolls the pods: a running agent never sees its zipapp replaced under it.
         pod_annotations[AGENT_SHA_ANNOTATION] = agent_bundle()[1]
     pod_labels = labels(cfg, svc, track)
+    pod_spec: Obj = {
+        "serviceAccountName": name_of(svc),
+        # IRSA's pod identity webhook projects its own web-identity token; no API token needed.
+        "automountServiceAccountToken": False,
+        "priorityClassName": PRIORITY_CLASS,
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": pod_security_context(),
+        "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": _affinity(svc, track),
+        "topologySpreadConstraints": _spread(svc, track),
+        **release,
+        "containers": containers,
+        "volumes": volumes,
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -270,24 +286,10 @@ def deployment(
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": track_selector(svc, track)},
             "strategy": rollout_strategy(svc),
-            "template": {
-                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
-                "spec": {
-                    "serviceAccountName": name_of(svc),
-                    # IRSA's pod identity webhook projects its own web-identity token; no API token needed.
-                    "automountServiceAccountToken": False,
-                    "priorityClassName": PRIORITY_CLASS,
-                    "terminationGracePeriodSeconds": 60,
-                    "securityContext": pod_security_context(),
-                    "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
-                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                    "affinity": _affinity(svc, track),
-                    "topologySpreadConstraints": _spread(svc, track),
-                    **release,
-                    "containers": containers,
-                    "volumes": volumes,
-                },
-            },
+            # One step of the rollout (a pod to Ready, new GPU node included) may take this long:
+            # tritonops.k8s.waits derives it, and Pulumi's wait uses the same figure.
+            "progressDeadlineSeconds": sum(pod_ready_budget(pod_spec).values()),
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
         },
     }
 
