@@ -7,7 +7,7 @@ from typing import Any
 
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
-from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL
+from tritonops.k8s.labels import GPU_NODE_LABEL, GPU_RESOURCE, NODE_POOL_LABEL
 
 Obj = dict[str, Any]
 
@@ -19,6 +19,10 @@ NODE_POLICIES = (
 )
 CLUSTER_POLICIES = (f"{AWS_POLICY}/AmazonEKSClusterPolicy",)
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The GPU Operator deploys an operand on a node unless its nvidia.com/gpu.deploy.<operand> label is
+# "false": Bottlerocket's NVIDIA variants run their own device plugin, so the operator's stays off there.
+DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+BOTTLEROCKET_AMIS = ("BOTTLEROCKET_x86_64_NVIDIA",)
 
 
 def assume_role_policy(service: str) -> str:
@@ -60,11 +64,13 @@ def cluster_spec(cfg: ClusterAwsConfig) -> Obj:
 def node_labels(pool: GpuNodePoolConfig) -> dict[str, str]:
     out = {
         NODE_POOL_LABEL: pool.name,
-        "nvidia.com/gpu.present": "true",
+        GPU_NODE_LABEL: "true",
         "tritonops.io/gpu": gpu_family(pool.instance_types[0]).gpu,
     }
     if pool.gpu_sharing:
         out[DEVICE_PLUGIN_CONFIG_LABEL] = pool.gpu_sharing
+    if pool.ami_type in BOTTLEROCKET_AMIS:
+        out[DEVICE_PLUGIN_DEPLOY_LABEL] = "false"
     return {**out, **pool.labels}
 
 

@@ -130,6 +130,13 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
             )
         if pool.ami_type not in GPU_AMI_TYPES:  # pragma: no cover - Literal already refuses it
             raise ConfigError(_key("cluster-aws", ("gpuNodePools", i, "amiType")), "not a GPU AMI", source)
+        if pool.gpu_sharing and pool.ami_type.startswith("BOTTLEROCKET"):
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "gpuSharing")),
+                "Bottlerocket runs its own NVIDIA device plugin (the GPU Operator's is off on these nodes), "
+                "which the operator's time-slicing config does not reach: use an AL2023 pool to share GPUs",
+                source,
+            )
         if not pool.min_size <= pool.desired_size <= pool.max_size:
             raise ConfigError(
                 _key("cluster-aws", ("gpuNodePools", i, "desiredSize")),

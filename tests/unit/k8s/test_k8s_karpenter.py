@@ -76,7 +76,7 @@ def test_rendered_nodepools_and_nodeclasses_match_the_crd_schemas(env: str) -> N
 
 
 def test_bottlerocket_nodeclass_matches_the_crd_schema() -> None:
-    cfg = _cfg("dev", amiType="BOTTLEROCKET_x86_64_NVIDIA")
+    cfg = _cfg("dev", amiType="BOTTLEROCKET_x86_64_NVIDIA", gpuSharing=None)  # Bottlerocket: no time-slicing
     cls = karpenter.ec2_node_class(cfg, karpenter.karpenter_pools(cfg)[0])
     assert _errors(cls) == []
     assert [d["deviceName"] for d in cls["spec"]["blockDeviceMappings"]] == ["/dev/xvda", "/dev/xvdb"]
