@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import bootstrap, eks, karpenter, outputs, platform, required, triton
+from tritonops.k8s import autoscaler, bootstrap, eks, karpenter, outputs, platform, required, triton
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.config import (
     ClusterAwsConfig,
@@ -102,6 +102,18 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
             {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)}
             for p in karpenter.managed_pools(cfg)
         ]
+        if autoscaler.managed_gpu_pools(cfg):
+            out.aws.append({
+                "type": "aws:iam/role:Role",
+                "spec": {
+                    "name": autoscaler.role_name(cfg),
+                    "trust": "IRSA (cluster OIDC): "
+                    f"system:serviceaccount:{autoscaler.NAMESPACE}:{autoscaler.SERVICE_ACCOUNT}",
+                    "policy": json.loads(autoscaler.policy(cfg.cluster_name)),
+                },
+            })
+            role_arn = f"arn:aws:iam::<account-id>:role/{autoscaler.role_name(cfg)}"
+            out.releases.append(autoscaler.release(cfg, role_arn, "<aws:region>"))
         if karpenter.karpenter_pools(cfg):
             out.aws += karpenter.aws_resources(cfg)
             role = f"arn:aws:iam::<account-id>:role/{karpenter.controller_role_name(cfg)}"
@@ -270,17 +282,22 @@ def cluster_aws_program() -> dict[str, Any]:
         lambda a: eks.kubeconfig(*a)
     )
     out: dict[str, Any] = {}
-    if karpenter.karpenter_pools(cfg):
+    if karpenter.karpenter_pools(cfg) or autoscaler.managed_gpu_pools(cfg):
         import pulumi_kubernetes as k8s
 
+        provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
+        k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    if karpenter.karpenter_pools(cfg):
         from tritonops.k8s.karpenter_stack import Karpenter, KarpenterArgs
 
-        provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
         out["karpenter"] = Karpenter(
-            "karpenter",
-            KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer),
-            pulumi.ResourceOptions(providers={"kubernetes": provider}),
-            depends_on=[system],
+            "karpenter", KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer), k8s_opts, depends_on=[system]
+        )
+    if autoscaler.managed_gpu_pools(cfg):
+        from tritonops.k8s.components import ClusterAutoscaler, ClusterAutoscalerArgs
+
+        out["cluster_autoscaler"] = ClusterAutoscaler(
+            "cluster-autoscaler", ClusterAutoscalerArgs(cfg, oidc.arn, issuer, region), k8s_opts, depends_on=[system]
         )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))

@@ -3,11 +3,13 @@ device plugin off on Bottlerocket, ephemeral storage reserved for every emptyDir
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from k8s_harness import envs, triton_config
-from tritonops.k8s import eks, karpenter, triton, waits
+from k8s_harness import as_ints, committed, envs, triton_config
+from tritonops import versions
+from tritonops.k8s import autoscaler, eks, karpenter, triton, waits
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError
 from tritonops.k8s.labels import GPU_RESOURCE
 from tritonops.k8s.parse import parse_config
@@ -120,3 +122,53 @@ def test_bottlerocket_pool_refuses_time_slicing() -> None:
     raw["gpuNodePools"][1] = {**raw["gpuNodePools"][1], "gpuSharing": "shared-2"}
     with pytest.raises(ConfigError, match=r"gpuNodePools\[1\]\.gpuSharing: Bottlerocket runs its own"):
         parse_config("cluster-aws", raw)
+
+
+# --- managed GPU groups grow: cluster-autoscaler ---------------------------------------------------
+
+
+def test_managed_gpu_group_gets_cluster_autoscaler_with_its_irsa_role() -> None:
+    """Before: nothing changed a managed group's desired size, so prod vision stopped at gpu-a10g's 3
+    nodes while KEDA asked for up to 10."""
+    mocks = committed("cluster-aws", "prod")
+    (rel,) = [r for r in mocks.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "cluster-autoscaler"]
+    assert (rel.inputs["chart"], rel.inputs["version"]) == (
+        versions.CLUSTER_AUTOSCALER_CHART, versions.CLUSTER_AUTOSCALER_CHART_VERSION)
+    assert rel.inputs["repositoryOpts"]["repo"] == versions.CLUSTER_AUTOSCALER_REPO
+    values = as_ints(rel.inputs["values"])
+    assert values["autoDiscovery"] == {"clusterName": "tritonops-prod"} and values["awsRegion"] == "us-west-2"
+    assert values["image"]["tag"].startswith(f"v{versions.KUBERNETES_VERSION}.")  # its minor is the cluster's
+    roles = {r.inputs["name"]: r for r in mocks.of_type("aws:iam/role:Role") if "name" in r.inputs}
+    cfg = load_stack_config("cluster-aws", "prod")
+    assert isinstance(cfg, ClusterAwsConfig)
+    role = roles[autoscaler.role_name(cfg)]
+    sa = values["rbac"]["serviceAccount"]
+    assert sa["annotations"]["eks.amazonaws.com/role-arn"] == f"arn:aws:iam::111122223333:role/{role.name}"
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
+    assert f"system:serviceaccount:kube-system:{sa['name']}" in trust.values()
+    (policy,) = [p for p in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("cluster-autoscaler")]
+    scale = json.loads(policy.inputs["policy"])["Statement"][1]
+    assert scale["Condition"] == {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/tritonops-prod": "owned"}}
+    # dev and staging have only Karpenter pools: no cluster-autoscaler
+    for env in ("dev", "staging"):
+        assert not [r for r in committed("cluster-aws", env).of_type("kubernetes:helm.sh/v3:Release")
+                    if r.inputs["name"] == "cluster-autoscaler"]
+
+
+@pytest.mark.parametrize("env", envs())
+def test_every_keda_max_has_capacity_in_its_pool(env: str) -> None:
+    """Each autoscaled service's KEDA max fits what its pool can grow to (at least one GPU per node):
+    a managed group's maxSize with cluster-autoscaler installed, a Karpenter pool's maxGpus."""
+    cluster = load_stack_config("cluster-aws", env)
+    assert isinstance(cluster, ClusterAwsConfig)
+    pools = {p.name: p for p in cluster.gpu_node_pools}
+    growing = {p.name for p in autoscaler.managed_gpu_pools(cluster)}
+    for svc in triton_config(env).model_services:
+        if not svc.autoscaling.enabled:
+            continue
+        pool = pools[svc.node_pool]
+        need = svc.autoscaling.max_replicas * svc.gpus
+        if pool.provisioner == "karpenter":
+            assert pool.karpenter is not None and pool.karpenter.max_gpus >= need, (svc.name, pool.name)
+        else:
+            assert pool.name in growing and pool.max_size >= need, (svc.name, pool.name)
