@@ -395,7 +395,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         )
         self.role = aws.iam.Role(
             f"{name}-role", name=autoscaler.role_name(cfg), assume_role_policy=trust, tags=eks.tags(cfg),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),  # a fixed name
         )
         policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=autoscaler.policy(cfg.cluster_name),
                                     opts=pulumi.ResourceOptions(parent=self))

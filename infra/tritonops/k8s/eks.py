@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -74,11 +75,22 @@ def node_labels(pool: GpuNodePoolConfig) -> dict[str, str]:
     return {**out, **pool.labels}
 
 
+# What replaces an EKS managed node group rather than updating it (the AWS provider's ForceNew inputs).
+REPLACING_INPUTS = ("ami_type", "capacity_type", "disk_size", "instance_types", "subnet_ids")
+
+
+def _named(cfg: ClusterAwsConfig, pool_name: str, spec: Obj) -> Obj:
+    """``spec`` with ``node_group_name`` <cluster>-<pool>-<6 hex of its replacing inputs>: a change of
+    instance types or disk size replaces the group under a new name, so Pulumi creates the new group
+    (and moves the pods) before it deletes the old one, and no name collides."""
+    digest = hashlib.sha256(json.dumps([spec[k] for k in REPLACING_INPUTS], sort_keys=True).encode()).hexdigest()
+    return {"node_group_name": f"{cfg.cluster_name}-{pool_name}-{digest[:6]}", **spec}
+
+
 def node_group_spec(cfg: ClusterAwsConfig, pool: GpuNodePoolConfig) -> Obj:
     """aws.eks.NodeGroup arguments of one GPU pool (less cluster name and role ARN)."""
     gpu_family(pool.instance_types[0])  # unknown families were refused by the config already
-    return {
-        "node_group_name": f"{cfg.cluster_name}-{pool.name}",
+    return _named(cfg, pool.name, {
         "subnet_ids": list(cfg.subnet_ids),
         "instance_types": list(pool.instance_types),
         "ami_type": pool.ami_type,
@@ -93,13 +105,12 @@ def node_group_spec(cfg: ClusterAwsConfig, pool: GpuNodePoolConfig) -> Obj:
         "labels": node_labels(pool),
         "taints": [{"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
         "tags": tags(cfg, **{"tritonops:node-pool": pool.name}),
-    }
+    })
 
 
 def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
     p = cfg.system_node_pool
-    return {
-        "node_group_name": f"{cfg.cluster_name}-system",
+    return _named(cfg, "system", {
         "subnet_ids": list(cfg.subnet_ids),
         "instance_types": list(p.instance_types),
         "ami_type": "AL2023_x86_64_STANDARD",
@@ -109,7 +120,7 @@ def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
         "update_config": {"max_unavailable": 1},
         "labels": {NODE_POOL_LABEL: "system"},
         "tags": tags(cfg, **{"tritonops:node-pool": "system"}),
-    }
+    })
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

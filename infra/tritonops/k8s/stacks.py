@@ -274,7 +274,8 @@ def cluster_aws_program() -> dict[str, Any]:
     readers: dict[str, aws.iam.Role] = {}
     for r in cfg.model_readers:
         trust = pulumi.Output.all(oidc.arn, issuer).apply(_reader_trust(r.namespace, r.service_account))
-        role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"])
+        role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"],
+                             opts=pulumi.ResourceOptions(delete_before_replace=True))  # a fixed name
         aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
                           policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
         readers[r.role_name] = role_
