@@ -44,6 +44,7 @@ _CORE: dict[tuple[str, str], Any] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("storage.k8s.io/v1", "StorageClass"): k8s.storage.v1.StorageClass,
 }
 _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "stringData": "string_data",
@@ -53,6 +54,9 @@ _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "preemptionPolicy": "preemption_policy",
     "imagePullSecrets": "image_pull_secrets",
     "roleRef": "role_ref",
+    "reclaimPolicy": "reclaim_policy",
+    "volumeBindingMode": "volume_binding_mode",
+    "allowVolumeExpansion": "allow_volume_expansion",
 }
 
 
@@ -402,3 +406,45 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         rel = autoscaler.release(cfg, self.role.arn, args.region)
         self.release = helm_release(rel, self, [policy, *depends_on])
         self.register_outputs({"roleArn": self.role.arn})
+
+
+# --- cluster add-ons (cluster-aws) ---------------------------------------------------------------
+
+
+class ClusterAddons(pulumi.ComponentResource):
+    """The EKS add-ons the workloads need: the VPC CNI with NetworkPolicy enforcement on, the EBS CSI
+    driver with its IRSA role, and the default gp3 StorageClass (through the provider in ``opts``)."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: ClusterAwsConfig,
+        cluster_name: pulumi.Input[str],
+        oidc: tuple[pulumi.Input[str], pulumi.Input[str]],  # the OIDC provider's ARN and issuer URL
+        opts: pulumi.ResourceOptions | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        super().__init__("tritonops:aws:ClusterAddons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
+        self.vpc_cni = aws.eks.Addon(
+            f"{name}-vpc-cni", cluster_name=cluster_name, addon_name=eks.VPC_CNI_ADDON,
+            configuration_values=eks.vpc_cni_configuration(), resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE", tags=eks.tags(cfg), opts=child,
+        )
+        ns, sa = eks.EBS_CSI_SERVICE_ACCOUNT
+        trust = pulumi.Output.all(*oidc).apply(lambda v: eks.irsa_trust_policy(v[0], v[1], ns, sa))
+        self.ebs_role = aws.iam.Role(
+            f"{name}-ebs-csi-role", name=eks.ebs_csi_role_name(cfg), assume_role_policy=trust, tags=eks.tags(cfg),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),  # a fixed name
+        )
+        attach = aws.iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=self.ebs_role.name,
+                                              policy_arn=eks.EBS_CSI_POLICY, opts=pulumi.ResourceOptions(parent=self))
+        self.ebs_csi = aws.eks.Addon(
+            f"{name}-ebs-csi", cluster_name=cluster_name, addon_name=eks.EBS_CSI_ADDON,
+            service_account_role_arn=self.ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE", tags=eks.tags(cfg),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, *depends_on]),
+        )
+        self.storage_class = k8s_object(eks.storage_class(), pulumi.ResourceOptions(parent=self,
+                                                                                     depends_on=[self.ebs_csi]))
+        self.register_outputs({"ebsCsiRoleArn": self.ebs_role.arn})

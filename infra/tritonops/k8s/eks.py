@@ -123,6 +123,45 @@ def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
     })
 
 
+# --- what the cluster provides its workloads: the EBS CSI driver, a default gp3 StorageClass, the VPC
+# CNI with NetworkPolicy enforcement (EKS add-ons; the drivers' own IRSA roles) ---------------------
+
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
+EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
+EBS_CSI_POLICY = f"{AWS_POLICY}/service-role/AmazonEBSCSIDriverPolicy"
+VPC_CNI_ADDON = "vpc-cni"
+DEFAULT_STORAGE_CLASS = "gp3"  # what a PVC without storageClassName gets (prod's Prometheus names it)
+
+
+def ebs_csi_role_name(cfg: ClusterAwsConfig) -> str:
+    return f"{cfg.cluster_name}-ebs-csi"
+
+
+def vpc_cni_configuration() -> str:
+    """The vpc-cni add-on's configuration: its network-policy agent on, so NetworkPolicies are enforced
+    (without it EKS accepts them and enforces nothing)."""
+    return json.dumps({"enableNetworkPolicy": "true"})
+
+
+def storage_class() -> Obj:
+    """The cluster's default StorageClass: encrypted gp3 volumes from the EBS CSI driver, bound where
+    the pod lands (WaitForFirstConsumer: the volume's zone is the node's)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": DEFAULT_STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            "labels": {"app.kubernetes.io/part-of": "tritonops", "app.kubernetes.io/managed-by": "tritonops"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+    }
+
+
 def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
     """A kubeconfig that authenticates with ``aws eks get-token`` (no long-lived credentials)."""
     doc = {

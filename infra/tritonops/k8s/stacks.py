@@ -98,6 +98,7 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
             for r in cfg.model_readers
         ]
         out.aws.append({"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.system_node_group_spec(cfg)})
+        out.aws += _addon_specs(cfg)
         out.aws += [
             {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)}
             for p in karpenter.managed_pools(cfg)
@@ -119,7 +120,22 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
             role = f"arn:aws:iam::<account-id>:role/{karpenter.controller_role_name(cfg)}"
             out.releases.append(karpenter.release(cfg, role))
             out.objects += karpenter.objects(cfg)
+        out.objects.append(eks.storage_class())
     return out
+
+
+def _addon_specs(cfg: ClusterAwsConfig) -> list[Obj]:
+    """The EKS add-ons cluster-aws installs (and the EBS CSI driver's IRSA role), as render writes them."""
+    ns, sa = eks.EBS_CSI_SERVICE_ACCOUNT
+    return [
+        {"type": "aws:eks/addon:Addon", "spec": {"name": eks.VPC_CNI_ADDON,
+                                                  "configuration_values": json.loads(eks.vpc_cni_configuration())}},
+        {"type": "aws:iam/role:Role", "spec": {"name": eks.ebs_csi_role_name(cfg),
+                                               "trust": f"IRSA (cluster OIDC): system:serviceaccount:{ns}:{sa}",
+                                               "policy_arn": eks.EBS_CSI_POLICY}},
+        {"type": "aws:eks/addon:Addon", "spec": {"name": eks.EBS_CSI_ADDON,
+                                                  "service_account_role": eks.ebs_csi_role_name(cfg)}},
+    ]
 
 
 def triton_outputs(cfg: TritonStackConfig) -> Obj:
@@ -282,12 +298,14 @@ def cluster_aws_program() -> dict[str, Any]:
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)
     )
-    out: dict[str, Any] = {}
-    if karpenter.karpenter_pools(cfg) or autoscaler.managed_gpu_pools(cfg):
-        import pulumi_kubernetes as k8s
+    import pulumi_kubernetes as k8s
 
-        provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
-        k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    from tritonops.k8s.components import ClusterAddons
+
+    provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
+    k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    out: dict[str, Any] = {"addons": ClusterAddons("addons", cfg, cluster.name, (oidc.arn, issuer), k8s_opts,
+                                                   depends_on=[system])}
     if karpenter.karpenter_pools(cfg):
         from tritonops.k8s.karpenter_stack import Karpenter, KarpenterArgs
 

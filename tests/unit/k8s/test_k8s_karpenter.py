@@ -187,7 +187,8 @@ def test_no_karpenter_pool_no_karpenter() -> None:
     pool.pop("provisioner"), pool.pop("karpenter")
     rs = render_set("cluster-aws", "dev", parse_config("cluster-aws", raw))
     # the managed group that took its place grows with cluster-autoscaler instead
-    assert [r.name for r in rs.releases] == ["cluster-autoscaler"] and rs.objects == []
+    assert [r.name for r in rs.releases] == ["cluster-autoscaler"]
+    assert [o["kind"] for o in rs.objects] == ["StorageClass"]  # no NodePool, no EC2NodeClass
     assert [a["type"] for a in rs.aws].count("aws:eks/nodeGroup:NodeGroup") == 2
     assert not any(a["type"].startswith(("aws:sqs", "aws:cloudwatch")) for a in rs.aws)
 
@@ -200,7 +201,7 @@ def test_stack_creates_the_same_nodepools_render_writes(env: str) -> None:
     key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
     captured = sorted(k8s_objects(committed("cluster-aws", env)), key=key)
     assert captured == sorted(build("cluster-aws", env).objects, key=key)
-    assert {o["kind"] for o in captured} == {"NodePool", "EC2NodeClass"}
+    assert {o["kind"] for o in captured} == {"NodePool", "EC2NodeClass", "StorageClass"}
 
 
 @ENVS
