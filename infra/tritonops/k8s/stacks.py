@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import autoscaler, bootstrap, eks, karpenter, outputs, platform, required, triton
+from tritonops.k8s import autoscaler, bootstrap, buckets, eks, karpenter, outputs, platform, required, triton
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.config import (
     ClusterAwsConfig,
@@ -121,6 +121,8 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
             out.releases.append(karpenter.release(cfg, role))
             out.objects += karpenter.objects(cfg)
         out.objects.append(eks.storage_class())
+        out.aws += [{"type": "aws:s3/bucket:Bucket", "spec": buckets.bucket_spec(b)}
+                    for b in buckets.release_buckets(cfg)]
     return out
 
 
@@ -295,6 +297,10 @@ def cluster_aws_program() -> dict[str, Any]:
         aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
                           policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
         readers[r.role_name] = role_
+    from tritonops.k8s.components import ReleaseBucket
+
+    account = aws.get_caller_identity_output().account_id
+    release_buckets = {b: ReleaseBucket(f"bucket-{b}", b, cfg, account) for b in buckets.release_buckets(cfg)}
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)
     )
@@ -326,6 +332,8 @@ def cluster_aws_program() -> dict[str, Any]:
     pulumi.export("modelReaderRoleArns", {name: role_.arn for name, role_ in readers.items()})
     # What the triton stack reads (outputs.reader_arn): each role with the ServiceAccount it trusts.
     pulumi.export(outputs.MODEL_READERS, outputs.model_readers(cfg, {n: r.arn for n, r in readers.items()}))
+    pulumi.export("releaseBuckets", {b: {"publisherRoleArn": r.publisher.arn} for b, r in release_buckets.items()})
+    out["buckets"] = release_buckets
     return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **out}
 
 

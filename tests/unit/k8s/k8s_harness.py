@@ -114,6 +114,8 @@ class Mocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "111122223333", "arn": "arn:aws:iam::111122223333:user/ci", "userId": "AIDA", "id": "1"}
         return {}
 
     def of_type(self, typ: str) -> list[Captured]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from k8s_harness import as_ints, committed, envs
-from tritonops.k8s import eks, platform
-from tritonops.k8s.config import PlatformConfig
+from k8s_harness import as_ints, committed, envs, triton_config
+from tritonops.k8s import eks, outputs, platform
+from tritonops.k8s.config import ClusterAwsConfig, ConfigError, PlatformConfig
 from tritonops.k8s.stack_file import load_stack_config
 
 
@@ -51,3 +51,63 @@ def test_default_gp3_storage_class_serves_the_prometheus_pvc(env: str) -> None:
     values = platform.monitoring_release(cfg).values
     claim = values["prometheus"]["prometheusSpec"].get("storageSpec", {}).get("volumeClaimTemplate", {}).get("spec", {})
     assert claim.get("storageClassName", sc["metadata"]["name"]) == sc["metadata"]["name"]
+
+
+# --- release buckets: one bucket, one IRSA role, the service reads exactly that ---------------------
+
+
+@pytest.mark.parametrize("env", envs("cluster-aws"))
+def test_release_buckets_private_versioned_encrypted_with_publisher(env: str) -> None:
+    """Before: nothing created the buckets the modelReaders read; `release publish` had nowhere to write."""
+    mocks = committed("cluster-aws", env)
+    cfg = load_stack_config("cluster-aws", env)
+    assert isinstance(cfg, ClusterAwsConfig)
+    made = {b.inputs["bucket"]: b for b in mocks.of_type("aws:s3/bucket:Bucket")}
+    assert set(made) == {r.bucket for r in cfg.model_readers} and made
+    by_bucket = lambda typ: {r.name.split("-", 1)[1].rsplit("-", 1)[0]: r.inputs for r in mocks.of_type(typ)}  # noqa: E731
+    for bucket in made:
+        block = by_bucket("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")[f"{bucket}-public"]
+        assert all(block[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                      "restrictPublicBuckets"))
+        assert by_bucket("aws:s3/bucketVersioning:BucketVersioning")[bucket]["versioningConfiguration"] == {
+            "status": "Enabled"}
+        (rule,) = by_bucket("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")[
+            bucket]["rules"]
+        assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+        assert by_bucket("aws:s3/bucketOwnershipControls:BucketOwnershipControls")[bucket]["rule"] == {
+            "objectOwnership": "BucketOwnerEnforced"}
+        (pub,) = [r for r in mocks.of_type("aws:iam/role:Role") if r.inputs.get("name") == f"{bucket}-publisher"]
+        assert json.loads(pub.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {
+            "AWS": "arn:aws:iam::111122223333:root"}
+
+
+@pytest.mark.parametrize("env", envs())
+def test_a_model_service_reads_the_bucket_its_irsa_role_reads(env: str) -> None:
+    """The role and the bucket are one: each service with a modelReader reads (its release store) inside
+    that role's bucket/prefix, which cluster-aws creates and the role's policy grants."""
+    triton = triton_config(env)
+    cluster = load_stack_config("cluster-aws", env)
+    assert isinstance(cluster, ClusterAwsConfig)
+    readers = {r.role_name: r for r in cluster.model_readers}
+    created = {b.inputs["bucket"] for b in committed("cluster-aws", env).of_type("aws:s3/bucket:Bucket")}
+    for svc in triton.model_services:
+        if svc.model_reader is None:
+            continue
+        r = readers[svc.model_reader]
+        store = (svc.release.store if svc.release else svc.model_repository.uri) or ""  # type: ignore[union-attr]
+        assert store.startswith(f"s3://{r.bucket}/{r.prefix}".rstrip("/")), (svc.name, store)
+        assert r.bucket in created
+        policy = json.loads(eks.s3_read_policy(r.bucket, r.prefix))
+        assert f"arn:aws:s3:::{r.bucket}/{r.prefix}/*" in policy["Statement"][0]["Resource"]
+
+
+def test_a_service_reading_another_bucket_than_its_role_is_refused() -> None:
+    cfg = triton_config("prod")
+    readers = outputs.model_readers(load_stack_config("cluster-aws", "prod"),  # type: ignore[arg-type]
+                                    {r: f"arn:aws:iam::1:role/{r}" for r in ("tritonops-prod-model-reader",
+                                                                            "tritonops-prod-embeddings-reader")})
+    assert outputs.reader_arn(cfg, 0, readers, "org/tritonops-cluster-aws/prod").endswith("model-reader")
+    readers["tritonops-prod-model-reader"]["bucket"] = "tritonops-releases-prod"
+    with pytest.raises(ConfigError, match=r"modelServices\[0\]\.modelReader: this service reads "
+                                          r"s3://tritonops-models-prod/vision, but .* the IRSA role and the bucket"):
+        outputs.reader_arn(cfg, 0, readers, "org/tritonops-cluster-aws/prod")
