@@ -143,11 +143,28 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
                 f"must lie within minSize..maxSize ({pool.min_size}..{pool.max_size}), got {pool.desired_size}",
                 source,
             )
+    _check_public_endpoint(cfg, source)
     sys_pool = cfg.system_node_pool
     if not sys_pool.min_size <= sys_pool.desired_size <= sys_pool.max_size:
         raise ConfigError(
             _key("cluster-aws", ("systemNodePool", "desiredSize")), "must lie within minSize..maxSize", source
         )
+
+
+def _check_public_endpoint(cfg: Any, source: str | None) -> None:
+    """A public API endpoint names who may reach it: EKS opens an empty list to 0.0.0.0/0."""
+    key = _key("cluster-aws", ("publicAccessCidrs",))
+    if cfg.endpoint_public_access and not cfg.public_access_cidrs:
+        raise ConfigError(key, "endpointPublicAccess is true: list the CIDRs that may reach the API endpoint "
+                               "(EKS would open it to 0.0.0.0/0), or set endpointPublicAccess: false", source)
+    if cfg.public_access_cidrs and not cfg.endpoint_public_access:
+        raise ConfigError(key, "set only with endpointPublicAccess: true (the endpoint is private)", source)
+    for j, cidr in enumerate(cfg.public_access_cidrs):
+        try:
+            ipaddress.ip_network(cidr)
+        except ValueError as exc:
+            raise ConfigError(_key("cluster-aws", ("publicAccessCidrs", j)), f"{cidr!r} is not a CIDR: {exc}",
+                              source) from exc
 
 
 def _check_platform(cfg: Any, source: str | None) -> None:

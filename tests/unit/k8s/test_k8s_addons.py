@@ -10,7 +10,8 @@ import pytest
 from k8s_harness import as_ints, committed, envs, triton_config
 from tritonops.k8s import eks, outputs, platform
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError, PlatformConfig
-from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.parse import parse_config
+from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 
 
 def _addons(env: str) -> dict[str, dict]:
@@ -111,3 +112,18 @@ def test_a_service_reading_another_bucket_than_its_role_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"modelServices\[0\]\.modelReader: this service reads "
                                           r"s3://tritonops-models-prod/vision, but .* the IRSA role and the bucket"):
         outputs.reader_arn(cfg, 0, readers, "org/tritonops-cluster-aws/prod")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"endpointPublicAccess": True, "publicAccessCidrs": []}, r"publicAccessCidrs: endpointPublicAccess is true"),
+        ({"endpointPublicAccess": False, "publicAccessCidrs": ["10.0.0.0/8"]}, r"publicAccessCidrs: set only with"),
+        ({"endpointPublicAccess": True, "publicAccessCidrs": ["10.0.0.0/33"]}, r"publicAccessCidrs\[0\]: '10.0.0.0/33'"),
+    ],
+)
+def test_public_endpoint_names_who_may_reach_it(changes: dict, message: str) -> None:
+    """Before: endpointPublicAccess without publicAccessCidrs passed, and EKS opened the API to 0.0.0.0/0."""
+    raw = {**read_stack_file("cluster-aws", "dev")[0], **changes}
+    with pytest.raises(ConfigError, match=message):
+        parse_config("cluster-aws", raw)
