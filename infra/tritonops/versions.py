@@ -42,6 +42,12 @@ KEDA_REPO = "https://kedacore.github.io/charts"
 KARPENTER_CHART = "karpenter"
 KARPENTER_CHART_VERSION = "1.14.1"
 KARPENTER_REPO = "oci://public.ecr.aws/karpenter"
+# cluster-autoscaler (cluster-aws): grows the managed GPU node groups up to their maxSize. Its minor must
+# be the control plane's (KUBERNETES_VERSION), so the image tag is pinned beside the chart.
+CLUSTER_AUTOSCALER_CHART = "cluster-autoscaler"
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.52.1"
+CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
+CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.30.7"
 # EKS-optimized AMI releases the EC2NodeClasses pin (amiSelectorTerms alias family@version, never
 # @latest): AL2023 (Karpenter picks its NVIDIA variant on GPU instances) and Bottlerocket.
 KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20251120", "bottlerocket": "bottlerocket@v1.50.0"}

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from tritonops.k8s import eks, platform, triton
+from tritonops.k8s import autoscaler, buckets, eks, platform, triton, waits
 from tritonops.k8s.config import (
     ClusterAwsConfig,
     GpuNodePoolConfig,
@@ -44,6 +44,7 @@ _CORE: dict[tuple[str, str], Any] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("storage.k8s.io/v1", "StorageClass"): k8s.storage.v1.StorageClass,
 }
 _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "stringData": "string_data",
@@ -53,6 +54,9 @@ _TOP_LEVEL = {  # top-level fields of core kinds -> Python argument names
     "preemptionPolicy": "preemption_policy",
     "imagePullSecrets": "image_pull_secrets",
     "roleRef": "role_ref",
+    "reclaimPolicy": "reclaim_policy",
+    "volumeBindingMode": "volume_binding_mode",
+    "allowVolumeExpansion": "allow_volume_expansion",
 }
 
 
@@ -92,8 +96,10 @@ def apply_objects(
     depends_on: Sequence[pulumi.Resource] = (),
     ignore_replicas: bool = False,
 ) -> list[pulumi.CustomResource]:
-    """Namespaces first, then everything else depending on them."""
+    """Namespaces first, then everything else depending on them; each object that waits gets the
+    timeouts tritonops.k8s.waits derives for it."""
     created: list[pulumi.CustomResource] = []
+    planned = waits.plan(list(objs))
     namespaces = [
         k8s_object(o, pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)))
         for o in objs
@@ -104,10 +110,17 @@ def apply_objects(
         if o["kind"] == "Namespace":
             continue
         ignore = ["spec.replicas"] if ignore_replicas and o["kind"] == "Deployment" else None
+        wait = planned.get(waits.key(o))
+        timeouts = wait.custom_timeouts() if wait is not None else None
         created.append(
             k8s_object(
                 o,
-                pulumi.ResourceOptions(parent=parent, depends_on=[*namespaces, *depends_on], ignore_changes=ignore),
+                pulumi.ResourceOptions(
+                    parent=parent,
+                    depends_on=[*namespaces, *depends_on],
+                    ignore_changes=ignore,
+                    custom_timeouts=pulumi.CustomTimeouts(**timeouts) if timeouts else None,
+                ),
             )
         )
     return created
@@ -351,3 +364,124 @@ class TritonService(pulumi.ComponentResource):
             ignore_replicas=svc.autoscaling.enabled,
         )
         self.register_outputs({"deployment": name_of(svc), "namespace": args.config.namespace})
+
+
+# --- cluster-autoscaler (cluster-aws) ------------------------------------------------------------
+
+
+@dataclass
+class ClusterAutoscalerArgs:
+    cluster: ClusterAwsConfig
+    oidc_provider_arn: pulumi.Input[str]
+    oidc_issuer: pulumi.Input[str]
+    region: str
+
+    def __post_init__(self) -> None:
+        if not autoscaler.managed_gpu_pools(self.cluster):
+            raise ValueError("cluster.gpu_node_pools: no managed pool can grow (maxSize > minSize)")
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    """IRSA role (kube-system:cluster-autoscaler) and the pinned chart that grows the managed GPU groups.
+    The release uses the Kubernetes provider given in ``opts.providers``."""
+
+    def __init__(
+        self,
+        name: str,
+        args: ClusterAutoscalerArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        super().__init__("tritonops:aws:ClusterAutoscaler", name, None, opts)
+        cfg = args.cluster
+        trust = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer).apply(
+            lambda v: eks.irsa_trust_policy(v[0], v[1], autoscaler.NAMESPACE, autoscaler.SERVICE_ACCOUNT)
+        )
+        self.role = aws.iam.Role(
+            f"{name}-role", name=autoscaler.role_name(cfg), assume_role_policy=trust, tags=eks.tags(cfg),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),  # a fixed name
+        )
+        policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=autoscaler.policy(cfg.cluster_name),
+                                    opts=pulumi.ResourceOptions(parent=self))
+        rel = autoscaler.release(cfg, self.role.arn, args.region)
+        self.release = helm_release(rel, self, [policy, *depends_on])
+        self.register_outputs({"roleArn": self.role.arn})
+
+
+# --- cluster add-ons (cluster-aws) ---------------------------------------------------------------
+
+
+class ClusterAddons(pulumi.ComponentResource):
+    """The EKS add-ons the workloads need: the VPC CNI with NetworkPolicy enforcement on, the EBS CSI
+    driver with its IRSA role, and the default gp3 StorageClass (through the provider in ``opts``)."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: ClusterAwsConfig,
+        cluster_name: pulumi.Input[str],
+        oidc: tuple[pulumi.Input[str], pulumi.Input[str]],  # the OIDC provider's ARN and issuer URL
+        opts: pulumi.ResourceOptions | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        super().__init__("tritonops:aws:ClusterAddons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
+        self.vpc_cni = aws.eks.Addon(
+            f"{name}-vpc-cni", cluster_name=cluster_name, addon_name=eks.VPC_CNI_ADDON,
+            configuration_values=eks.vpc_cni_configuration(), resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE", tags=eks.tags(cfg), opts=child,
+        )
+        ns, sa = eks.EBS_CSI_SERVICE_ACCOUNT
+        trust = pulumi.Output.all(*oidc).apply(lambda v: eks.irsa_trust_policy(v[0], v[1], ns, sa))
+        self.ebs_role = aws.iam.Role(
+            f"{name}-ebs-csi-role", name=eks.ebs_csi_role_name(cfg), assume_role_policy=trust, tags=eks.tags(cfg),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),  # a fixed name
+        )
+        attach = aws.iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=self.ebs_role.name,
+                                              policy_arn=eks.EBS_CSI_POLICY, opts=pulumi.ResourceOptions(parent=self))
+        self.ebs_csi = aws.eks.Addon(
+            f"{name}-ebs-csi", cluster_name=cluster_name, addon_name=eks.EBS_CSI_ADDON,
+            service_account_role_arn=self.ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE", tags=eks.tags(cfg),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, *depends_on]),
+        )
+        self.storage_class = k8s_object(eks.storage_class(), pulumi.ResourceOptions(parent=self,
+                                                                                     depends_on=[self.ebs_csi]))
+        self.register_outputs({"ebsCsiRoleArn": self.ebs_role.arn})
+
+
+class ReleaseBucket(pulumi.ComponentResource):
+    """One release bucket (tritonops.k8s.buckets): private, versioned, SSE-S3 encrypted, owner-enforced,
+    and its publisher role."""
+
+    def __init__(self, name: str, bucket: str, cfg: ClusterAwsConfig, account_id: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tritonops:aws:ReleaseBucket", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.bucket = aws.s3.Bucket(name, bucket=bucket, tags=eks.tags(cfg),
+                                      opts=pulumi.ResourceOptions(parent=self, protect=cfg.tier == "production"))
+        aws.s3.BucketPublicAccessBlock(f"{name}-public-access", bucket=self.bucket.id, block_public_acls=True,
+                                       block_public_policy=True, ignore_public_acls=True,
+                                       restrict_public_buckets=True, opts=child)
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership", bucket=self.bucket.id,
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"), opts=child)
+        aws.s3.BucketVersioning(
+            f"{name}-versioning", bucket=self.bucket.id,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+            opts=child)
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-sse", bucket=self.bucket.id,
+            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                apply_server_side_encryption_by_default=aws.s3.
+                BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                    sse_algorithm="AES256"))],
+            opts=child)
+        self.publisher = aws.iam.Role(
+            f"{name}-publisher", name=buckets.publisher_role_name(bucket),
+            assume_role_policy=pulumi.Output.from_input(account_id).apply(buckets.publisher_trust),
+            tags=eks.tags(cfg), opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        aws.iam.RolePolicy(f"{name}-publisher-s3", role=self.publisher.id, policy=buckets.publisher_policy(bucket),
+                           opts=child)
+        self.register_outputs({"bucket": self.bucket.bucket, "publisherRoleArn": self.publisher.arn})

@@ -331,6 +331,9 @@ class ModelService(_Cfg):
     pdb_min_available: int | None = Field(default=None, ge=1)  # None: maxUnavailable 1
     spread: bool = False  # required anti-affinity + DoNotSchedule spread across nodes
     image: str = versions.TRITON_IMAGE
+    # The image's @sha256 digest is a placeholder (all zeros) on purpose: an example file. Without it a
+    # zero digest is refused (its pods could never pull, and `pulumi up` would wait for them in vain).
+    image_placeholder: bool = False
     model_repository: ModelRepository | None = None  # Triton reads it itself (s3 or a PVC) ...
     release: ReleaseSource | None = None  # ... or the release agent puts signed releases in place
     # roleName of a cluster-aws modelReaders entry: the triton stack reads its ARN from that stack's

@@ -27,15 +27,14 @@ from tritonops.agent.triton import SECRET_ENV
 from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
-    GPU_RESOURCE,
     GRPC_PORT,
     HTTP_PORT,
-    NODE_POOL_LABEL,
     TRITON_UID,
     canary_of,
     container_security_context,
     name_of,
     object_meta,
+    off_gpu_nodes,
     selector,
     track_selector,
 )
@@ -122,8 +121,8 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
                                 "runAsGroup": TRITON_UID,
                                 "seccompProfile": {"type": "RuntimeDefault"},
                             },
-                            "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
-                            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                            # A CPU job: never on (nor tolerating) the GPU nodes whose capacity Triton needs.
+                            "affinity": off_gpu_nodes(),
                             "containers": [
                                 {
                                     "name": "drift-check",

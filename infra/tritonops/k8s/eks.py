@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
-from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL
+from tritonops.k8s.labels import GPU_NODE_LABEL, GPU_RESOURCE, NODE_POOL_LABEL
 
 Obj = dict[str, Any]
 
@@ -19,6 +20,10 @@ NODE_POLICIES = (
 )
 CLUSTER_POLICIES = (f"{AWS_POLICY}/AmazonEKSClusterPolicy",)
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The GPU Operator deploys an operand on a node unless its nvidia.com/gpu.deploy.<operand> label is
+# "false": Bottlerocket's NVIDIA variants run their own device plugin, so the operator's stays off there.
+DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+BOTTLEROCKET_AMIS = ("BOTTLEROCKET_x86_64_NVIDIA",)
 
 
 def assume_role_policy(service: str) -> str:
@@ -60,19 +65,32 @@ def cluster_spec(cfg: ClusterAwsConfig) -> Obj:
 def node_labels(pool: GpuNodePoolConfig) -> dict[str, str]:
     out = {
         NODE_POOL_LABEL: pool.name,
-        "nvidia.com/gpu.present": "true",
+        GPU_NODE_LABEL: "true",
         "tritonops.io/gpu": gpu_family(pool.instance_types[0]).gpu,
     }
     if pool.gpu_sharing:
         out[DEVICE_PLUGIN_CONFIG_LABEL] = pool.gpu_sharing
+    if pool.ami_type in BOTTLEROCKET_AMIS:
+        out[DEVICE_PLUGIN_DEPLOY_LABEL] = "false"
     return {**out, **pool.labels}
+
+
+# What replaces an EKS managed node group rather than updating it (the AWS provider's ForceNew inputs).
+REPLACING_INPUTS = ("ami_type", "capacity_type", "disk_size", "instance_types", "subnet_ids")
+
+
+def _named(cfg: ClusterAwsConfig, pool_name: str, spec: Obj) -> Obj:
+    """``spec`` with ``node_group_name`` <cluster>-<pool>-<6 hex of its replacing inputs>: a change of
+    instance types or disk size replaces the group under a new name, so Pulumi creates the new group
+    (and moves the pods) before it deletes the old one, and no name collides."""
+    digest = hashlib.sha256(json.dumps([spec[k] for k in REPLACING_INPUTS], sort_keys=True).encode()).hexdigest()
+    return {"node_group_name": f"{cfg.cluster_name}-{pool_name}-{digest[:6]}", **spec}
 
 
 def node_group_spec(cfg: ClusterAwsConfig, pool: GpuNodePoolConfig) -> Obj:
     """aws.eks.NodeGroup arguments of one GPU pool (less cluster name and role ARN)."""
     gpu_family(pool.instance_types[0])  # unknown families were refused by the config already
-    return {
-        "node_group_name": f"{cfg.cluster_name}-{pool.name}",
+    return _named(cfg, pool.name, {
         "subnet_ids": list(cfg.subnet_ids),
         "instance_types": list(pool.instance_types),
         "ami_type": pool.ami_type,
@@ -87,13 +105,12 @@ def node_group_spec(cfg: ClusterAwsConfig, pool: GpuNodePoolConfig) -> Obj:
         "labels": node_labels(pool),
         "taints": [{"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
         "tags": tags(cfg, **{"tritonops:node-pool": pool.name}),
-    }
+    })
 
 
 def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
     p = cfg.system_node_pool
-    return {
-        "node_group_name": f"{cfg.cluster_name}-system",
+    return _named(cfg, "system", {
         "subnet_ids": list(cfg.subnet_ids),
         "instance_types": list(p.instance_types),
         "ami_type": "AL2023_x86_64_STANDARD",
@@ -103,6 +120,45 @@ def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
         "update_config": {"max_unavailable": 1},
         "labels": {NODE_POOL_LABEL: "system"},
         "tags": tags(cfg, **{"tritonops:node-pool": "system"}),
+    })
+
+
+# --- what the cluster provides its workloads: the EBS CSI driver, a default gp3 StorageClass, the VPC
+# CNI with NetworkPolicy enforcement (EKS add-ons; the drivers' own IRSA roles) ---------------------
+
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
+EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
+EBS_CSI_POLICY = f"{AWS_POLICY}/service-role/AmazonEBSCSIDriverPolicy"
+VPC_CNI_ADDON = "vpc-cni"
+DEFAULT_STORAGE_CLASS = "gp3"  # what a PVC without storageClassName gets (prod's Prometheus names it)
+
+
+def ebs_csi_role_name(cfg: ClusterAwsConfig) -> str:
+    return f"{cfg.cluster_name}-ebs-csi"
+
+
+def vpc_cni_configuration() -> str:
+    """The vpc-cni add-on's configuration: its network-policy agent on, so NetworkPolicies are enforced
+    (without it EKS accepts them and enforces nothing)."""
+    return json.dumps({"enableNetworkPolicy": "true"})
+
+
+def storage_class() -> Obj:
+    """The cluster's default StorageClass: encrypted gp3 volumes from the EBS CSI driver, bound where
+    the pod lands (WaitForFirstConsumer: the volume's zone is the node's)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": DEFAULT_STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            "labels": {"app.kubernetes.io/part-of": "tritonops", "app.kubernetes.io/managed-by": "tritonops"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
     }
 
 

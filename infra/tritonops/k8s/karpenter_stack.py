@@ -51,22 +51,25 @@ class Karpenter(pulumi.ComponentResource):
         cfg = args.cluster
         tags = eks.tags(cfg)
         child = pulumi.ResourceOptions(parent=self)
+        # Fixed names (the chart's settings and the IAM policy name them): whatever replaces one of these
+        # deletes the old first, so the new never collides with a name that still exists.
+        named = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         self.queue = aws.sqs.Queue(
             f"{name}-queue", name=karpenter.queue_name(cfg), message_retention_seconds=300,
-            sqs_managed_sse_enabled=True, tags=tags, opts=child,
+            sqs_managed_sse_enabled=True, tags=tags, opts=named,
         )
         aws.sqs.QueuePolicy(f"{name}-queue-policy", queue_url=self.queue.url,
                             policy=self.queue.arn.apply(karpenter.queue_policy), opts=child)
         for event, pattern in karpenter.INTERRUPTION_EVENTS.items():
             rule = aws.cloudwatch.EventRule(
                 f"{name}-{event}", name=f"{cfg.cluster_name}-karpenter-{event}",
-                event_pattern=json.dumps(pattern), tags=tags, opts=child,
+                event_pattern=json.dumps(pattern), tags=tags, opts=named,
             )
             aws.cloudwatch.EventTarget(f"{name}-{event}-target", rule=rule.name, arn=self.queue.arn,
                                        target_id="KarpenterInterruptionQueueTarget", opts=child)
         self.node_role = aws.iam.Role(
             f"{name}-node-role", name=karpenter.node_role_name(cfg),
-            assume_role_policy=eks.assume_role_policy("ec2.amazonaws.com"), tags=tags, opts=child,
+            assume_role_policy=eks.assume_role_policy("ec2.amazonaws.com"), tags=tags, opts=named,
         )
         for arn in NODE_POLICIES:
             aws.iam.RolePolicyAttachment(f"{name}-node-{arn.rsplit('/', 1)[1]}", role=self.node_role.name,
@@ -76,7 +79,7 @@ class Karpenter(pulumi.ComponentResource):
         self.controller_role = aws.iam.Role(
             f"{name}-controller-role", name=karpenter.controller_role_name(cfg),
             assume_role_policy=pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer).apply(_controller_trust),
-            tags=tags, opts=child,
+            tags=tags, opts=named,
         )
         policy = aws.iam.RolePolicy(
             f"{name}-controller-policy", role=self.controller_role.id,

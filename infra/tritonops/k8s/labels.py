@@ -26,6 +26,14 @@ SCRAPE_JOB = "triton"  # the `job` label tritonops.observability's rules and das
 JOB_LABEL = "tritonops.io/scrape-job"
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_POOL_LABEL = "tritonops.io/node-pool"
+# Every GPU node carries it (tritonops.k8s.eks.node_labels; the GPU Operator's feature discovery too).
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+
+
+def off_gpu_nodes() -> Obj:
+    """Required node affinity that keeps CPU work off GPU nodes (a node without the label qualifies)."""
+    term = {"matchExpressions": [{"key": GPU_NODE_LABEL, "operator": "NotIn", "values": ["true"]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 TRITON_UID = 1000  # triton-server user of the NGC image
 TRACK_LABEL = TRACK  # pod label: stable | canary (Prometheus gets it through podTargetLabels)
 TRACKS = (STABLE, CANARY)

@@ -112,4 +112,24 @@ def reader_arn(cfg: TritonStackConfig, index: int, readers: Mapping[str, Any] | 
             f"{stack}'s role {name!r} trusts system:serviceaccount:{got[0]}:{got[1]}, but this service runs as "
             f"system:serviceaccount:{want[0]}:{want[1]}: fix the cluster-aws modelReaders entry",
         )
+    store = _store_of(svc)
+    if store is not None and entry.get("bucket") is not None:
+        bucket, _, path = store.partition("/")
+        prefix = str(entry.get("prefix") or "").strip("/")
+        if bucket != entry["bucket"] or not (not prefix or path == prefix or path.startswith(prefix + "/")):
+            raise ConfigError(
+                key,
+                f"this service reads s3://{store}, but {stack}'s role {name!r} reads "
+                f"s3://{entry['bucket']}/{prefix}: the IRSA role and the bucket must be the same "
+                "(fix the release store or the cluster-aws modelReaders entry)",
+            )
     return str(entry["arn"])
+
+
+def _store_of(svc: ModelService) -> str | None:
+    """``bucket/prefix`` of the S3 location the service reads (its release store or s3 repository)."""
+    uri = svc.release.store if svc.release is not None else (
+        svc.model_repository.uri if svc.model_repository is not None and svc.model_repository.type == "s3" else None)
+    if not uri or not uri.startswith("s3://"):
+        return None
+    return str(uri[len("s3://"):].strip("/"))

@@ -130,17 +130,41 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
             )
         if pool.ami_type not in GPU_AMI_TYPES:  # pragma: no cover - Literal already refuses it
             raise ConfigError(_key("cluster-aws", ("gpuNodePools", i, "amiType")), "not a GPU AMI", source)
+        if pool.gpu_sharing and pool.ami_type.startswith("BOTTLEROCKET"):
+            raise ConfigError(
+                _key("cluster-aws", ("gpuNodePools", i, "gpuSharing")),
+                "Bottlerocket runs its own NVIDIA device plugin (the GPU Operator's is off on these nodes), "
+                "which the operator's time-slicing config does not reach: use an AL2023 pool to share GPUs",
+                source,
+            )
         if not pool.min_size <= pool.desired_size <= pool.max_size:
             raise ConfigError(
                 _key("cluster-aws", ("gpuNodePools", i, "desiredSize")),
                 f"must lie within minSize..maxSize ({pool.min_size}..{pool.max_size}), got {pool.desired_size}",
                 source,
             )
+    _check_public_endpoint(cfg, source)
     sys_pool = cfg.system_node_pool
     if not sys_pool.min_size <= sys_pool.desired_size <= sys_pool.max_size:
         raise ConfigError(
             _key("cluster-aws", ("systemNodePool", "desiredSize")), "must lie within minSize..maxSize", source
         )
+
+
+def _check_public_endpoint(cfg: Any, source: str | None) -> None:
+    """A public API endpoint names who may reach it: EKS opens an empty list to 0.0.0.0/0."""
+    key = _key("cluster-aws", ("publicAccessCidrs",))
+    if cfg.endpoint_public_access and not cfg.public_access_cidrs:
+        raise ConfigError(key, "endpointPublicAccess is true: list the CIDRs that may reach the API endpoint "
+                               "(EKS would open it to 0.0.0.0/0), or set endpointPublicAccess: false", source)
+    if cfg.public_access_cidrs and not cfg.endpoint_public_access:
+        raise ConfigError(key, "set only with endpointPublicAccess: true (the endpoint is private)", source)
+    for j, cidr in enumerate(cfg.public_access_cidrs):
+        try:
+            ipaddress.ip_network(cidr)
+        except ValueError as exc:
+            raise ConfigError(_key("cluster-aws", ("publicAccessCidrs", j)), f"{cidr!r} is not a CIDR: {exc}",
+                              source) from exc
 
 
 def _check_platform(cfg: Any, source: str | None) -> None:
@@ -500,6 +524,7 @@ def _check_triton(cfg: Any, source: str | None) -> None:
                 f"pin an image tag, optionally with its digest: REPOSITORY:TAG[@sha256:DIGEST] (got {svc.image!r})",
                 source,
             )
+        _check_digest(svc, (*k, "image"), source)
         if cfg.ingress.mode == "gateway" and len(svc.models) > GATEWAY_MAX_MODELS:
             raise ConfigError(
                 _key("triton", (*k, "models")),
@@ -541,6 +566,25 @@ def _check_triton(cfg: Any, source: str | None) -> None:
         check_budget(cfg)
     except ValueError as exc:
         raise ConfigError(getattr(exc, "key", _key("triton", ("modelServices",))), str(exc), source) from exc
+
+
+def _check_digest(svc: Any, k: tuple[str | int, ...], source: str | None) -> None:
+    """An all-zero digest is a placeholder: refused unless the service says so (``imagePlaceholder``)."""
+    placeholder = svc.image.endswith("@sha256:" + "0" * 64)
+    if placeholder and not svc.image_placeholder:
+        raise ConfigError(
+            _key("triton", k),
+            "the digest is the all-zero placeholder: no node can pull it and `pulumi up` would wait for pods "
+            "that never start. Put the tag's digest (skopeo inspect --format '{{.Digest}}' docker://IMAGE), "
+            "or set imagePlaceholder: true on the service if this file is only an example",
+            source,
+        )
+    if svc.image_placeholder and not placeholder:
+        raise ConfigError(
+            _key("triton", (*k[:-1], "imagePlaceholder")),
+            "true, but the image's digest is no placeholder: remove imagePlaceholder",
+            source,
+        )
 
 
 _CHECKS = {"cluster-aws": _check_cluster_aws, "platform": _check_platform, "triton": _check_triton}

@@ -104,6 +104,7 @@ CHART_KINDS: dict[str, frozenset[tuple[str, str]]] = {
             ("nfd.k8s-sigs.io", "NodeFeatureRule"),
         }
     ),
+    versions.CLUSTER_AUTOSCALER_CHART: frozenset(),  # no CRDs
     f"{versions.KARPENTER_REPO}/{versions.KARPENTER_CHART}": frozenset(
         {("karpenter.sh", "NodePool"), ("karpenter.sh", "NodeClaim"), ("karpenter.k8s.aws", "EC2NodeClass")}
     ),

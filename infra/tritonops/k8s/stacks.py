@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import bootstrap, eks, karpenter, outputs, platform, required, triton
+from tritonops.k8s import autoscaler, bootstrap, buckets, eks, karpenter, outputs, platform, required, triton
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.config import (
     ClusterAwsConfig,
@@ -100,16 +100,46 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
             for r in cfg.model_readers
         ]
         out.aws.append({"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.system_node_group_spec(cfg)})
+        out.aws += _addon_specs(cfg)
         out.aws += [
             {"type": "aws:eks/nodeGroup:NodeGroup", "spec": eks.node_group_spec(cfg, p)}
             for p in karpenter.managed_pools(cfg)
         ]
+        if autoscaler.managed_gpu_pools(cfg):
+            out.aws.append({
+                "type": "aws:iam/role:Role",
+                "spec": {
+                    "name": autoscaler.role_name(cfg),
+                    "trust": "IRSA (cluster OIDC): "
+                    f"system:serviceaccount:{autoscaler.NAMESPACE}:{autoscaler.SERVICE_ACCOUNT}",
+                    "policy": json.loads(autoscaler.policy(cfg.cluster_name)),
+                },
+            })
+            role_arn = f"arn:aws:iam::<account-id>:role/{autoscaler.role_name(cfg)}"
+            out.releases.append(autoscaler.release(cfg, role_arn, "<aws:region>"))
         if karpenter.karpenter_pools(cfg):
             out.aws += karpenter.aws_resources(cfg)
             role = f"arn:aws:iam::<account-id>:role/{karpenter.controller_role_name(cfg)}"
             out.releases.append(karpenter.release(cfg, role))
             out.objects += karpenter.objects(cfg)
+        out.objects.append(eks.storage_class())
+        out.aws += [{"type": "aws:s3/bucket:Bucket", "spec": buckets.bucket_spec(b)}
+                    for b in buckets.release_buckets(cfg)]
     return out
+
+
+def _addon_specs(cfg: ClusterAwsConfig) -> list[Obj]:
+    """The EKS add-ons cluster-aws installs (and the EBS CSI driver's IRSA role), as render writes them."""
+    ns, sa = eks.EBS_CSI_SERVICE_ACCOUNT
+    return [
+        {"type": "aws:eks/addon:Addon", "spec": {"name": eks.VPC_CNI_ADDON,
+                                                  "configuration_values": json.loads(eks.vpc_cni_configuration())}},
+        {"type": "aws:iam/role:Role", "spec": {"name": eks.ebs_csi_role_name(cfg),
+                                               "trust": f"IRSA (cluster OIDC): system:serviceaccount:{ns}:{sa}",
+                                               "policy_arn": eks.EBS_CSI_POLICY}},
+        {"type": "aws:eks/addon:Addon", "spec": {"name": eks.EBS_CSI_ADDON,
+                                                  "service_account_role": eks.ebs_csi_role_name(cfg)}},
+    ]
 
 
 def triton_outputs(cfg: TritonStackConfig) -> Obj:
@@ -278,25 +308,37 @@ def cluster_aws_program() -> dict[str, Any]:
     readers: dict[str, aws.iam.Role] = {}
     for r in cfg.model_readers:
         trust = pulumi.Output.all(oidc.arn, issuer).apply(_reader_trust(r.namespace, r.service_account))
-        role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"])
+        role_ = aws.iam.Role(f"reader-{r.role_name}", name=r.role_name, assume_role_policy=trust, tags=spec["tags"],
+                             opts=pulumi.ResourceOptions(delete_before_replace=True))  # a fixed name
         aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
                           policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
         readers[r.role_name] = role_
+    from tritonops.k8s.components import ReleaseBucket
+
+    account = aws.get_caller_identity_output().account_id
+    release_buckets = {b: ReleaseBucket(f"bucket-{b}", b, cfg, account) for b in buckets.release_buckets(cfg)}
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(*a)
     )
-    out: dict[str, Any] = {}
-    if karpenter.karpenter_pools(cfg):
-        import pulumi_kubernetes as k8s
+    import pulumi_kubernetes as k8s
 
+    from tritonops.k8s.components import ClusterAddons
+
+    provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
+    k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    out: dict[str, Any] = {"addons": ClusterAddons("addons", cfg, cluster.name, (oidc.arn, issuer), k8s_opts,
+                                                   depends_on=[system])}
+    if karpenter.karpenter_pools(cfg):
         from tritonops.k8s.karpenter_stack import Karpenter, KarpenterArgs
 
-        provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
         out["karpenter"] = Karpenter(
-            "karpenter",
-            KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer),
-            pulumi.ResourceOptions(providers={"kubernetes": provider}),
-            depends_on=[system],
+            "karpenter", KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer), k8s_opts, depends_on=[system]
+        )
+    if autoscaler.managed_gpu_pools(cfg):
+        from tritonops.k8s.components import ClusterAutoscaler, ClusterAutoscalerArgs
+
+        out["cluster_autoscaler"] = ClusterAutoscaler(
+            "cluster-autoscaler", ClusterAutoscalerArgs(cfg, oidc.arn, issuer, region), k8s_opts, depends_on=[system]
         )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
@@ -306,6 +348,8 @@ def cluster_aws_program() -> dict[str, Any]:
     pulumi.export("modelReaderRoleArns", {name: role_.arn for name, role_ in readers.items()})
     # What the triton stack reads (outputs.reader_arn): each role with the ServiceAccount it trusts.
     pulumi.export(outputs.MODEL_READERS, outputs.model_readers(cfg, {n: r.arn for n, r in readers.items()}))
+    pulumi.export("releaseBuckets", {b: {"publisherRoleArn": r.publisher.arn} for b, r in release_buckets.items()})
+    out["buckets"] = release_buckets
     return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **out}
 
 
@@ -375,6 +419,9 @@ def triton_program() -> dict[str, Any]:
             f"{project_name('triton')}:{ADMIN_TOKEN_KEY}",
             f"set the admin API header value: pulumi config set --secret {ADMIN_TOKEN_KEY} VALUE",
         )
+    for i, svc in enumerate(cfg.model_services):
+        if svc.image_placeholder:  # accepted only as the example file's explicit opt-in (parse._check_digest)
+            pulumi.log.warn(f"modelServices[{i}].image: placeholder digest: {svc.name}'s pods cannot pull it")
     if bootstrap.enabled():  # at preview and up, before anything is created: each pull-mode channel exists
         bootstrap.check_channels(cfg, source=f"Pulumi.{pulumi.get_stack()}.yaml")
     ref = cluster_reference("triton", cfg.cluster)

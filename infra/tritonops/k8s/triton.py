@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritonops.k8s import waits
 from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.drift import drift_objects
@@ -65,7 +66,8 @@ def service_objects(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = N
         objs += ingresses(cfg, svc)
     elif cfg.ingress.mode == "gateway":
         objs += gateway_routes(cfg, svc)
-    return objs + drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.drift)
+    objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.drift)
+    return waits.annotate(objs)  # pulumi.com/skipAwait where readiness is the canary gate's
 
 
 # --- once per stack ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ the release agent's containers are ``tritonops.k8s.release_agent``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tritonops.k8s.budget import ServiceBudget, service_budget, triton_memory_args
@@ -43,6 +44,7 @@ from tritonops.k8s.release_agent import (
     release_sync_container,
     release_volumes,
 )
+from tritonops.k8s.waits import pod_ready_budget, quantity_mib
 from tritonops.observability.metrics import CANARY, STABLE
 from tritonops.triton.admin import RESTRICTED
 
@@ -261,6 +263,22 @@ def deployment(
         # A new agent rolls the pods: a running agent never sees its zipapp replaced under it.
         pod_annotations[AGENT_SHA_ANNOTATION] = agent_bundle()[1]
     pod_labels = labels(cfg, svc, track)
+    pod_spec: Obj = {
+        "serviceAccountName": name_of(svc),
+        # IRSA's pod identity webhook projects its own web-identity token; no API token needed.
+        "automountServiceAccountToken": False,
+        "priorityClassName": PRIORITY_CLASS,
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": pod_security_context(),
+        "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": _affinity(svc, track),
+        "topologySpreadConstraints": _spread(svc, track),
+        **release,
+        "containers": containers,
+        "volumes": volumes,
+    }
+    reserve_ephemeral_storage(pod_spec)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -270,26 +288,40 @@ def deployment(
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": track_selector(svc, track)},
             "strategy": rollout_strategy(svc),
-            "template": {
-                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
-                "spec": {
-                    "serviceAccountName": name_of(svc),
-                    # IRSA's pod identity webhook projects its own web-identity token; no API token needed.
-                    "automountServiceAccountToken": False,
-                    "priorityClassName": PRIORITY_CLASS,
-                    "terminationGracePeriodSeconds": 60,
-                    "securityContext": pod_security_context(),
-                    "nodeSelector": {NODE_POOL_LABEL: svc.node_pool},
-                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                    "affinity": _affinity(svc, track),
-                    "topologySpreadConstraints": _spread(svc, track),
-                    **release,
-                    "containers": containers,
-                    "volumes": volumes,
-                },
-            },
+            # One step of the rollout (a pod to Ready, new GPU node included) may take this long:
+            # tritonops.k8s.waits derives it, and Pulumi's wait uses the same figure.
+            "progressDeadlineSeconds": sum(pod_ready_budget(pod_spec).values()),
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
         },
     }
+
+
+# Beyond its emptyDirs, what a container writes to the node's disk: its logs (the root filesystem is
+# read-only). The kubelet evicts a pod whose emptyDirs and logs exceed the sum of its containers' limits.
+CONTAINER_LOGS = "1Gi"
+
+
+def reserve_ephemeral_storage(pod: Obj) -> Obj:
+    """Request and limit ``ephemeral-storage`` for every disk-backed emptyDir (in place): each one's
+    ``sizeLimit`` is counted to the first container that mounts it read-write (its writer), init
+    containers apart (they run before the others), plus CONTAINER_LOGS each. Memory-backed emptyDirs
+    (``/dev/shm``) count against the memory limit instead."""
+    sizes = {
+        v["name"]: quantity_mib(v["emptyDir"]["sizeLimit"])
+        for v in pod.get("volumes", [])
+        if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory"
+    }
+    for group in (pod.get("initContainers", []), pod["containers"]):
+        left = dict(sizes)
+        for c in group:
+            mine = [m["name"] for m in c.get("volumeMounts", []) if m["name"] in left and not m.get("readOnly")]
+            mib = quantity_mib(CONTAINER_LOGS) + sum(left.pop(n) for n in mine)
+            res = c.setdefault("resources", {})
+            for kind in ("requests", "limits"):
+                res.setdefault(kind, {})["ephemeral-storage"] = f"{math.ceil(mib)}Mi"
+        if left and group is pod["containers"]:
+            raise ValueError(f"emptyDir volumes {sorted(left)}: no container writes them")
+    return pod
 
 
 def service(cfg: TritonStackConfig, svc: ModelService, track: str = STABLE) -> Obj:

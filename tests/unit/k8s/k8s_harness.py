@@ -18,6 +18,7 @@ from typing import Any
 
 import pulumi
 import yaml
+from pulumi.runtime.mocks import MockMonitor
 from tritonops.k8s.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 from tritonops.k8s.config import TritonStackConfig, project_name
 from tritonops.k8s.parse import parse_config
@@ -79,6 +80,9 @@ class Captured:
     name: str
     inputs: dict[str, Any]
     urn: str = ""
+    # Resource options the engine receives (the mocks' own args leave them out): RecordingMonitor.
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -110,10 +114,34 @@ class Mocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "111122223333", "arn": "arn:aws:iam::111122223333:user/ci", "userId": "AIDA", "id": "1"}
         return {}
 
     def of_type(self, typ: str) -> list[Captured]:
         return [r for r in self.resources if r.typ == typ]
+
+
+class RecordingMonitor(MockMonitor):
+    """The mocks' monitor, also recording each registration's customTimeouts and deleteBeforeReplace."""
+
+    def __init__(self, mocks: Mocks) -> None:
+        super().__init__(mocks)
+        self.recording = mocks
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
+        response = super().RegisterResource(request)
+        for r in reversed(self.recording.resources):
+            if r.typ == request.type and r.name == request.name:
+                t = request.customTimeouts
+                r.custom_timeouts = {k: getattr(t, k) for k in ("create", "update", "delete") if getattr(t, k)}
+                r.delete_before_replace = bool(request.deleteBeforeReplace)
+                break
+        return response
+
+
+def set_mocks(mocks: Mocks, project: str, stack: str) -> None:
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
 
 
 def stack_config(
@@ -168,7 +196,7 @@ def run_program(
     triton program read its release stores (tritonops.k8s.bootstrap; off here: the stores of the
     committed files are not reachable from tests)."""
     mocks = mocks if mocks is not None else Mocks()
-    pulumi.runtime.set_mocks(mocks, project=project_name(stack), stack=env, preview=False)
+    set_mocks(mocks, project_name(stack), env)
     config, secret_keys = stack_config(stack, env, overrides, secrets, omit)
     pulumi.runtime.set_all_config(config, secret_keys)
 
@@ -245,7 +273,7 @@ def unwrap(value: Any) -> Any:
 def run_fn(fn: Any, project: str = "tritonops-test", stack: str = "dev") -> Mocks:
     """Run ``fn`` (which creates resources and returns them) under fresh mocks; wait on their URNs."""
     mocks = Mocks()
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False)
+    set_mocks(mocks, project, stack)
     pulumi.runtime.set_all_config({}, [])
 
     @pulumi.runtime.test

@@ -369,7 +369,7 @@ def _prod_with_canary(replicas: int) -> list[PolicyResource]:
     services = copy.deepcopy(raw["modelServices"])
     services[0].pop("modelRepository", None)  # the committed prod is in release mode already
     services[0]["release"] = {
-        "store": "s3://tritonops-releases-prod/vision",
+        "store": "s3://tritonops-models-prod/vision",  # the bucket its IRSA role reads
         "channel": "stable",
         "trustedKeys": {"configMap": "tritonops-release-keys"},
         "canary": {"channel": "canary", "weight": 5, "replicas": replicas},

@@ -33,7 +33,7 @@ def test_cluster_aws(env: str) -> None:
     assert cluster.inputs["name"] == f"tritonops-{env}" and cluster.inputs["version"] == "1.30"
     assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
     pools = mocks.of_type("tritonops:aws:GpuNodePool")
-    groups = {g.inputs["nodeGroupName"]: as_ints(g.inputs) for g in mocks.of_type("aws:eks/nodeGroup:NodeGroup")}
+    groups = {g.inputs["nodeGroupName"][:-7]: as_ints(g.inputs) for g in mocks.of_type("aws:eks/nodeGroup:NodeGroup")}
     assert f"tritonops-{env}-system" in groups and "taints" not in groups[f"tritonops-{env}-system"]
     gpu = {k: v for k, v in groups.items() if not k.endswith("-system")}
     assert len(gpu) == len(pools)  # managed GPU pools; Karpenter pools: test_k8s_karpenter.py
