@@ -37,13 +37,13 @@ from tritonops.k8s.config import (
     project_name,
 )
 from tritonops.k8s.contract import Problem, locate
+from tritonops.k8s.eks import EBS_CSI_ADDON
 from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL, name_of
 from tritonops.k8s.stack_file import load_stack_config, stack_envs, stack_file
 from tritonops.versions import GATEWAY_API_VERSION, INGRESS_NGINX_CHART_VERSION
 
 Obj = dict[str, Any]
 
-EBS_CSI_ADDON = "aws-ebs-csi-driver"
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ PROMETHEUS_OPERATOR = Provider("Prometheus Operator and CRDs (chart kube-prometh
 KEDA = Provider("KEDA operator, metrics API server and admission webhook (chart keda)", stack="platform")
 VPC_CNI_POLICY = Provider(
     "VPC CNI network policy agent (aws-node's aws-eks-nodeagent, --enable-network-policy=true)",
+    stack="cluster-aws",
     command="aws eks update-addon --cluster-name CLUSTER --addon-name vpc-cni "
     "--configuration-values '{\"enableNetworkPolicy\":\"true\"}'",
 )
@@ -103,6 +104,7 @@ GATEWAY = Provider(
 )
 EBS_CSI = Provider(
     "EBS CSI driver (EKS add-on, IRSA role) and StorageClass gp3 (default)",
+    stack="cluster-aws",
     command=f"aws eks create-addon --cluster-name CLUSTER --addon-name {EBS_CSI_ADDON} "
     "--service-account-role-arn EBS_CSI_ROLE_ARN && kubectl apply -f gp3-storageclass.yaml",
 )

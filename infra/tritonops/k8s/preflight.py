@@ -52,7 +52,10 @@ class Probe:
     @property
     def command(self) -> str:
         p = self.provider
-        return p.command or f"cd stacks/{p.stack} && pulumi up ({p.name})"
+        if not p.stack:
+            return p.command or ""
+        up = f"cd stacks/{p.stack} && pulumi up ({p.name})"
+        return f"{up}; on a cluster not made by that stack: {p.command}" if p.command else up
 
 
 def _gv_has(group: str, version: str, plural: str) -> Callable[[Client], bool]:
