@@ -109,6 +109,12 @@ def arguments(cfg: BenchConfig) -> list[str]:
     args = ["-m", cfg.model, "-u", url, "-i", cfg.protocol, "-b", str(cfg.batch_size)]
     if cfg.model_version:
         args += ["-x", cfg.model_version]
+    # The admin header, for the model configuration and statistics perf_analyzer reads (HTTP only: it
+    # sends no headers over gRPC, bench.run refuses that pair). perf_analyzer has no other way to take
+    # it than its argv, which only this user and root can read (/proc/PID/cmdline with hidepid, else
+    # anyone on the host): the command line is never logged or shown.
+    for name, value in cfg.headers if cfg.protocol == "http" else ():
+        args += ["-H", f"{name}:{value}"]
     if cfg.mode == "closed":
         args += ["--concurrency-range", f"{cfg.concurrency}:{cfg.concurrency}"]
     else:

@@ -269,13 +269,26 @@ def recommend(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial | No
     return next(t for t in ok if t.report.inferences_per_s * (1 + min_gain) >= top)
 
 
-def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: float = 120) -> None:
+def _wait_ready(client: httpclient.InferenceServerClient, load: BenchConfig, model: str,
+                timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if client.is_model_ready(model):
+        if bench.answer(load, f"{model} ready", lambda: client.is_model_ready(model)):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"{model}: not ready {timeout}s after loading a new configuration")
+    raise bench.ServerError(f"{model}: not ready {timeout}s after loading a new configuration")
+
+
+def _reload(http_url: str, load: BenchConfig, spec: ModelSpec) -> None:
+    """Load ``spec`` (its name, with its configuration) through the repository API; wait until it is ready."""
+    cfg = dataclasses.replace(load, url=http_url, protocol="http")
+    client = bench.answer(cfg, "connect", lambda: httpclient.InferenceServerClient(http_url))
+    try:
+        bench.answer(cfg, f"loading {spec.name}", lambda: client.load_model(
+            spec.name, config=config_json(spec), headers=bench.headers(cfg)))
+        _wait_ready(client, cfg, spec.name)
+    finally:
+        client.close()
 
 
 def load_setting(http_url: str, spec: ModelSpec, setting: Setting, load: BenchConfig, *,
@@ -285,12 +298,7 @@ def load_setting(http_url: str, spec: ModelSpec, setting: Setting, load: BenchCo
     The warm-up is a few requests from the python engine.
     """
     bench.check_target(http_url, load.allowed_hosts)
-    client = httpclient.InferenceServerClient(http_url)
-    try:
-        client.load_model(spec.name, config=config_json(apply(spec, setting)))
-        _wait_ready(client, spec.name)
-    finally:
-        client.close()
+    _reload(http_url, load, apply(spec, setting))
     if warmup_requests:
         bench.run(dataclasses.replace(load, engine="python", max_requests=warmup_requests,
                                       max_seconds=min(5.0, load.max_seconds)))
@@ -412,14 +420,9 @@ def tune(
             incomplete = climb(space, trial)
     finally:
         if restore:
-            client = httpclient.InferenceServerClient(http_url)
-            try:
-                # Back to the repository's configuration. A plain load_model(name) is not enough:
-                # Triton skips reloading a model whose files did not change, keeping the override.
-                client.load_model(spec.name, config=config_json(spec))
-                _wait_ready(client, spec.name)
-            finally:
-                client.close()
+            # Back to the repository's configuration. A plain load_model(name) is not enough:
+            # Triton skips reloading a model whose files did not change, keeping the override.
+            _reload(http_url, load, spec)
     done = list(trials.values())
     return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done), incomplete or "")
 
