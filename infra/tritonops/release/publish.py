@@ -87,6 +87,35 @@ class Writer:
         except BotoCoreError as e:
             raise StoreError(f"{self.url}/{key}: {e}") from None
 
+    def check_exists(self) -> None:
+        """A folder store must be there (an S3 bucket or prefix that is not answers for itself on first read)."""
+        if self.reader.kind == "file" and not self.root.is_dir():
+            raise UsageError(f"{self.url}: no such store: the folder does not exist (tritonops release publish "
+                             "makes one)")
+
+    def names(self, prefix: str, suffix: str = ".json") -> list[str]:
+        """The keys directly under ``prefix`` (``channels/``) ending in ``suffix``, sorted."""
+        if self.reader.kind == "file":
+            folder = self.root / prefix
+            return sorted(prefix + p.name for p in folder.glob(f"*{suffix}")) if folder.is_dir() else []
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        keys: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                              Prefix=self._key(prefix)):
+                keys += [prefix + o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])
+                         if o["Key"].endswith(suffix)]
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"{self.url}/{prefix}: cannot list it: {e}") from None
+        return sorted(keys)
+
+    def missing_channel(self, channel: str) -> UsageError:
+        """The error for a channel the store does not hold, naming the ones it does."""
+        there = [k.removeprefix("channels/").removesuffix(".json") for k in self.names("channels/")]
+        return UsageError(f"{self.url}: channel {channel!r} does not exist (channels there: "
+                          f"{', '.join(there) or 'none'})")
+
     def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
         """An object's bytes, read with the controller's credentials (boto3's chain for S3)."""
         if self.reader.kind == "file":
@@ -378,10 +407,11 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
     (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
     """
     writer = Writer(to, s3_endpoint)
+    writer.check_exists()
     channel_key(channel)
     src = read_pointer(writer, source_channel)
     if src is None:
-        raise UsageError(f"{to}: channel {source_channel!r} does not exist")
+        raise writer.missing_channel(source_channel)
     if not _keys(keys):
         raise UsageError(f"channel {channel!r}: a channel pointer is signed; give the signing key (--key)")
     _release_length(writer, channel, src["release"], src["digest"])  # not signed for it: refused before the gate
@@ -401,9 +431,10 @@ def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str
              keys: Path | list[Path] | None = None, expires: float = EXPIRES) -> dict[str, Any]:
     """Move ``channel`` back: to its previous release, or to ``release`` from its history."""
     writer = Writer(to, s3_endpoint)
+    writer.check_exists()
     cur = read_pointer(writer, channel)
     if cur is None:
-        raise UsageError(f"{to}: channel {channel!r} does not exist")
+        raise writer.missing_channel(channel)
 
     def choose(now: dict[str, Any] | None) -> tuple[str, str, str]:
         now = now or cur  # the pointer as it is when written (moved meanwhile: back from there)
@@ -500,9 +531,14 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
     reader = Store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    if isinstance(store, Writer):
+        store.check_exists()
     out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
     for c in channels:
         p = read_pointer(store, c)
+        if p is None:  # a misspelled channel, or a store that holds none: never "(none)" and exit 0
+            raise store.missing_channel(c) if isinstance(store, Writer) else UsageError(
+                f"{to}: channel {c!r} does not exist")
         out["channels"][c] = None if p is None else {k: p.get(k) for k in ("release", "digest", "published", "note",
                                                                           "version", "expires")}
     for url in targets:

@@ -126,20 +126,7 @@ def previous_release(writer: pub.Writer, channel: str, old: dict[str, Any] | Non
 def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | None = None) -> dict[str, Any]:
     """The agents' status reports for ``channel``: {"reports": {agent: signed}, "rejected": [why, ...]}."""
     prefix = f"reports/{channel}/"
-    keys: list[str] = []
-    if writer.reader.kind == "file":
-        folder = writer.root / prefix
-        keys = sorted(prefix + p.name for p in folder.glob("*.json")) if folder.is_dir() else []
-    else:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            for page in writer.client.get_paginator("list_objects_v2").paginate(
-                    Bucket=writer.bucket, Prefix=writer._key(prefix)):  # noqa: SLF001
-                for o in page.get("Contents", []):
-                    keys.append(prefix + o["Key"].rsplit("/", 1)[-1])
-        except (BotoCoreError, ClientError) as e:
-            raise StoreError(f"{writer.url}/{prefix}: cannot list the reports: {e}") from None
+    keys = writer.names(prefix)
     root = trust.implicit_root(report_keys) if report_keys else None
     out: dict[str, Any] = {"reports": {}, "rejected": []}
 
