@@ -124,7 +124,7 @@ def render(
         return
     table = Table(title=f"tritonops render --stack {stack} --env {env}")
     for col in ("kind", "name", "file"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for w in written:
         table.add_row(w.kind, w.name, str(w.path))
     console.print(table)

@@ -45,8 +45,8 @@ def _progress(enabled: bool) -> Progress:
 
 def _report_table(r: bench.BenchReport) -> Table:
     t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t.add_column("metric", overflow="fold")
+    t.add_column("value", justify="right", overflow="fold")
     rows = [
         ("requests sent / ok", f"{r.sent} / {r.succeeded}"),
         ("elapsed (stopped by " + r.stopped_by + ")", f"{r.elapsed_s:.2f} s"),

@@ -203,7 +203,7 @@ def _gate_table(report: dict[str, Any]) -> None:
                     f"allowed: failure ratio +{tol['max_failure_increase']:.2%}, "
                     f"p95 x{1 + tol['max_latency_increase']:g}")
     for col in ("model", "track", "requests", "failure ratio", "mean", "p95", "verdict"):
-        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left")
+        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left", overflow="fold")
     for m in report["models"]:
         for track in ("stable", "canary"):
             f = m[track]
@@ -347,7 +347,7 @@ def status_cmd(
     def render(out: dict) -> None:
         t = Table(title=f"channels in {escape(where)}")
         for col in ("channel", "release", "digest", "published", "note"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         for name, p in out["channels"].items():
             p = p or {}
             t.add_row(name, p.get("release") or "(none)", (p.get("digest") or "")[:16], p.get("published") or "",
@@ -356,7 +356,7 @@ def status_cmd(
         if out["targets"]:
             t = Table(title="agents")
             for col in ("agent", "channel", "serves", "up to date", "error"):
-                t.add_column(col)
+                t.add_column(col, overflow="fold")
             for r in out["targets"]:
                 t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
                           {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))
