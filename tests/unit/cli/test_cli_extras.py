@@ -64,6 +64,8 @@ def test_base_commands_run_without_any_extra(args: tuple[str, ...], tmp_path: Pa
     (("tune", "mlp", "--repository", str(SAMPLE)), "tune", "obs"),
     (("render", "--stack", "triton", "--env", "dev", "--out", "{tmp}/out"), "render", "obs"),
     (("drift", "--source", "pulumi", "--json"), "drift --source pulumi", "k8s"),
+    (("drift", "-i", "ansible/inventories/example", "--json"), "drift --source ansible/models", "ansible"),
+    (("drift", "--source", "models", "-i", "ansible/inventories/example"), "drift --source models", "ansible"),
     (("release", "publish", str(SAMPLE), "--store", "s3://bucket/prefix", "--key", "{tmp}/k"), "release publish", "s3"),
     (("release", "status", "--store", "s3://bucket/prefix", "--channel", "stable"), "release status", "s3"),
 ], ids=lambda a: a if isinstance(a, str) else None)
