@@ -380,7 +380,8 @@ def serve(
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
     require("serve", "triton")
     if not repository.is_dir():
-        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)")
+        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)",
+                          soft_wrap=True, highlight=False)
         raise typer.Exit(ExitCode.USAGE)
     try:
         server = start_server(repository, model_control_mode=model_control_mode.value,

@@ -115,7 +115,7 @@ def publish_cmd(
 
     def progress(i: int, n: int, rel: str) -> None:
         if not as_json:
-            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False)
+            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False, soft_wrap=True)
 
     def render(out: dict) -> None:
         console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {_counts(out, where)}")
@@ -182,7 +182,7 @@ def promote_cmd(
                               f"{escape(source_channel)}'s release (figures above)")
         raise typer.Exit(ExitCode.FINDINGS) from None
     except ReleaseError as e:
-        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        err_console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True, highlight=False)
         raise typer.Exit(ExitCode.FAILED if isinstance(e, canary.GateError) else exit_code(e)) from None
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
