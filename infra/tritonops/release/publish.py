@@ -531,6 +531,8 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
     reader = Store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    for c in channels:
+        channel_key(c)  # a channel that is no name at all first: its own error
     if isinstance(store, Writer):
         store.check_exists()
     out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
