@@ -244,8 +244,10 @@ def tune_cmd(
     recommendation is written into MODEL/config.pbtxt changing only dynamic_batching and
     instance_group: comments, license header and field order stay, and the file is replaced atomically.
 
-    A setting perf_analyzer cannot measure stably is measured again with longer windows, then as the
-    median of 5 rounds; each trial says how it was measured (stable, stable-after-retry, median-of-5).
+    A setting perf_analyzer cannot measure stably is measured again with longer windows, then (or at
+    once when a run overran its time limit) as the median of 5 short rounds, with their spread as the
+    noise: settings rank only when they differ by more than it. Each trial says how it was measured
+    (stable, stable-after-retry, median-of-5 +-spread).
     A setting that could not be measured at all stops the climb there, and nothing is recommended.
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
@@ -288,7 +290,8 @@ def tune_cmd(
             progress.advance(task)
             progress.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
-                f"  {t.measured}" + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
+                f"  {t.measured}" + (f" +-{t.report.spread:.0%}" if t.report.spread else "")
+                + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
                 highlight=False, markup=False)
 
         try:

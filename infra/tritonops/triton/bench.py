@@ -156,6 +156,9 @@ class BenchReport:
     server: ServerBreakdown = field(default_factory=ServerBreakdown)
     stopped_by: str = "count"  # "count", "time" or "caller" (should_stop returned True)
     engine: str = "python"
+    # Several rounds (tune's median): half their throughput range over the median, the noise measured;
+    # 0 for one measurement.
+    spread: float = 0.0
 
     @classmethod
     def unmeasured(cls, cfg: BenchConfig, errors: dict[str, int], server: ServerBreakdown | None = None,

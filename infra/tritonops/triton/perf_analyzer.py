@@ -41,6 +41,10 @@ class Unstable(PerfAnalyzerError):
     """perf_analyzer ran, but found no stable windows: throughput or latency varied more than allowed."""
 
 
+class Overran(PerfAnalyzerError):
+    """perf_analyzer ran past its time limit and was stopped (a busy machine: its windows never settled)."""
+
+
 UNSTABLE_MARK = "Failed to obtain stable measurement"
 
 
@@ -96,7 +100,7 @@ class PerfAnalyzer:
                 proc = subprocess.run(self.command(cfg, out), env=self.env(), capture_output=True, text=True,
                                       timeout=time_limit(cfg), check=False)
             except subprocess.TimeoutExpired:
-                raise PerfAnalyzerError(f"perf_analyzer ran past {time_limit(cfg):.0f} s and was stopped") from None
+                raise Overran(f"perf_analyzer ran past {time_limit(cfg):.0f} s and was stopped") from None
             if proc.returncode != 0 or not out.exists():
                 text = proc.stdout + proc.stderr
                 raise (Unstable if UNSTABLE_MARK in text else PerfAnalyzerError)(failure(text, cfg))
