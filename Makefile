@@ -11,7 +11,7 @@ EXTRAS := triton,k8s,ansible,obs,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client
 
-.PHONY: all demo demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
 
 all: test
 
@@ -140,6 +140,10 @@ host-checks: venv
 
 demo: venv apt
 	$(DEVKIT) demo
+
+# Remove the demo's edge node (its closing lines say so).
+demo-down:
+	$(DEVKIT) hosts down tritonops-edge-1
 
 # The Kubernetes side: the sample repository published, the rendered dev pod played with `podman kube play`
 # (a local CPU Triton image built from the wheel), smoke-checked (tools/devkit/kube_play.py).

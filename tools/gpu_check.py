@@ -402,6 +402,10 @@ def table(results: list[Result]) -> Table:
 
 def main() -> int:
     console = Console()
+    problem = server.numpy_problem()  # the GPU model runs on the Python backend: refused before anything starts
+    if problem:
+        console.print(f"gpu-check: refused: {escape(problem)}", soft_wrap=True, highlight=False)
+        return 1
     gpus = query_gpus()
     console.print("gpu-check: " + "; ".join(f"GPU {g.index} {g.name}, {g.memory_total_mib} MiB, driver "
                                              f"{g.driver_version}" for g in gpus))

@@ -27,6 +27,7 @@ from tritonops.model_repo.golden import Golden
 from tritonops.triton import server
 from tritonops.triton.smoke import SmokeReport, report_table, smoke
 
+from devkit.hosts.images import cache_dir
 from devkit.hosts.podman import CONTAINERS_CONF
 
 # The checkout the development kit lives in (tools/devkit/): the demo converges its playbooks and sample models.
@@ -120,7 +121,7 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
     """Create the local edge node, converge ansible/edge.yml on it, smoke-check it from the controller."""
     import yaml
 
-    from devkit.hosts.images import ImageSpec, build_image, cache_dir
+    from devkit.hosts.images import ImageSpec, build_image
     from devkit.hosts.nodes import node_up
 
     console = console or Console()
@@ -146,10 +147,32 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
                    headers={ADMIN_HEADER: secret})
     console.print(report_table(report))
     console.print(pipeline_table(f"{n.address}:8000", SAMPLE))
-    console.print(f"demo done in {time.monotonic() - started:.0f}s. The node keeps running: "
-                  f"`podman exec -it {node} bash`, `tritonops smoke http://{n.address}:8000 --repository "
-                  f"examples/model_repository`; remove it with `python -m devkit hosts down {node}`.")
+    key_file = write_key_file(cache_dir() / f"{node}-admin-key", secret)
+    console.print(closing_hint(node, n.address, key_file, time.monotonic() - started), soft_wrap=True,
+                  highlight=False, markup=False)
     return report
+
+
+def write_key_file(path: Path, secret: str) -> Path:
+    """The node's admin key alone in a file only this user reads (``--admin-key-file``), as an operator keeps it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def closing_hint(node: str, address: str, key_file: Path, seconds: float) -> str:
+    """What to run next, each a command that works from the checkout as printed (one per line, never wrapped)."""
+    return "\n".join([
+        f"demo done in {seconds:.0f}s. The node keeps running. tritonops and ansible-playbook are in .venv/bin:",
+        "  . .venv/bin/activate        # or: export PATH=\"$PWD/.venv/bin:$PATH\"",
+        f"  podman exec -it {node} bash",
+        f"  tritonops smoke http://{address}:8000 --repository examples/model_repository",
+        f"  tritonops bench mlp_batched --url {address}:8000 --allow-host {address} --admin-key-file {key_file}",
+        f"  make demo-down              # removes the node: "
+        f"PYTHONPATH=tools .venv/bin/python -m devkit hosts down {node}",
+    ])
 
 
 def run(console: Console | None = None, repository: Path = SAMPLE) -> SmokeReport:

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from tritonops import project
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli.extras import require
+from tritonops.cli.extras import require, require_program
 from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
@@ -94,6 +94,9 @@ def drift_cmd(
         raise typer.Exit(ExitCode.USAGE)
     if "pulumi" in sources:
         require("drift --source pulumi", "k8s")  # Pulumi's Automation API, in process
+    playbooks = [s for s in sources if s in ("ansible", "models")]
+    if playbooks:  # both run ansible-playbook (check mode, the probe)
+        require_program(f"drift --source {'/'.join(playbooks)}", "ansible", "ansible-playbook")
     # ansible-playbook runs in the project folder: paths from this command line are made absolute first.
     report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
                  stack or [], env or [], forks, project_dir=root)

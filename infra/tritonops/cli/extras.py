@@ -11,6 +11,7 @@ extra's package itself, the command runs that code inside :func:`imports`, which
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -28,6 +29,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "k8s": ("pulumi", "pulumi_kubernetes", "pulumi_aws"),
     "triton": ("pytriton",),
     "s3": ("boto3", "botocore"),
+    "ansible": ("ansible",),  # ansible-playbook: drift's ansible and models sources
 }
 
 EXTRA_OF = {module: extra for extra, modules in MODULES.items() for module in modules}
@@ -69,6 +71,13 @@ def _fail(command: str, extra: str) -> NoReturn:
     err_console.print(escape(f"tritonops {command} needs the '{extra}' extra: pip install 'tritonops[{extra}]'"),
                       highlight=False, soft_wrap=True)
     raise typer.Exit(ExitCode.FAILED)
+
+
+def require_program(command: str, extra: str, program: str) -> None:
+    """A program an extra installs (``ansible-playbook``): there when the extra is, or when it is on PATH
+    (a system package); else the same line and exit 3 as :func:`require`."""
+    if missing(extra) and shutil.which(program) is None:
+        _fail(command, extra)
 
 
 def require_store(command: str, store: str) -> None:

@@ -36,14 +36,27 @@ def _fail(problems: list[tuple[str, str]], as_json: bool) -> NoReturn:
 
 def _config_error(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> tuple[str, str]:
     """The error with file:line in front where the key is in the stack file."""
+    message, key, _line = _located(exc, stack, env, stacks_dir)
+    return message, key
+
+
+def _located(exc: ConfigError, stack: str, env: str, stacks_dir: Path) -> tuple[str, str, int | None]:
     from tritonops.k8s.contract import locate
     from tritonops.k8s.stack_file import stack_file
 
     if exc.source:
         line = locate(stack_file(stack, env, stacks_dir), exc.key) if ":" in exc.key else None
         if line:
-            return f"{exc.source}:{line}: {str(exc)[len(exc.source) + 2:]}", exc.key
-    return str(exc), exc.key
+            return f"{exc.source}:{line}: {str(exc)[len(exc.source) + 2:]}", exc.key, line
+    return str(exc), exc.key, None
+
+
+def _in_file_order(found: list[tuple[str, str, int | None]]) -> list[tuple[str, str]]:
+    """(message, key) of every problem, once per key (Pulumi's rules before the schema's), ordered by line
+    (those without one last)."""
+    first = {p[1]: p for p in reversed(found)}
+    once = [p for p in found if first[p[1]] is p]
+    return [(message, key) for message, key, _line in sorted(once, key=lambda p: (p[2] is None, p[2] or 0))]
 
 
 def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
@@ -55,13 +68,17 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
 
     try:
         read_stack_file(stack, env, stacks_dir)  # names a bad --stack/--env or a missing file
-        found = check_project(stack, stacks_dir) + check_stack_file(stack, env, stacks_dir)
-        problems = [(str(p), p.key) for p in found]
-        if not problems:
-            load_stack_config(stack, env, stacks_dir)
-            problems = [(str(p), p.key) for p in cluster_contract.check(stack, env, stacks_dir)]
+        found = [(str(p), p.key, p.line) for p in check_project(stack, stacks_dir)
+                 + check_stack_file(stack, env, stacks_dir)]
     except ConfigError as exc:
-        problems = [_config_error(exc, stack, env, stacks_dir)]
+        _fail([_config_error(exc, stack, env, stacks_dir)], as_json)
+    try:  # the stack's own schema too: every mistake of the file in one run, in file order
+        load_stack_config(stack, env, stacks_dir)
+    except ConfigError as exc:
+        found += [_located(e, stack, env, stacks_dir) for e in exc.errors]
+    if not found:  # a valid file: what it renders must be served by something (the cluster contract)
+        found = [(str(p), p.key, p.line) for p in cluster_contract.check(stack, env, stacks_dir)]
+    problems = _in_file_order(found)
     if problems:
         _fail(problems, as_json)
     secrets = user_secrets(stack, stacks_dir)
@@ -128,7 +145,7 @@ def render(
         return
     table = Table(title=f"tritonops render --stack {stack} --env {env}")
     for col in ("kind", "name", "file"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for w in written:
         table.add_row(w.kind, w.name, str(w.path))
     console.print(table)

@@ -18,6 +18,7 @@ from rich.table import Table
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
 from tritonops.agent.manifest import check_path
+from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import params as cli_params
 from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
@@ -26,6 +27,7 @@ from tritonops.cli.params import path as path_arg
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton import tune as tuner
+from tritonops.triton.admin import AdminKeyError, admin_headers, admin_key, check_header_name
 from tritonops.triton.load_config import BenchConfig
 from tritonops.triton.server import start as start_server
 from tritonops.triton.smoke import Endpoint, report_table
@@ -43,8 +45,8 @@ def _progress(enabled: bool) -> Progress:
 
 def _report_table(r: bench.BenchReport) -> Table:
     t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t.add_column("metric", overflow="fold")
+    t.add_column("value", justify="right", overflow="fold")
     rows = [
         ("requests sent / ok", f"{r.sent} / {r.succeeded}"),
         ("elapsed (stopped by " + r.stopped_by + ")", f"{r.elapsed_s:.2f} s"),
@@ -100,6 +102,23 @@ def _address(url: str, protocol: str | None) -> tuple[str, str]:
 
 _DURATION = cli_params.finite(0, low_ok=False)
 
+# The admin key for Triton's restricted APIs, as the roles and stacks hand it out: a file, or the release
+# agent's environment variable; never a command-line value (--header names the header only).
+AdminHeader = Annotated[str, typer.Option(
+    "--header", help=f"The admin header's name (its value: --admin-key-file, else ${SECRET_ENV})")]
+AdminKeyFile = Annotated[Path | None, typer.Option(
+    help=f"A file holding the admin key alone, for restricted admin APIs (default: ${SECRET_ENV})",
+    parser=path_arg)]
+
+
+def _admin(header: str, key_file: Path | None) -> dict[str, str]:
+    """The admin header to send ({} without a key); a usage error (exit 2) when the key cannot be read."""
+    try:
+        return admin_headers(check_header_name(header), admin_key(key_file))
+    except AdminKeyError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+
 
 def bench_cmd(
     model: Annotated[str, typer.Argument(help="Model name", callback=_model_name)],
@@ -126,6 +145,8 @@ def bench_cmd(
     allow_host: Annotated[
         list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
     ] = None,
+    header: AdminHeader = "triton-admin-key",
+    admin_key_file: AdminKeyFile = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
 ) -> None:
     """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
@@ -133,11 +154,16 @@ def bench_cmd(
     The perf_analyzer engine splits --duration into measurement windows and reports the stable ones
     (it needs libb64-0d from Debian and nvidia-cuda-runtime-cu12 from PyPI: `make apt venv`).
 
+    A Triton with restricted admin APIs (the triton_server role, the triton stack) needs their key for
+    the model configuration and statistics: --admin-key-file, else $TRITONOPS_ADMIN_SECRET.
+
     Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments, a target that is not
-    loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url or
-    the engine could not measure (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed).
+    loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url, it
+    refuses or garbles an answer (a restricted API without the key: 403), or the engine could not
+    measure (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed).
     """
     url, protocol = _address(url, protocol)
+    admin = tuple(_admin(header, admin_key_file).items())
     if engine == "perf_analyzer":
         require("bench", "obs")  # perf_analyzer loads libcudart.so.12 (nvidia-cuda-runtime-cu12)
     try:
@@ -145,6 +171,7 @@ def bench_cmd(
             url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
             rate=rate, max_requests=requests, max_seconds=duration, batch_size=batch_size,
             allowed_hosts=tuple(allow_host or ()), engine=engine, stability_pct=stability,  # type: ignore[arg-type]
+            headers=admin,
         )
         with _progress(not as_json) as progress:
             python = cfg.engine == "python"
@@ -153,7 +180,7 @@ def bench_cmd(
     except ValueError as e:  # bad bounds, a refused target, an unknown model
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
-    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+    except (bench.ServerError, perf_analyzer.PerfAnalyzerError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
     if as_json:
@@ -204,6 +231,8 @@ def tune_cmd(
         str, typer.Option(help="climb (one dimension at a time, kept when it gains) or grid (every setting)")
     ] = "climb",
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
+    header: AdminHeader = "triton-admin-key",
+    admin_key_file: AdminKeyFile = None,
     write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
 ) -> None:
@@ -215,15 +244,19 @@ def tune_cmd(
     recommendation is written into MODEL/config.pbtxt changing only dynamic_batching and
     instance_group: comments, license header and field order stay, and the file is replaced atomically.
 
-    A setting perf_analyzer cannot measure stably is measured again with longer windows, then as the
-    median of 5 rounds; each trial says how it was measured (stable, stable-after-retry, median-of-5).
+    A setting perf_analyzer cannot measure stably is measured again with longer windows, then (or at
+    once when a run overran its time limit) as the median of 5 short rounds, with their spread as the
+    noise: settings rank only when they differ by more than it. Each trial says how it was measured
+    (stable, stable-after-retry, median-of-5 +-spread).
     A setting that could not be measured at all stops the climb there, and nothing is recommended.
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
     errors, or a setting could not be measured, 2 bad arguments, an unusable config.pbtxt or a model
-    the server does not serve, 3 no Triton answers at --url, the engine is missing, or the 'obs'
-    extra (matplotlib, for the plot) is not installed.
+    the server does not serve, 3 no Triton answers at --url, it refuses or garbles an answer (the
+    repository API of a hardened Triton without --admin-key-file or $TRITONOPS_ADMIN_SECRET: 403), the
+    engine is missing, or the 'obs' extra (matplotlib, for the plot) is not installed.
     """
+    admin = tuple(_admin(header, admin_key_file).items())
     url, protocol = _address(url, None)
     if protocol != "http":
         raise typer.BadParameter("tune reloads models through Triton's HTTP repository API: give http://HOST:PORT",
@@ -234,7 +267,8 @@ def tune_cmd(
         if not (math.isfinite(budget_ms) and budget_ms > 0):
             raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
         load = BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
-                           max_seconds=duration, engine=engine, stability_pct=stability)  # type: ignore[arg-type]
+                           max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
+                           headers=admin)
         if search not in ("climb", "grid"):
             raise ValueError(f"search: must be climb or grid, got {search!r}")
         space = tuner.Space(spec.max_batch_size or 0, tuple(_int_list(instances)), tuple(_int_list(delays)))
@@ -246,7 +280,7 @@ def tune_cmd(
     except (ValueError, pbtxt.ModelConfigError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
-    except (bench.ServerUnreachable, perf_analyzer.PerfAnalyzerError) as e:
+    except (bench.ServerError, perf_analyzer.PerfAnalyzerError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
     with _progress(not as_json) as progress:
@@ -256,10 +290,15 @@ def tune_cmd(
             progress.advance(task)
             progress.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
-                f"  {t.measured}" + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
+                f"  {t.measured}" + (f" +-{t.report.spread:.0%}" if t.report.spread else "")
+                + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
                 highlight=False, markup=False)
 
-        result = tuner.tune(url, spec, space, load, budget_ms, search=search, on_trial=on_trial)  # type: ignore[arg-type]
+        try:
+            result = tuner.tune(url, spec, space, load, budget_ms, search=search, on_trial=on_trial)  # type: ignore[arg-type]
+        except bench.ServerError as e:  # a refused or garbled answer mid-search (a reload, the statistics)
+            console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+            raise typer.Exit(ExitCode.FAILED) from None
     png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
     out = result.to_dict()
     out["plot"] = str(png)
@@ -294,9 +333,8 @@ def smoke(
                                   parser=path_arg)
     ] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Default: http://HOST:8002/metrics")] = None,
-    header: Annotated[
-        list[str] | None, typer.Option(help="NAME=VALUE sent to restricted APIs (the admin header)")
-    ] = None,
+    header: AdminHeader = "triton-admin-key",
+    admin_key_file: AdminKeyFile = None,
     ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
     cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
     key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
@@ -304,15 +342,13 @@ def smoke(
 ) -> None:
     """Live, ready, every model READY, golden inference within tolerance, metrics served.
 
-    Exit 0 when every check passes, 1 when any fails, 2 on a usage error.
+    Without --model or --repository the models come from the repository index, a restricted API on a
+    hardened Triton: its key from --admin-key-file, else $TRITONOPS_ADMIN_SECRET.
+
+    Exit 0 when every check passes, 1 when any fails (a server that refuses or garbles an answer
+    fails its check), 2 on a usage error.
     """
-    headers = {}
-    for h in header or []:
-        name, sep, value = h.partition("=")
-        if not sep or not name:
-            err_console.print(f"[red]error:[/] --header {h!r}: expected NAME=VALUE")
-            raise typer.Exit(ExitCode.USAGE)
-        headers[name] = value
+    headers = _admin(header, admin_key_file)
     problems = [f"--repository {repository}: not a folder"] if repository and not repository.is_dir() else []
     problems += [f"--{opt} {p}: not found, or not a regular file"
                  for opt, p in (("ca", ca), ("cert", cert), ("key", key)) if p is not None and not p.is_file()]
@@ -347,7 +383,8 @@ def serve(
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
     require("serve", "triton")
     if not repository.is_dir():
-        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)")
+        err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)",
+                          soft_wrap=True, highlight=False)
         raise typer.Exit(ExitCode.USAGE)
     try:
         server = start_server(repository, model_control_mode=model_control_mode.value,

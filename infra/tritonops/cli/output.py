@@ -27,8 +27,8 @@ def run_release_op(fn: Callable[[], Any], as_json: bool, render: Callable[[Any],
     the exit code of its kind (tritonops.agent.cli.exit_code)."""
     try:
         out = fn()
-    except ReleaseError as e:
-        err_console.print(f"[red]error:[/] {escape(str(e))}")
+    except ReleaseError as e:  # one line, as long as it is (a pipe, a log: never wrapped inside a name)
+        err_console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True, highlight=False)
         raise typer.Exit(exit_code(e)) from None
     if as_json or render is None:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))

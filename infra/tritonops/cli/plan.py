@@ -77,7 +77,7 @@ def _print(p: planner.Plan) -> None:
     c.print(t)
     s = Table(title=f"cost, {p.region} prices as of {p.prices_as_of}")
     for col in ("strategy", "node-hours/day", "$/day", "$/hour", "$/M inferences"):
-        s.add_column(col, justify="left" if col == "strategy" else "right")
+        s.add_column(col, justify="left" if col == "strategy" else "right", overflow="fold")
     for st in p.strategies:
         s.add_row(st.name, f"{st.node_hours:.0f}", f"{st.cost_per_day:.2f}", f"{st.cost_per_hour:.2f}",
                   f"{st.cost_per_million:.4f}")

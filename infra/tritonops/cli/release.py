@@ -115,7 +115,7 @@ def publish_cmd(
 
     def progress(i: int, n: int, rel: str) -> None:
         if not as_json:
-            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False)
+            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False, soft_wrap=True)
 
     def render(out: dict) -> None:
         console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {_counts(out, where)}")
@@ -182,7 +182,7 @@ def promote_cmd(
                               f"{escape(source_channel)}'s release (figures above)")
         raise typer.Exit(ExitCode.FINDINGS) from None
     except ReleaseError as e:
-        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        err_console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True, highlight=False)
         raise typer.Exit(ExitCode.FAILED if isinstance(e, canary.GateError) else exit_code(e)) from None
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
@@ -203,7 +203,7 @@ def _gate_table(report: dict[str, Any]) -> None:
                     f"allowed: failure ratio +{tol['max_failure_increase']:.2%}, "
                     f"p95 x{1 + tol['max_latency_increase']:g}")
     for col in ("model", "track", "requests", "failure ratio", "mean", "p95", "verdict"):
-        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left")
+        t.add_column(col, justify="right" if col not in ("model", "track", "verdict") else "left", overflow="fold")
     for m in report["models"]:
         for track in ("stable", "canary"):
             f = m[track]
@@ -360,7 +360,7 @@ def status_cmd(
     def render(out: dict) -> None:
         t = Table(title=f"channels in {escape(where)}")
         for col in ("channel", "release", "digest", "published", "note"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         for name, p in out["channels"].items():
             p = p or {}
             t.add_row(name, p.get("release") or "(none)", (p.get("digest") or "")[:16], p.get("published") or "",
@@ -369,7 +369,7 @@ def status_cmd(
         if out["targets"]:
             t = Table(title="agents")
             for col in ("agent", "channel", "serves", "up to date", "error"):
-                t.add_column(col)
+                t.add_column(col, overflow="fold")
             for r in out["targets"]:
                 t.add_row(escape(r["target"]), r.get("channel") or "", r.get("release") or "",
                           {True: "yes", False: "[red]no[/]"}.get(r.get("up_to_date"), ""), escape(r.get("error", "")))

@@ -60,7 +60,7 @@ def waves_table(out: dict[str, Any]) -> None:
     t = Table(title=f"rollout {escape(rid)} of {escape(out['release'])} "
                     f"on {escape(out['channel'])}")
     for col in ("wave", "agents", "targeted", "applied", "gated", "failed", "refused", "pending"):
-        t.add_column(col, justify="left" if col == "wave" else "right")
+        t.add_column(col, justify="left" if col == "wave" else "right", overflow="fold")
     for w in out["waves"]:
         t.add_row(f"{w['wave']} {escape(w['spec'])}" + ("" if w["reached"] else " (not yet)"),
                   *(str(w[k]) for k in ("agents", "targeted", "applied", "gated", "failed", "refused", "pending")))

@@ -36,8 +36,26 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str, source: str | None = None) -> None:
         self.key = key
         self.source = source
+        self.message = message
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{key}: {message}")
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        """Every error found in one pass (ConfigErrors has several); the message is the first's."""
+        return [self]
+
+
+class ConfigErrors(ConfigError):
+    """Several errors of one stack file found at once (every field the schema refuses)."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        super().__init__(errors[0].key, errors[0].message, errors[0].source)
+        self._errors = list(errors)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self._errors
 
 
 class _Cfg(BaseModel):

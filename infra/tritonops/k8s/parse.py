@@ -26,6 +26,7 @@ from tritonops.k8s.config import (
     PRODUCTION,
     STACKS,
     ConfigError,
+    ConfigErrors,
     ModelRepository,
     ReleaseSource,
     StackConfig,
@@ -77,10 +78,9 @@ def parse_config(
         data["environment"] = env
     try:
         cfg = model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        raise ConfigError(_key(stack, loc), err["msg"], source) from exc
+    except ValidationError as exc:  # every field the schema refuses, not only the first
+        raise ConfigErrors([ConfigError(_key(stack, tuple(p for p in err["loc"] if not (
+            isinstance(p, str) and p.startswith("function-")))), err["msg"], source) for err in exc.errors()]) from exc
     environment = getattr(cfg, "environment", "")
     if not _DNS_LABEL.match(environment):
         given = "" if named else f" (the stack's name {env!r}: set environment to a DNS label)" if env else ""

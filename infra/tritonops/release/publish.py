@@ -310,10 +310,11 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
     (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
     """
     writer = Writer(to, s3_endpoint)
+    writer.check_exists()
     channel_key(channel)
     src = read_pointer(writer, source_channel)
     if src is None:
-        raise UsageError(f"{to}: channel {source_channel!r} does not exist")
+        raise writer.missing_channel(source_channel)
     if not _keys(keys):
         raise UsageError(f"channel {channel!r}: a channel pointer is signed; give the signing key (--key)")
     _release_length(writer, channel, src["release"], src["digest"])  # not signed for it: refused before the gate
@@ -333,9 +334,10 @@ def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str
              keys: Path | list[Path] | None = None, expires: float = EXPIRES) -> dict[str, Any]:
     """Move ``channel`` back: to its previous release, or to ``release`` from its history."""
     writer = Writer(to, s3_endpoint)
+    writer.check_exists()
     cur = read_pointer(writer, channel)
     if cur is None:
-        raise UsageError(f"{to}: channel {channel!r} does not exist")
+        raise writer.missing_channel(channel)
 
     def choose(now: dict[str, Any] | None) -> tuple[str, str, str]:
         now = now or cur  # the pointer as it is when written (moved meanwhile: back from there)
@@ -441,13 +443,12 @@ def _nodes_anchor(writer: Writer, trusted_keys: list[Path] | None, sign_with: li
     if trusted_keys:
         return trust.implicit_root(list(trusted_keys))
     signers: dict[str, str] = {}
-    for key in writer.keys_under("channels/"):
-        if key.endswith(".json"):
-            try:
-                env = trust.parse_envelope(writer.get(key, limit=POINTER_MAX), f"{writer.url}/{key}", "channel")
-            except ReleaseError:
-                continue  # the unsigned old format: no key to learn from
-            signers.update({s["keyid"]: key for s in env["signatures"]})
+    for key in writer.names("channels/"):
+        try:
+            env = trust.parse_envelope(writer.get(key, limit=POINTER_MAX), f"{writer.url}/{key}", "channel")
+        except ReleaseError:
+            continue  # the unsigned old format: no key to learn from
+        signers.update({s["keyid"]: key for s in env["signatures"]})
     if not signers:
         return None
     mine = {trust.keyid(pem := trust.public_pem(k), str(k)): pem for k in sign_with}
@@ -484,9 +485,16 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
     reader = Store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    for c in channels:
+        channel_key(c)  # a channel that is no name at all first: its own error
+    if isinstance(store, Writer):
+        store.check_exists()
     out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
     for c in channels:
         p = read_pointer(store, c)
+        if p is None:  # a misspelled channel, or a store that holds none: never "(none)" and exit 0
+            raise store.missing_channel(c) if isinstance(store, Writer) else UsageError(
+                f"{to}: channel {c!r} does not exist")
         out["channels"][c] = None if p is None else {k: p.get(k) for k in ("release", "digest", "published", "note",
                                                                           "version", "expires")}
     for url in targets:

@@ -136,7 +136,7 @@ def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | Non
     filed under its own agent's name and signed by that agent's key in ``fleet`` (or, for an agent the
     fleet gives no key, by one of ``report_keys`` when given). With a fleet, a report of an agent it does
     not list is not counted (rejected: "not in the fleet"); the groups a report claims are never used."""
-    keys = [k for k in writer.keys_under(f"reports/{channel}/") if k.endswith(".json")]
+    keys = writer.names(f"reports/{channel}/")
     root = trust.implicit_root(report_keys) if report_keys else None
     members = {a: pem for a, _, pem in fleet} if fleet is not None else None
     out: dict[str, Any] = {"reports": {}, "rejected": []}

@@ -107,22 +107,34 @@ class Writer:
         except (BotoCoreError, ClientError) as e:
             raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
 
+    def check_exists(self) -> None:
+        """A folder store must be there (an S3 bucket or prefix that is not answers for itself on first read)."""
+        if self.reader.kind == "file" and not self.root.is_dir():
+            raise UsageError(f"{self.url}: no such store: the folder does not exist (tritonops release publish "
+                             "makes one)")
 
-    def keys_under(self, prefix: str) -> list[str]:
-        """The keys of the objects directly under ``prefix`` (a folder: ``reports/stable/``), sorted."""
+    def names(self, prefix: str, suffix: str = ".json") -> list[str]:
+        """The keys directly under ``prefix`` (``channels/``, ``reports/stable/``) ending in ``suffix``, sorted."""
         if self.reader.kind == "file":
             folder = self.root / prefix
-            return sorted(prefix + p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+            return sorted(prefix + p.name for p in folder.glob(f"*{suffix}") if p.is_file()) if folder.is_dir() else []
         from botocore.exceptions import BotoCoreError, ClientError
 
-        keys = []
+        keys: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
-                                                                             Prefix=self._key(prefix)):
-                keys += [prefix + o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])]
+                                                                              Prefix=self._key(prefix)):
+                keys += [prefix + o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])
+                         if o["Key"].endswith(suffix)]
         except (BotoCoreError, ClientError) as e:
-            raise StoreError(f"{self.url}/{prefix}: cannot list: {e}") from None
+            raise StoreError(f"{self.url}/{prefix}: cannot list it: {e}") from None
         return sorted(keys)
+
+    def missing_channel(self, channel: str) -> UsageError:
+        """The error for a channel the store does not hold, naming the ones it does."""
+        there = [k.removeprefix("channels/").removesuffix(".json") for k in self.names("channels/")]
+        return UsageError(f"{self.url}: channel {channel!r} does not exist (channels there: "
+                          f"{', '.join(there) or 'none'})")
 
     def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str = "move",
              content_type: str = "application/json") -> bytes | None:

@@ -23,15 +23,16 @@ import random
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tritonops.triton import perf_analyzer
+from tritonops.triton.admin import client_headers, restricted_hint
 from tritonops.triton.load_config import BenchConfig
 
 # A ceiling on in-flight requests in open-loop mode: arrivals beyond it are counted as
@@ -47,8 +48,43 @@ class UnknownModel(ValueError):
     """The server answers but does not serve the named model (version)."""
 
 
-class ServerUnreachable(RuntimeError):
+class ServerError(RuntimeError):
+    """Triton answered a call with something other than success: a refusal (403), a failure (5xx), garbage."""
+
+
+class ServerUnreachable(ServerError):
     """Nothing answers at the target's address (or it is not live)."""
+
+
+T = TypeVar("T")
+
+
+def answer(cfg: BenchConfig, what: str, call: Callable[[], T]) -> T:
+    """``call()`` (one tritonclient call to ``cfg.url``), any failure of it one line: :class:`ServerError`."""
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - whatever the server sent (403, 500, not JSON, not HTTP)
+        raise _server_error(cfg, what, e) from None
+
+
+async def answer_async(cfg: BenchConfig, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """:func:`answer` for the asyncio clients."""
+    try:
+        return await call()
+    except Exception as e:  # noqa: BLE001
+        raise _server_error(cfg, what, e) from None
+
+
+def _server_error(cfg: BenchConfig, what: str, e: BaseException) -> ServerError:
+    if isinstance(e, ServerError):
+        return e
+    kind = "" if isinstance(e, InferenceServerException | OSError) else "an answer that is not Triton's: "
+    return ServerError(restricted_hint(f"{cfg.url}: {what}: {kind}{_reason(e)}"))
+
+
+def headers(cfg: BenchConfig) -> dict[str, str]:
+    """The admin header for ``cfg.protocol``'s client calls ({} when there is none)."""
+    return client_headers(cfg.protocol, dict(cfg.headers))
 
 
 def split_url(url: str) -> tuple[str, int | None]:
@@ -120,6 +156,9 @@ class BenchReport:
     server: ServerBreakdown = field(default_factory=ServerBreakdown)
     stopped_by: str = "count"  # "count", "time" or "caller" (should_stop returned True)
     engine: str = "python"
+    # Several rounds (tune's median): half their throughput range over the median, the noise measured;
+    # 0 for one measurement.
+    spread: float = 0.0
 
     @classmethod
     def unmeasured(cls, cfg: BenchConfig, errors: dict[str, int], server: ServerBreakdown | None = None,
@@ -140,7 +179,7 @@ class BenchReport:
 
 
 def _config(cfg: BenchConfig) -> dict[str, Any]:
-    return {k: v for k, v in asdict(cfg).items() if k != "allowed_hosts"}
+    return {k: v for k, v in asdict(cfg).items() if k not in ("allowed_hosts", "headers")}
 
 
 def _percentiles(latencies: list[float]) -> tuple[float, float, float, float, float]:
@@ -216,14 +255,22 @@ def _sync_client(cfg: BenchConfig) -> Any:
     return grpcclient.InferenceServerClient(cfg.url)
 
 
+def _stats_shape(stats: Any) -> dict[str, Any]:
+    """The statistics answer, checked to be the shape :func:`breakdown` reads."""
+    if not isinstance(stats, dict) or not isinstance(stats.get("model_stats", []), list) or not all(
+            isinstance(m, dict) for m in stats.get("model_stats", [])):
+        raise ValueError(f"statistics of an unexpected shape: {str(stats)[:80]!r}")
+    return stats
+
+
 def _sync_stats(client: Any, cfg: BenchConfig) -> dict[str, Any]:
-    if cfg.protocol == "http":
-        return dict(client.get_inference_statistics(cfg.model))
-    return dict(client.get_inference_statistics(cfg.model, as_json=True))
+    extra = {} if cfg.protocol == "http" else {"as_json": True}
+    return answer(cfg, "statistics", lambda: _stats_shape(
+        client.get_inference_statistics(cfg.model, headers=headers(cfg), **extra)))
 
 
 def _stats_once(cfg: BenchConfig) -> dict[str, Any]:
-    client = _sync_client(cfg)
+    client = answer(cfg, "connect", lambda: _sync_client(cfg))
     try:
         return _sync_stats(client, cfg)
     finally:
@@ -232,21 +279,24 @@ def _stats_once(cfg: BenchConfig) -> dict[str, Any]:
 
 def _reason(e: BaseException) -> str:
     text = e.message() if isinstance(e, InferenceServerException) else str(e)
-    return (text or type(e).__name__).strip().splitlines()[0][:200]
+    if isinstance(e, InferenceServerException) and e.status() and str(e.status()) not in (text or ""):
+        text = f"[{e.status()}] {text}"
+    return ((text or "").strip().splitlines() or [type(e).__name__])[0][:200]
 
 
 def preflight(cfg: BenchConfig) -> dict[str, Any]:
     """The model's configuration, once the server answers and the model is ready.
 
     ServerUnreachable when nothing (live) answers at ``cfg.url``; UnknownModel when the model (version)
-    is not ready there. Either way no load has been sent.
+    is not ready there; ServerError when the configuration is refused (a restricted API without the admin
+    key) or is not Triton's answer. Either way no load has been sent.
     """
-    client = _sync_client(cfg)
+    client = answer(cfg, "connect", lambda: _sync_client(cfg))
     what = f"{cfg.model}" + (f" version {cfg.model_version}" if cfg.model_version else "")
     try:
         try:
             live = client.is_server_live()
-        except (InferenceServerException, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - refused, reset, not HTTP: nothing that is Triton answers
             raise ServerUnreachable(f"{cfg.url}: no Triton answers over {cfg.protocol} ({_reason(e)})") from None
         if not live:
             raise ServerUnreachable(f"{cfg.url}: Triton answers but is not live")
@@ -254,13 +304,23 @@ def preflight(cfg: BenchConfig) -> dict[str, Any]:
             ready = client.is_model_ready(cfg.model, cfg.model_version)
         except InferenceServerException as e:
             raise UnknownModel(f"model {what!r} is not served at {cfg.url} ({_reason(e)})") from None
+        except Exception as e:  # noqa: BLE001
+            raise _server_error(cfg, f"{what} ready", e) from None
         if not ready:
             raise UnknownModel(f"model {what!r} is not loaded and ready at {cfg.url}")
-        if cfg.protocol == "http":
-            return dict(client.get_model_config(cfg.model, cfg.model_version))
-        return dict(client.get_model_config(cfg.model, cfg.model_version, as_json=True)["config"])
+        return answer(cfg, f"the configuration of {what}", lambda: _model_config(client, cfg))
     finally:
         client.close()
+
+
+def _model_config(client: Any, cfg: BenchConfig) -> dict[str, Any]:
+    if cfg.protocol == "http":
+        config = client.get_model_config(cfg.model, cfg.model_version, headers=headers(cfg))
+    else:
+        config = client.get_model_config(cfg.model, cfg.model_version, headers=headers(cfg), as_json=True)["config"]
+    if not isinstance(config, dict) or not isinstance(config.get("input", []), list):
+        raise ValueError(f"a model configuration of an unexpected shape: {str(config)[:80]!r}")
+    return config
 
 
 class _Client:
@@ -285,10 +345,12 @@ class _Client:
         self.mod = mod
 
     async def stats(self) -> dict[str, Any]:
-        if self.cfg.protocol == "http":
-            result: dict[str, Any] = await self.client.get_inference_statistics(self.cfg.model)
-            return result
-        return dict(await self.client.get_inference_statistics(self.cfg.model, as_json=True))
+        extra = {} if self.cfg.protocol == "http" else {"as_json": True}
+
+        async def call() -> dict[str, Any]:
+            return _stats_shape(await self.client.get_inference_statistics(
+                self.cfg.model, headers=headers(self.cfg), **extra))
+        return await answer_async(self.cfg, "statistics", call)
 
     def inputs(self, config: dict[str, Any], rng: np.random.Generator) -> list[Any]:
         batched = int(config.get("max_batch_size", 0)) > 0
@@ -462,6 +524,9 @@ def run(
     polled before each request and ends the run early (in-flight requests still complete).
     """
     check_target(cfg.url, cfg.allowed_hosts)
+    if cfg.engine == "perf_analyzer" and cfg.protocol == "grpc" and cfg.headers:
+        raise ValueError("perf_analyzer sends no headers over gRPC, and Triton's restricted APIs need the admin "
+                         "key: measure over HTTP (--protocol http) or with --engine python")
     model_config = preflight(cfg)
     if cfg.engine == "perf_analyzer":
         if should_stop is not None:

@@ -8,7 +8,7 @@ neither engine imports the other for it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Protocol = Literal["http", "grpc"]
@@ -34,6 +34,9 @@ class BenchConfig:
     engine: Engine = "python"
     stability_pct: float = 10.0  # perf_analyzer: how far windows may differ and still count as stable
     max_windows: int = 5  # perf_analyzer: max_seconds is split into this many windows (it needs 3 to judge)
+    # The admin header ((name, value), triton.admin.admin_key) for the restricted APIs (model config,
+    # statistics, repository): a secret, so never in repr() or a report (bench._config).
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "max_requests", "batch_size"):

@@ -41,6 +41,10 @@ class Unstable(PerfAnalyzerError):
     """perf_analyzer ran, but found no stable windows: throughput or latency varied more than allowed."""
 
 
+class Overran(PerfAnalyzerError):
+    """perf_analyzer ran past its time limit and was stopped (a busy machine: its windows never settled)."""
+
+
 UNSTABLE_MARK = "Failed to obtain stable measurement"
 
 
@@ -96,7 +100,7 @@ class PerfAnalyzer:
                 proc = subprocess.run(self.command(cfg, out), env=self.env(), capture_output=True, text=True,
                                       timeout=time_limit(cfg), check=False)
             except subprocess.TimeoutExpired:
-                raise PerfAnalyzerError(f"perf_analyzer ran past {time_limit(cfg):.0f} s and was stopped") from None
+                raise Overran(f"perf_analyzer ran past {time_limit(cfg):.0f} s and was stopped") from None
             if proc.returncode != 0 or not out.exists():
                 text = proc.stdout + proc.stderr
                 raise (Unstable if UNSTABLE_MARK in text else PerfAnalyzerError)(failure(text, cfg))
@@ -109,6 +113,12 @@ def arguments(cfg: BenchConfig) -> list[str]:
     args = ["-m", cfg.model, "-u", url, "-i", cfg.protocol, "-b", str(cfg.batch_size)]
     if cfg.model_version:
         args += ["-x", cfg.model_version]
+    # The admin header, for the model configuration and statistics perf_analyzer reads (HTTP only: it
+    # sends no headers over gRPC, bench.run refuses that pair). perf_analyzer has no other way to take
+    # it than its argv, which only this user and root can read (/proc/PID/cmdline with hidepid, else
+    # anyone on the host): the command line is never logged or shown.
+    for name, value in cfg.headers if cfg.protocol == "http" else ():
+        args += ["-H", f"{name}:{value}"]
     if cfg.mode == "closed":
         args += ["--concurrency-range", f"{cfg.concurrency}:{cfg.concurrency}"]
     else:

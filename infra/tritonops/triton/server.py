@@ -14,7 +14,9 @@ disk is stopped and removed when the interpreter exits.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
 import signal
 import site
@@ -33,9 +35,60 @@ from types import FrameType
 
 import tritonclient.http as httpclient
 
+from tritonops.versions import NUMPY_VERSION
+
 
 class TritonNotInstalled(RuntimeError):
     """The nvidia-pytriton wheel (which carries tritonserver) is not installed here."""
+
+
+class PythonBackendMismatch(RuntimeError):
+    """The Python backend's stub would import a numpy that Triton 2.51's Python backend cannot serve with."""
+
+
+_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.MULTILINE)
+
+
+def stub_pythonpath() -> list[str]:
+    """Where the Python backend's stub imports from first (its PYTHONPATH): this interpreter's site-packages,
+    then the caller's PYTHONPATH; after them, its own Python's path (as this interpreter's, same version)."""
+    return [*site.getsitepackages(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+
+
+def stub_numpy(paths: Sequence[str]) -> tuple[str, str] | None:
+    """(version, folder) of the numpy found first on ``paths``, then on this interpreter's path; None: none."""
+    for folder in [*paths, *sys.path]:
+        for dist in importlib.metadata.distributions(name="numpy", path=[folder]):
+            return dist.version, folder
+    return None
+
+
+def numpy_problem(paths: Sequence[str] | None = None) -> str | None:
+    """Why Triton 2.51's Python backend would serve wrong answers with the numpy its stub imports, or None.
+
+    Its stub was built against numpy 1.x: under numpy 2 a model's outputs come back empty (over HTTP:
+    "[500] output tensor shape does not match size of output"; measured on a GPU, issue 35).
+    """
+    found = stub_numpy(stub_pythonpath() if paths is None else paths)
+    if found is None or not found[0].split(".")[0].isdigit() or int(found[0].split(".")[0]) < 2:
+        return None
+    return (f"the Python backend's stub would import numpy {found[0]} from {found[1]}, and Triton 2.51's "
+            f"Python backend serves empty outputs under numpy 2: install numpy=={NUMPY_VERSION} there "
+            f"(the project's pin, pip install 'numpy<2')")
+
+
+def python_backend_models(repository: Path) -> list[str]:
+    """The models of ``repository`` whose config.pbtxt names the Python backend."""
+    return sorted(p.parent.name for p in Path(repository).glob("*/config.pbtxt")
+                  if p.is_file() and _PYTHON_BACKEND.search(p.read_text(errors="replace")))
+
+
+def check_python_backend(repository: Path, paths: Sequence[str] | None = None) -> None:
+    """PythonBackendMismatch, naming the models and the numpy, before any is loaded (:func:`numpy_problem`)."""
+    models = python_backend_models(repository)
+    problem = numpy_problem(paths) if models else None
+    if problem:
+        raise PythonBackendMismatch(f"{repository}: {', '.join(models)} use the Python backend; {problem}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +232,7 @@ def start(
     Raises RuntimeError with the server log when it exits or does not become ready in time.
     """
     install = find_install()
+    check_python_backend(repository)  # before anything starts: a mismatch would serve empty outputs
     owned = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tritonops-server-"))
     backends = install.backend_dir(workdir / "backends")
@@ -201,7 +255,7 @@ def start(
     env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(install.libs), env.get("LD_LIBRARY_PATH")]))
     # The Python backend stub imports numpy/onnxruntime from the interpreter that runs us.
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    env["PYTHONPATH"] = ":".join(filter(None, [*site.getsitepackages(), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(stub_pythonpath())
     log_path = workdir / "tritonserver.log"
     _install_forwarding()
     with log_path.open("wb") as log:

@@ -228,7 +228,7 @@ def smoke(
 def report_table(report: SmokeReport) -> Table:
     table = Table(title=f"tritonops smoke {report.url} (Triton {report.server_version or '?'})")
     for col in ("check", "target", "result", "ms", "detail"):
-        table.add_column(col, justify="right" if col == "ms" else "left")
+        table.add_column(col, justify="right" if col == "ms" else "left", overflow="fold")
     for c in report.checks:
         table.add_row(c.check, c.target, "[green]ok[/]" if c.ok else "[red]FAIL[/]", f"{c.ms:.1f}", escape(c.detail))
     return table

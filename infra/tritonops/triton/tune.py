@@ -13,8 +13,11 @@ every setting.
 
 A setting perf_analyzer could not measure stably (a busy machine: at concurrency 64 the load generator
 alone keeps two cores busy) is measured again with windows twice as long and twice as many
-(:func:`measure_steadily`), and if still unstable, as the median of :data:`MEDIAN_ROUNDS` rounds each
-averaging perf_analyzer's last three windows with no stability demanded. Every trial says how it was
+(:func:`measure_steadily`), and if still unstable, or at once when a run overran its time limit, as the
+median of :data:`MEDIAN_ROUNDS` short rounds each averaging perf_analyzer's last three windows with no
+stability demanded. The rounds' spread is the noise measured (``BenchReport.spread``): two settings
+rank only when they differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
+recommendation, the simpler setting when the ranking is not clear beyond the noise. Every trial says how it was
 measured (:attr:`Trial.measured`); none is dropped, and the climb stops rather than step past a
 dimension whose setting could not be measured at all (:attr:`TuneResult.incomplete`).
 """
@@ -103,15 +106,23 @@ class Space:
         return grid
 
 
+def _margin(min_gain: float, *trials: Trial) -> float:
+    """How far apart two settings must be to rank: ``min_gain``, or further when the ranges their rounds
+    measured (median +- spread) would overlap within it."""
+    return max(min_gain, sum(t.report.spread for t in trials))
+
+
 def _better(new: Trial, old: Trial, min_gain: float) -> bool:
     """``new`` beats ``old`` by more than noise: within budget and error-free first, then throughput
-    higher by ``min_gain`` (or, while neither meets the budget, p95 lower by ``min_gain``)."""
+    higher by ``min_gain`` or by the noise both measured, whichever is larger (or, while neither meets
+    the budget, p95 lower by as much)."""
     if new.usable != old.usable:
         return new.usable
+    gain = _margin(min_gain, new, old)
     if new.usable:
-        return new.report.inferences_per_s > old.report.inferences_per_s * (1 + min_gain)
+        return new.report.inferences_per_s > old.report.inferences_per_s * (1 + gain)
     return not math.isnan(new.report.p95_ms) and (
-        math.isnan(old.report.p95_ms) or new.report.p95_ms < old.report.p95_ms * (1 - min_gain))
+        math.isnan(old.report.p95_ms) or new.report.p95_ms < old.report.p95_ms * (1 - gain))
 
 
 def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN_GAIN) -> str | None:
@@ -230,7 +241,7 @@ class Trial:
             "label": self.setting.label,
             "within_budget": self.within_budget,
             **{k: report[k] for k in ("throughput_rps", "inferences_per_s", "p50_ms", "p95_ms", "p99_ms",
-                                      "errors", "server", "engine")},
+                                      "errors", "server", "engine", "spread")},
             "failure": self.failure,
             "measured": self.measured,
             "note": self.note,
@@ -265,17 +276,31 @@ def recommend(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial | No
     ok = [t for t in trials if t.usable]
     if not ok:
         return None
-    top = max(t.report.inferences_per_s for t in ok)
-    return next(t for t in ok if t.report.inferences_per_s * (1 + min_gain) >= top)
+    top = max(ok, key=lambda t: t.report.inferences_per_s)
+    return next(t for t in ok if t.report.inferences_per_s * (1 + _margin(min_gain, t, top))
+                >= top.report.inferences_per_s)
 
 
-def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: float = 120) -> None:
+def _wait_ready(client: httpclient.InferenceServerClient, load: BenchConfig, model: str,
+                timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if client.is_model_ready(model):
+        if bench.answer(load, f"{model} ready", lambda: client.is_model_ready(model)):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"{model}: not ready {timeout}s after loading a new configuration")
+    raise bench.ServerError(f"{model}: not ready {timeout}s after loading a new configuration")
+
+
+def _reload(http_url: str, load: BenchConfig, spec: ModelSpec) -> None:
+    """Load ``spec`` (its name, with its configuration) through the repository API; wait until it is ready."""
+    cfg = dataclasses.replace(load, url=http_url, protocol="http")
+    client = bench.answer(cfg, "connect", lambda: httpclient.InferenceServerClient(http_url))
+    try:
+        bench.answer(cfg, f"loading {spec.name}", lambda: client.load_model(
+            spec.name, config=config_json(spec), headers=bench.headers(cfg)))
+        _wait_ready(client, cfg, spec.name)
+    finally:
+        client.close()
 
 
 def load_setting(http_url: str, spec: ModelSpec, setting: Setting, load: BenchConfig, *,
@@ -285,12 +310,7 @@ def load_setting(http_url: str, spec: ModelSpec, setting: Setting, load: BenchCo
     The warm-up is a few requests from the python engine.
     """
     bench.check_target(http_url, load.allowed_hosts)
-    client = httpclient.InferenceServerClient(http_url)
-    try:
-        client.load_model(spec.name, config=config_json(apply(spec, setting)))
-        _wait_ready(client, spec.name)
-    finally:
-        client.close()
+    _reload(http_url, load, apply(spec, setting))
     if warmup_requests:
         bench.run(dataclasses.replace(load, engine="python", max_requests=warmup_requests,
                                       max_seconds=min(5.0, load.max_seconds)))
@@ -324,10 +344,12 @@ def median_report(reports: Sequence[bench.BenchReport]) -> bench.BenchReport:
         return failed[0]
     ranked = sorted(reports, key=lambda r: r.inferences_per_s)
     mid = ranked[(len(ranked) - 1) // 2]
+    spread = ((ranked[-1].inferences_per_s - ranked[0].inferences_per_s) / (2 * mid.inferences_per_s)
+              if mid.inferences_per_s > 0 else 0.0)
     return dataclasses.replace(
         mid, p50_ms=statistics.median(r.p50_ms for r in reports), p95_ms=statistics.median(r.p95_ms for r in reports),
         p99_ms=statistics.median(r.p99_ms for r in reports), mean_ms=statistics.median(r.mean_ms for r in reports),
-        elapsed_s=sum(r.elapsed_s for r in reports),
+        elapsed_s=sum(r.elapsed_s for r in reports), spread=spread,
     )
 
 
@@ -349,13 +371,21 @@ def measure_steadily(
         return run(load), STABLE, ""
     except perf_analyzer.Unstable as e:
         first = str(e)
+    except perf_analyzer.Overran as e:  # longer windows would run longer still: the short rounds at once
+        return _rounds(load, run, rounds, str(e))
     try:
         return run(longer(load)), RETRIED, first
-    except perf_analyzer.Unstable as e:
+    except (perf_analyzer.Unstable, perf_analyzer.Overran) as e:
         second = str(e)
+    return _rounds(load, run, rounds, f"{first}; with longer windows: {second}")
+
+
+def _rounds(load: BenchConfig, run: Callable[[BenchConfig], bench.BenchReport], rounds: int,
+            why: str) -> tuple[bench.BenchReport, str, str]:
+    """``rounds`` short runs that accept any three windows, and their median (its spread is the noise)."""
     loose = dataclasses.replace(load, stability_pct=ROUND_STABILITY_PCT, max_windows=3)
     reports = [run(loose) for _ in range(rounds)]
-    return median_report(reports), f"median-of-{rounds}", f"{first}; with longer windows: {second}"
+    return median_report(reports), f"median-of-{rounds}", why
 
 
 def tune(
@@ -412,14 +442,9 @@ def tune(
             incomplete = climb(space, trial)
     finally:
         if restore:
-            client = httpclient.InferenceServerClient(http_url)
-            try:
-                # Back to the repository's configuration. A plain load_model(name) is not enough:
-                # Triton skips reloading a model whose files did not change, keeping the override.
-                client.load_model(spec.name, config=config_json(spec))
-                _wait_ready(client, spec.name)
-            finally:
-                client.close()
+            # Back to the repository's configuration. A plain load_model(name) is not enough:
+            # Triton skips reloading a model whose files did not change, keeping the override.
+            _reload(http_url, load, spec)
     done = list(trials.values())
     return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done), incomplete or "")
 

@@ -37,6 +37,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("startup models need explicit", {"triton_server_model_control_mode": "none",
                                       "triton_server_startup_models": ["mlp"]}, "triton_server_startup_models"),
     ("relative repository", {"triton_server_model_repository": "models"}, "triton_server_model_repository"),
+    ("numpy 2 for the 2.51 python backend", {"triton_server_wheels": {"x86_64": {
+        "nvidia-pytriton==0.7.0": "0" * 64, "numpy==2.1.0": "1" * 64}}},
+     "triton_server_wheels: pins numpy==2.1.0, but the wheel's Triton 2.51 Python backend serves empty outputs"),
 ]
 
 

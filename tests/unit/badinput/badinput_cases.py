@@ -265,8 +265,10 @@ def _cases() -> list[Case]:
              names=("/nonexistent",), setup=kit))
     add(Case("smoke-repository-file", ("smoke", f"http://{CLOSED}", "--repository", f"{T}/precious.txt"),
              names=("precious.txt",), setup=kit))
-    add(Case("smoke-header-no-value", ("smoke", f"http://{CLOSED}", "--header", "novalue"), names=("--header",),
-             setup=kit))
+    add(Case("smoke-header-with-a-value", ("smoke", f"http://{CLOSED}", "--header", "triton-admin-key=secret"),
+             names=("--header", "never the command line"), setup=kit))
+    add(Case("smoke-admin-key-file-missing", ("smoke", f"http://{CLOSED}", "--admin-key-file", f"{T}/nope.key"),
+             names=("--admin-key-file", "nope.key"), setup=kit))
     add(Case("smoke-ca-missing", ("smoke", f"grpcs://{CLOSED}", "--ca", f"{T}/nope.pem"), names=("nope.pem",),
              setup=kit))
     add(Case("smoke-closed-port", ("smoke", f"http://{CLOSED}"), expect=1, names=("127.0.0.1",), owner="H",
