@@ -83,7 +83,15 @@ def blob_key(sha256: str) -> str:
 
 
 class Store:
-    """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
+    """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path``, a folder, or
+    ``oci://registry/repo`` (an OCI registry: :class:`oci_store.RegistryStore`, made here)."""
+
+    def __new__(cls, url: str, *args: object, **kwargs: object) -> Store:
+        if cls is Store and url.strip().startswith("oci://"):
+            from .oci_store import RegistryStore
+
+            return super().__new__(RegistryStore)
+        return super().__new__(cls)
 
     def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = METADATA_TIMEOUT,
                  blob_timeout: float = BLOB_TIMEOUT, cancel: threading.Event | None = None) -> None:
@@ -115,7 +123,8 @@ class Store:
         elif self.kind == "file":
             self.root = Path(parts.path if parts.scheme else url)
         else:
-            raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+            raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH, oci://REGISTRY/REPO "
+                             "or a folder")
 
     def __str__(self) -> str:
         return self.url

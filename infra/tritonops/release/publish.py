@@ -46,7 +46,15 @@ TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
 
 
 class Writer:
-    """Writes into a store; reads go through the agent's ``Store``."""
+    """Writes into a store; reads go through the agent's ``Store``. An ``oci://`` store is written by
+    :class:`tritonops.release.oci_writer.RegistryWriter` (made here)."""
+
+    def __new__(cls, url: str, s3_endpoint: str | None = None) -> Writer:
+        if cls is Writer and url.strip().startswith("oci://"):
+            from tritonops.release.oci_writer import RegistryWriter
+
+            return super().__new__(RegistryWriter)
+        return super().__new__(cls)
 
     def __init__(self, url: str, s3_endpoint: str | None = None) -> None:
         self.url = url

@@ -29,3 +29,26 @@ def agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProce
         env["TRITONOPS_TEST_CRASH_AT"] = crash
     return subprocess.run([sys.executable, "-m", "tritonops.agent", *args], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
+
+
+class StoreUnderTest:
+    """A release store of one kind for a test: ``folder``, or ``oci`` (a repository of its own in the test
+    registry, tests/oci_registry.py); ``blob_file`` is where the store keeps a file's bytes on disk (to
+    tamper with, or to take away)."""
+
+    def __init__(self, kind: str, tmp_path: Path, registry: object = None) -> None:
+        self.kind, self.tmp_path, self.registry = kind, tmp_path, registry
+        self.url = self.other("store")
+
+    def other(self, name: str) -> str:
+        """Another store of the same kind (another team's, a restored one)."""
+        if self.kind == "folder":
+            return str(self.tmp_path / name)
+        return self.registry.url(f"{self.tmp_path.name.lower().replace('_', '-')}/{name}")  # type: ignore[attr-defined]
+
+    def blob_file(self, sha256: str) -> Path:
+        from tritonops.agent.store import blob_key
+
+        if self.kind == "folder":
+            return Path(self.url) / blob_key(sha256)
+        return self.registry.blob_path(sha256)  # type: ignore[attr-defined,no-any-return]
