@@ -95,11 +95,12 @@ class RegistryWriter(Writer):
         """Tag ``release-<digest>``: the manifest, its signatures and every file of the release as layers."""
         doc = manifest.parse_release(raw, f"{self.url}/releases/{digest}")
         sigs = self._signatures.pop(digest, None)
-        if sigs is None:
-            sigs = self.get(f"releases/{digest}/manifest.json.sigs")
+        if sigs is None and self.registry.exists("manifest", f"release-{digest}", METADATA_TIMEOUT, push=True):
+            sigs = self.get(f"releases/{digest}/manifest.json.sigs")  # a manifest written again: keep them
         self._blob(b"{}")
-        layers = [oci.descriptor(oci.MANIFEST_LAYER, raw, title=MANIFEST_FILE),
-                  oci.descriptor(oci.SIGNATURES_LAYER, sigs, title=MANIFEST_FILE + ".sigs", embed=True)]
+        layers = [oci.descriptor(oci.MANIFEST_LAYER, raw, title=MANIFEST_FILE)]
+        if sigs is not None:  # none: an unsigned release, which every agent refuses
+            layers.append(oci.descriptor(oci.SIGNATURES_LAYER, sigs, title=MANIFEST_FILE + ".sigs", embed=True))
         layers += [{"mediaType": oci.FILE_LAYER, "digest": f"sha256:{sha}", "size": doc["lengths"][rel],
                     "annotations": {oci.TITLE: rel}} for rel, sha in sorted(doc["files"].items())]
         notes = {oci.KEY_ANNOTATION: f"releases/{digest}/manifest.json", "io.tritonops.release": doc["release"],

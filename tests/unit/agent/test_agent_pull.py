@@ -65,7 +65,9 @@ def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dic
     assert os.readlink(agent.link) == "releases/r1"
     assert releases.state(agent.releases)["digest"] == out["digest"]
     assert manifest.verify(agent.releases / "r1") == manifest.tree_files(release_source(tmp_path, "again"))
+    before = agent.store.requests
     assert agent.poll()["result"] == "not_modified"
+    assert agent.store.requests - before == 1  # an idle poll: the pointer, read conditionally
     assert 'tritonops_release_up_to_date{channel="stable"} 1' in agent.metrics.render()
 
 
