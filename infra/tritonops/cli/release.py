@@ -40,7 +40,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 # --store (the agent's name for it too); --to is its old spelling, kept for one release.
 Store = Annotated[str | None, typer.Option(
-    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, oci://REGISTRY/REPO (credentials: "
+                     "TRITONOPS_REGISTRY_AUTH or ~/.docker/config.json), or the folder an HTTP mirror serves")]
 OldStore = Annotated[str | None, old_spelling("--to", "--store")]
 S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
