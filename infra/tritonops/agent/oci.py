@@ -153,8 +153,9 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
 class Registry:
     """One repository of one registry: authenticated, bounded requests (reads and, for the controller, writes)."""
 
-    def __init__(self, url: str, auth: Path | None = None, ca: Path | None = None,
-                 cancel: threading.Event | None = None) -> None:
+    def __init__(self, url: str, auth: Path | None = None, ca: Path | None = None, owner: Any = None) -> None:
+        """``owner``: the object whose ``requests`` counter this counts into and whose ``cancel`` event
+        (set: end a request at once) it obeys; itself when None."""
         self.url = url
         self.host, self.repo = split_url(url)
         insecure = os.environ.get("TRITONOPS_REGISTRY_PLAIN_HTTP", "") == self.host  # a loopback test registry only
@@ -168,8 +169,9 @@ class Registry:
             if not Path(ca).is_file():
                 raise UsageError(f"{ca}: the registry's CA file does not exist")
             self.context = ssl.create_default_context(cafile=str(ca))
-        self.cancel = cancel
+        self.owner = owner if owner is not None else self
         self.requests = 0
+        self.cancel: threading.Event | None = None
         self._authorization: str | None = None
         self._expires = 0.0
         self._lock = threading.Lock()
@@ -199,9 +201,9 @@ class Registry:
         query = {k: v for k, v in (("service", params.get("service")), ("scope", scope)) if v}
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
         headers = {"Authorization": self._basic()} if self.credentials else {}
-        self.requests += 1
+        self.owner.requests += 1
         resp = netio.request(url, what=f"{self.url} token", headers=headers, deadline=deadline, limit=TOKEN_MAX,
-                             error=StoreError, cancel=self.cancel, context=self.context)
+                             error=StoreError, cancel=self.owner.cancel, context=self.context)
         if resp.status != 200:
             raise StoreError(f"{self.url}: the token service answered HTTP {resp.status} {netio.reason(resp.status)}"
                              " (wrong credentials, or no access to the repository)")
@@ -233,12 +235,12 @@ class Registry:
                     sent["Authorization"] = auth
                 return sent
 
-            self.requests += 1
+            self.owner.requests += 1
             if hasattr(data, "seek"):
                 data.seek(0)
             resp = netio.request(url, what=what, headers=sign, data=data, method=method, deadline=deadline,
-                                 limit=limit, error=StoreError, sink=sink, cancel=self.cancel, context=self.context,
-                                 foreign_redirects=method in ("GET", "HEAD"))
+                                 limit=limit, error=StoreError, sink=sink, cancel=self.owner.cancel,
+                                 context=self.context, foreign_redirects=method in ("GET", "HEAD"))
             if resp.status != 401 or attempt == 2:
                 return resp
             challenge = resp.headers.get("WWW-Authenticate")

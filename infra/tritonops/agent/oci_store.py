@@ -1,6 +1,6 @@
-"""The agent's reads from an ``oci://REGISTRY/REPO`` store: :class:`store.Store`'s interface over :mod:`oci`.
+"""The agent's reads from an ``oci://REGISTRY/REPO`` store: what :class:`store.Store` does for that kind.
 
-``Store("oci://...")`` makes one of these. Blobs (files, a release's manifest) are read by digest,
+``Store("oci://...")`` holds one of these. Blobs (files, a release's manifest) are read by digest,
 bounded and checked like any store's; a pointer, a root, an id record or a release's signatures from
 the artifact its tag names, conditionally (``If-None-Match`` the manifest's digest: an idle poll is one
 request answered 304). Registry auth and the CA to trust come from the environment
@@ -9,44 +9,25 @@ request answered 304). Registry auth and the CA to trust come from the environme
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from typing import Any
 
 from . import netio, oci
 from .errors import StoreError
-from .manifest import MANIFEST_MAX
-from .store import BLOB_TIMEOUT, METADATA_TIMEOUT, Store
 
 
-class RegistryStore(Store):
-    """Read-only access to an OCI registry repository holding releases (see :mod:`oci` for the layout)."""
+class RegistryReader:
+    """Reads of one registry repository holding releases (see :mod:`oci` for the layout) for ``store``,
+    whose ``requests`` it counts and whose ``cancel`` it obeys."""
 
-    def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = METADATA_TIMEOUT,
-                 blob_timeout: float = BLOB_TIMEOUT, cancel: threading.Event | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.kind = "oci"
-        self.timeout, self.blob_timeout = timeout, blob_timeout
-        self._validators: dict[str, dict[str, str]] = {}
-        self.registry = oci.Registry(self.url, cancel=cancel)
+    def __init__(self, store: Any) -> None:
+        self.url = store.url
+        self.timeout = store.timeout
+        self.registry = oci.Registry(self.url, owner=store)
+        self._validators: dict[str, str] = {}
 
-    @property
-    def requests(self) -> int:
-        return self.registry.requests
-
-    @requests.setter
-    def requests(self, value: int) -> None:
-        self.registry.requests = value
-
-    @property
-    def cancel(self) -> threading.Event | None:
-        return self.registry.cancel
-
-    @cancel.setter
-    def cancel(self, value: threading.Event | None) -> None:
-        self.registry.cancel = value
-
-    def _request(self, key: str, headers: dict[str, str], limit: int, deadline: float,
-                 sink: Callable[[bytes], None] | None = None) -> netio.Response:
+    def blob(self, key: str, headers: dict[str, str], limit: int, deadline: float,
+             sink: Callable[[bytes], None] | None = None) -> netio.Response:
         """A blob's GET (the registry may redirect it to its storage: followed without credentials)."""
         kind, ref, _ = oci.locate(key)
         if kind != "blob":
@@ -54,18 +35,23 @@ class RegistryStore(Store):
         return self.registry.request("GET", f"blobs/{ref}", headers=headers, limit=limit, deadline=deadline,
                                      sink=sink, what=f"{self.url}/{key}")
 
-    def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
+    def _blob_bytes(self, key: str, digest: str, limit: int) -> bytes:
+        resp = self.blob(key, {}, limit, self.timeout)
+        if resp.status != 200:
+            raise StoreError(f"{self.url}/{key}: HTTP {resp.status} {netio.reason(resp.status)}")
+        if oci.digest_of(resp.body) != digest:
+            raise StoreError(f"{self.url}/{key}: content sha256 {oci.digest_of(resp.body)[7:23]} is not the "
+                             f"{digest[7:23]} asked for")
+        return resp.body
+
+    def get(self, key: str, limit: int, conditional: bool) -> bytes | None:
         """A blob by digest (checked), or the document of the artifact a tag names; None when
         ``conditional`` and the tag names the same manifest as at the last read."""
         kind, ref, media = oci.locate(key)
         where = f"{self.url}/{key}"
         if kind == "blob":
-            data = super().get(key, limit)
-            if data is not None and oci.digest_of(data) != ref:
-                raise StoreError(f"{where}: content sha256 {oci.digest_of(data)[7:23]} is not the {ref[7:23]} "
-                                 "asked for")
-            return data
-        etag = self._validators.get(key, {}).get("etag") if conditional else None
+            return self._blob_bytes(key, ref, limit)
+        etag = self._validators.get(key) if conditional else None
         resp = self.registry.manifest(ref, oci.OCI_MANIFEST_MAX, self.timeout, etag)
         if resp.status == 304 and conditional:
             return None
@@ -77,9 +63,13 @@ class RegistryStore(Store):
         if data is None:  # not embedded (written by another tool): the blob, by its digest
             if layer is None or layer["size"] > limit:
                 raise StoreError(f"{where}: the document is larger than the {limit} bytes allowed")
-            data = super().get(f"blobs/sha256/{str(layer['digest']).removeprefix('sha256:')}", limit)
-        if len(data or b"") > limit:
+            digest = str(layer["digest"])
+            data = self._blob_bytes(f"blobs/sha256/{digest.removeprefix('sha256:')}", digest, limit)
+        if len(data) > limit:
             raise StoreError(f"{where}: the document is larger than the {limit} bytes allowed")
         digest = resp.headers.get("Docker-Content-Digest") or oci.digest_of(resp.body)
-        self._validators[key] = {"etag": resp.headers.get("ETag") or f'"{digest}"'}
+        self._validators[key] = resp.headers.get("ETag") or f'"{digest}"'
         return data
+
+    def forget(self, key: str) -> None:
+        self._validators.pop(key, None)

@@ -84,14 +84,7 @@ def blob_key(sha256: str) -> str:
 
 class Store:
     """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path``, a folder, or
-    ``oci://registry/repo`` (an OCI registry: :class:`oci_store.RegistryStore`, made here)."""
-
-    def __new__(cls, url: str, *args: object, **kwargs: object) -> Store:
-        if cls is Store and url.strip().startswith("oci://"):
-            from .oci_store import RegistryStore
-
-            return super().__new__(RegistryStore)
-        return super().__new__(cls)
+    ``oci://registry/repo`` (an OCI registry: its reads are :class:`oci_store.RegistryReader`'s)."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = METADATA_TIMEOUT,
                  blob_timeout: float = BLOB_TIMEOUT, cancel: threading.Event | None = None) -> None:
@@ -122,6 +115,10 @@ class Store:
             self.base = url.rstrip("/")
         elif self.kind == "file":
             self.root = Path(parts.path if parts.scheme else url)
+        elif self.kind == "oci":
+            from .oci_store import RegistryReader
+
+            self.oci = RegistryReader(self)
         else:
             raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH, oci://REGISTRY/REPO "
                              "or a folder")
@@ -148,6 +145,8 @@ class Store:
                  sink: Callable[[bytes], None] | None = None) -> netio.Response:
         """One GET of ``key`` under a deadline and a byte cap; a same-origin redirect is signed again for
         its URL, a redirect to another origin refused (netio)."""
+        if self.kind == "oci":
+            return self.oci.blob(key, headers, limit, deadline, sink)
         url = self._http_url(key)
         creds = self._credentials() if self.kind == "s3" else None
 
@@ -163,6 +162,8 @@ class Store:
     def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
         """The object's bytes; None when ``conditional`` and unchanged since the last read."""
         where = f"{self.url}/{key}"
+        if self.kind == "oci":
+            return self.oci.get(key, limit, conditional)
         if self.kind == "file":
             path = self.root / key
             try:
@@ -200,6 +201,8 @@ class Store:
     def forget(self, key: str) -> None:
         """Drop ``key``'s validators: its next conditional read is a full one (it was read but not acted on)."""
         self._validators.pop(key, None)
+        if self.kind == "oci":
+            self.oci.forget(key)
 
     def download(self, key: str, dest: Path, sha256: str, size: int) -> int:
         """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written.

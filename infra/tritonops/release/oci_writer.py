@@ -28,29 +28,22 @@ from pathlib import Path
 from tritonops.agent import lock, manifest, oci
 from tritonops.agent.errors import StoreError
 from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.agent.oci_store import RegistryStore
-from tritonops.agent.store import BLOB_TIMEOUT, METADATA_TIMEOUT, POINTER_MAX, Store
-from tritonops.release.publish import SWAP_TRIES, Writer
+from tritonops.agent.store import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX, Store
 
 
-class RegistryWriter(Writer):
-    """Writes releases, pointers and roots into one registry repository."""
+class RegistryWriter:
+    """Writes releases, pointers and roots into one registry repository (for :class:`publish.Writer`)."""
 
-    def __init__(self, url: str, s3_endpoint: str | None = None) -> None:
-        self.url = url
-        reader = Store(url)
-        assert isinstance(reader, RegistryStore)
+    def __init__(self, reader: Store) -> None:
+        self.url = reader.url
         self.reader = reader
-        self.registry = reader.registry
+        self.registry = reader.oci.registry
         self._signatures: dict[str, bytes] = {}  # a release's signatures, written just before its manifest
         self._pushed: set[str] = set()
 
     def exists(self, key: str) -> bool:
         kind, ref, _ = oci.locate(key)
         return self.registry.exists("blob" if kind == "blob" else "manifest", ref, METADATA_TIMEOUT, push=True)
-
-    def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
-        return self.reader.get(key, limit=limit) or b""
 
     def _blob(self, data: bytes | Path, digest: str | None = None) -> str:
         """Upload one blob unless the repository has it; its digest."""
@@ -69,7 +62,7 @@ class RegistryWriter(Writer):
         self._pushed.add(digest)
         return digest
 
-    def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
+    def put(self, key: str, data: bytes | Path) -> None:
         kind, ref, media = oci.locate(key)
         if kind == "blob" and key.startswith("blobs/"):
             self._blob(data, ref)
@@ -96,7 +89,8 @@ class RegistryWriter(Writer):
         doc = manifest.parse_release(raw, f"{self.url}/releases/{digest}")
         sigs = self._signatures.pop(digest, None)
         if sigs is None and self.registry.exists("manifest", f"release-{digest}", METADATA_TIMEOUT, push=True):
-            sigs = self.get(f"releases/{digest}/manifest.json.sigs")  # a manifest written again: keep them
+            # the manifest written again: its signatures kept
+            sigs = self.reader.get(f"releases/{digest}/manifest.json.sigs", limit=SIGNATURE_MAX)
         self._blob(b"{}")
         layers = [oci.descriptor(oci.MANIFEST_LAYER, raw, title=MANIFEST_FILE)]
         if sigs is not None:  # none: an unsigned release, which every agent refuses
@@ -118,8 +112,7 @@ class RegistryWriter(Writer):
         _, data = oci.layer_bytes(resp.body, oci.DOCUMENT_LAYER, f"{self.url}:{tag}")
         return resp.headers.get("Docker-Content-Digest") or oci.digest_of(resp.body), data
 
-    def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str = "move",
-             content_type: str = "application/json") -> bytes | None:
+    def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str, tries: int) -> bytes | None:
         """Move a tag (see the module's rule): conditional where the registry honours it, read back always."""
         _, tag, _ = oci.locate(key)
         folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonops" / "registry-locks"
@@ -129,7 +122,7 @@ class RegistryWriter(Writer):
         except OSError as e:
             raise StoreError(f"{folder}: cannot make the lock folder ({e.strerror or e})") from None
         with lock.held(folder, f"tritonops release {what}"):
-            for attempt in range(SWAP_TRIES):
+            for attempt in range(tries):
                 current, old = self._current(tag)
                 if current is not None and old is None:
                     raise StoreError(f"{self.url}:{tag}: the document is not embedded; not written by tritonops")
@@ -142,6 +135,6 @@ class RegistryWriter(Writer):
                 if status != 412 and self._current(tag)[0] == oci.digest_of(raw):
                     return new
                 time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # someone else moved it: read again
-        raise StoreError(f"{self.url}:{tag}: moved by someone else on each of {SWAP_TRIES} tries while this {what} "
+        raise StoreError(f"{self.url}:{tag}: moved by someone else on each of {tries} tries while this {what} "
                          "was being written; run it again")
 

@@ -127,6 +127,9 @@ def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | Non
     """The agents' status reports for ``channel``: {"reports": {agent: signed}, "rejected": [why, ...]}."""
     prefix = f"reports/{channel}/"
     keys: list[str] = []
+    if writer.reader.kind == "oci":
+        raise UsageError(f"{writer.url}: agents keep no status reports in a registry; a rollout that waits on "
+                         "reports needs a folder or s3:// store")
     if writer.reader.kind == "file":
         folder = writer.root / prefix
         keys = sorted(prefix + p.name for p in folder.glob("*.json")) if folder.is_dir() else []
