@@ -1,7 +1,7 @@
 """The oci:// store against a registry stand-in on loopback (http.server): what docker-registry with htpasswd
 does not show. A bearer token got from the WWW-Authenticate challenge's realm (once, then reused), a blob
 redirected to storage on another origin (followed, never with the registry's credentials), and hostile
-answers: an endless blob, wrong bytes, a pointer whose embedded document is not what its digest says.
+answers: an endless blob, one that trickles past its deadline, wrong bytes, a pointer whose embedded document is not what its digest says.
 The real registry runs in tests/unit/agent/test_agent_pull.py (the ``oci`` store) and the release tests."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,17 @@ class StandIn:
                     h.wfile.write(b"x" * 65536)
             except OSError:
                 return
+        if self.storage_mode == "trickle":  # the right length announced, a byte every 0.2 s
+            h.send_response(200)
+            h.send_header("Content-Length", str(len(FILE)))
+            h.end_headers()
+            try:
+                for i in range(len(FILE)):
+                    h.wfile.write(FILE[i:i + 1])
+                    h.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                return
         self._send(h, 200, FILE if self.storage_mode == "ok" else b"y" * len(FILE))
 
     def close(self) -> None:
@@ -131,12 +143,14 @@ def test_a_blob_redirected_to_storage_gets_no_credentials(stand_in: StandIn, tmp
     assert registry_blob[-1]["Authorization"] == "Bearer tok-1"
 
 
-@pytest.mark.parametrize(("mode", "error"), [("endless", "larger than"), ("wrong", "content sha256")])
+@pytest.mark.parametrize(("mode", "error"), [("endless", "larger than"), ("wrong", "content sha256"),
+                                             ("trickle", "no complete answer within the 1s deadline")])
 def test_an_endless_or_wrong_blob_is_refused_and_nothing_is_left(stand_in: StandIn, tmp_path: Path,
                                                                   mode: str, error: str) -> None:
     stand_in.storage_mode = mode
     with pytest.raises(StoreError, match=error):
-        Store(f"oci://{stand_in.host}/team/models").download(blob_key(SHA), tmp_path / "f", SHA, len(FILE))
+        Store(f"oci://{stand_in.host}/team/models", blob_timeout=1).download(blob_key(SHA), tmp_path / "f", SHA,
+                                                                            len(FILE))
     assert not (tmp_path / "f").exists()
 
 
