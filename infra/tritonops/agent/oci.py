@@ -143,6 +143,45 @@ def default_auth_file() -> Path | None:
     return docker if docker.is_file() else None
 
 
+ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
+ECR_TARGET = "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken"
+
+
+def ecr_login(host: str, deadline: float, cancel: threading.Event | None) -> tuple[str, str, float]:
+    """(user, password, refresh-at) from ECR's GetAuthorizationToken, signed (SigV4, service "ecr") with the
+    AWS credentials chain the S3 store uses (IRSA, Pod Identity, static keys); ``AWS_ENDPOINT_URL_ECR``
+    or ``AWS_ENDPOINT_URL`` for another endpoint. The token is asked again 5 minutes before it expires."""
+    from . import aws_credentials
+
+    m = ECR_HOST.fullmatch(host)
+    region = (m.group(2) if m else None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise StoreError(f"{host}: ECR auth needs a region (an ECR host name, or AWS_REGION)")
+    endpoint = (os.environ.get("AWS_ENDPOINT_URL_ECR") or os.environ.get("AWS_ENDPOINT_URL")
+                or f"https://api.ecr.{region}.amazonaws.com")
+    url = endpoint.rstrip("/") + "/"
+    provider = aws_credentials.from_env()
+    if provider is None:
+        raise StoreError(f"{host}: ECR auth needs AWS credentials (IRSA, Pod Identity or static keys); none are set")
+    body = json.dumps({"registryIds": [m.group(1)]} if m else {}).encode()
+    extra = {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": ECR_TARGET}
+    headers = {**extra, **aws_credentials.sigv4_headers(url, region, credentials=provider.get(), env={}, method="POST",
+                                                        payload_hash=hashlib.sha256(body).hexdigest(),
+                                                        service="ecr", extra=extra)}
+    resp = netio.request(url, what=f"{host} ECR GetAuthorizationToken", headers=headers, data=body, method="POST",
+                         deadline=deadline, limit=TOKEN_MAX, error=StoreError, cancel=cancel)
+    if resp.status != 200:
+        raise StoreError(f"{host}: ECR GetAuthorizationToken answered HTTP {resp.status} {resp.body[:200]!r}")
+    try:
+        data = json.loads(resp.body)["authorizationData"][0]
+        user, sep, pw = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+        assert sep
+        expires = float(data.get("expiresAt") or 0)
+    except (ValueError, KeyError, IndexError, TypeError, AssertionError, UnicodeDecodeError):
+        raise StoreError(f"{host}: ECR GetAuthorizationToken's answer holds no USER:PASSWORD token") from None
+    return user, pw, max(expires - 300, time.time() + 60)
+
+
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
     """The scheme and parameters of a WWW-Authenticate header (``Bearer realm="...",service="..."``)."""
     scheme, _, rest = header.strip().partition(" ")
@@ -162,7 +201,11 @@ class Registry:
         self.base = f"{'http' if insecure else 'https'}://{self.host}"
         auth = auth or default_auth_file()
         self.auth_file = auth
-        self.credentials = load_auth(auth, self.host) if auth else None
+        # ECR: a token from GetAuthorizationToken (the pod's IRSA role ...), for an ECR host name without an
+        # auth file, or TRITONOPS_REGISTRY_AUTH=ecr.
+        self.ecr = str(auth) == "ecr" or (auth is None and ECR_HOST.fullmatch(self.host) is not None)
+        self.credentials = load_auth(auth, self.host) if auth and not self.ecr else None
+        self._credentials_until = float("inf")
         ca = ca or (Path(os.environ["TRITONOPS_REGISTRY_CA"]) if os.environ.get("TRITONOPS_REGISTRY_CA") else None)
         self.context: ssl.SSLContext | None = None
         if ca:
@@ -178,7 +221,11 @@ class Registry:
 
     # --- auth ---------------------------------------------------------------------------------
 
-    def _basic(self) -> str:
+    def _basic(self, deadline: float = 10.0) -> str:
+        if self.ecr and (self.credentials is None or time.time() >= self._credentials_until):
+            user, pw, self._credentials_until = ecr_login(self.host, deadline, self.owner.cancel)
+            self.owner.requests += 1
+            self.credentials = (user, pw)
         if self.credentials is None:
             raise StoreError(f"{self.url}: the registry asks for credentials and none were given "
                              f"(TRITONOPS_REGISTRY_AUTH: a docker config.json naming {self.host}, or a folder "
@@ -190,7 +237,9 @@ class Registry:
         """Answer a 401's challenge: Basic credentials as they are, or a bearer token from the realm."""
         scheme, params = _challenge(header)
         if scheme == "basic":
-            self._authorization, self._expires = self._basic(), float("inf")
+            self._authorization = self._basic(deadline)
+            until = self._credentials_until  # wall clock (an ECR token's expiry); _expires is monotonic
+            self._expires = float("inf") if until == float("inf") else time.monotonic() + until - time.time()
             return
         if scheme != "bearer" or not params.get("realm"):
             raise StoreError(f"{self.url}: the registry asks for {header[:60]!r} auth; Basic and Bearer are spoken")
@@ -200,7 +249,7 @@ class Registry:
                              "credentials are not sent there")
         query = {k: v for k, v in (("service", params.get("service")), ("scope", scope)) if v}
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
-        headers = {"Authorization": self._basic()} if self.credentials else {}
+        headers = {"Authorization": self._basic(deadline)} if self.credentials or self.ecr else {}
         self.owner.requests += 1
         resp = netio.request(url, what=f"{self.url} token", headers=headers, deadline=deadline, limit=TOKEN_MAX,
                              error=StoreError, cancel=self.owner.cancel, context=self.context)

@@ -34,6 +34,7 @@ class StandIn:
         self.seen: list[tuple[str, str, dict[str, str]]] = []  # (server, path, headers)
         self.tokens = 0
         self.storage_mode = "ok"
+        self.basic: str | None = None  # "USER:PASSWORD": the registry asks for Basic auth instead of a token
         self.pointer_manifest = oci.image_manifest(
             oci.METADATA_TYPE, [oci.descriptor(oci.DOCUMENT_LAYER, POINTER, embed=True)], {})
         self.registry = self._serve("registry", self._registry)
@@ -71,6 +72,10 @@ class StandIn:
                 return self._send(h, 401)
             self.tokens += 1
             return self._send(h, 200, json.dumps({"token": "tok-1", "expires_in": 300}).encode())
+        if self.basic is not None:
+            if h.headers.get("Authorization") != "Basic " + base64.b64encode(self.basic.encode()).decode():
+                return self._send(h, 401, b"{}", {"WWW-Authenticate": 'Basic realm="stand-in"'})
+            h.headers.replace_header("Authorization", "Bearer tok-1")
         if h.headers.get("Authorization") != "Bearer tok-1":
             realm = f"http://{self.host}/token"
             return self._send(h, 401, b"{}", {"WWW-Authenticate": f'Bearer realm="{realm}",service="stand-in"'})
@@ -198,3 +203,22 @@ def test_a_bad_registry_url_is_a_usage_error(url: str) -> None:
 def test_reports_are_not_kept_in_a_registry() -> None:
     with pytest.raises(UsageError, match="status reports need a folder or s3:// store"):
         oci.locate("reports/stable/node-1.json")
+
+
+@pytest.mark.integration  # moto_server answers ECR's GetAuthorizationToken
+def test_ecr_credentials_from_get_authorization_token(stand_in: StandIn, moto_s3: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITONOPS_REGISTRY_AUTH=ecr (or an ECR host name and no auth file): the agent's AWS chain (IRSA ...)
+    signs GetAuthorizationToken, and its AWS:TOKEN answers the registry's Basic challenge."""
+    for k, v in (("TRITONOPS_REGISTRY_AUTH", "ecr"), ("AWS_ACCESS_KEY_ID", "testing"),
+                 ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_ECR", moto_s3)):
+        monkeypatch.setenv(k, v)
+    stand_in.basic = "AWS:123456789012-auth-token"  # what moto answers for its default account
+    store = Store(f"oci://{stand_in.host}/team/models")
+    assert store.get("channels/stable.json", conditional=True) == POINTER
+    assert store.requests == 3  # 401, GetAuthorizationToken, the manifest again
+    assert store.get("channels/stable.json", conditional=True) is None and store.requests == 4  # the token kept
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(StoreError, match="ECR auth needs AWS credentials"):
+        Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
