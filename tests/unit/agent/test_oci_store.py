@@ -222,3 +222,28 @@ def test_ecr_credentials_from_get_authorization_token(stand_in: StandIn, moto_s3
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(StoreError, match="ECR auth needs AWS credentials"):
         Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
+
+
+def test_the_ecr_request_signature_matches_botocore() -> None:
+    """GetAuthorizationToken signed as botocore signs it (service "ecr", the JSON target header signed too)."""
+    import datetime
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+    from tritonops.agent.aws_credentials import Credentials, sigv4_headers
+
+    now = datetime.datetime(2026, 12, 4, 12, 0, 0, tzinfo=datetime.UTC)
+    creds = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token/with+chars=")
+    url, body = "https://api.ecr.eu-west-1.amazonaws.com/", b'{"registryIds": ["123456789012"]}'
+    extra = {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": oci.ECR_TARGET}
+    ours = sigv4_headers(url, "eu-west-1", now=now, credentials=creds, method="POST", service="ecr", extra=extra,
+                         payload_hash=hashlib.sha256(body).hexdigest())
+    req = AWSRequest(method="POST", url=url, data=body, headers={
+        **extra, "X-Amz-Date": ours["x-amz-date"], "X-Amz-Security-Token": creds.token,
+        "x-amz-content-sha256": ours["x-amz-content-sha256"]})
+    req.context["timestamp"] = ours["x-amz-date"]
+    auth = SigV4Auth(BotoCredentials(creds.access_key, creds.secret_key, creds.token), "ecr", "eu-west-1")
+    signature = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
+    assert ours["Authorization"].endswith(f"Signature={signature}")
+    assert "/eu-west-1/ecr/aws4_request" in ours["Authorization"]
