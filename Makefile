@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The development kit (tools/devkit: Podman hosts, the demo, role README tables) is not in the wheel.
 DEVKIT := PYTHONPATH=$(CURDIR)/tools $(BIN)/python -m devkit
-EXTRAS := triton,k8s,ansible,obs,dev
+EXTRAS := triton,k8s,ansible,obs,signing,dev
 # Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
 # libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it; catatonit, `podman kube play`'s pause process;
 # docker-registry, the CNCF distribution registry the oci:// release store is tested against).

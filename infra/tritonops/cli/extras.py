@@ -28,6 +28,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "k8s": ("pulumi", "pulumi_kubernetes", "pulumi_aws"),
     "triton": ("pytriton",),
     "s3": ("boto3", "botocore"),
+    "signing": ("model_signing",),
 }
 
 EXTRA_OF = {module: extra for extra, modules in MODULES.items() for module in modules}
