@@ -64,8 +64,7 @@ def _public_keys(keys: list[Path]) -> list[Path]:
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{key}: cannot read the producer key ({getattr(e, 'strerror', None) or e})") from None
         if "-----BEGIN PUBLIC KEY-----" not in text:
-            raise UsageError(f"{key}: not a PEM public key (-----BEGIN PUBLIC KEY-----); give the producer's "
-                             f"public key, never a private one")
+            raise UsageError(f"{key}: not a PEM public key: give the producer's public key")
     return [Path(k) for k in keys]
 
 
