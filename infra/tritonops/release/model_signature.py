@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -44,6 +46,7 @@ def statement(sig: Path) -> dict[str, Any]:
         bundle = json.loads(sig.read_bytes())
         payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
         resources = payload["predicate"]["resources"]
+        material = bundle["verificationMaterial"]
         if not isinstance(resources, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
                                                        for r in resources):
             raise TypeError("predicate.resources: not a list of named files")
@@ -52,6 +55,10 @@ def statement(sig: Path) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, binascii.Error) as e:
         raise ReleaseError(f"{sig}: not an OpenSSF model-signing bundle (dsseEnvelope.payload, an in-toto "
                            f"statement with predicate.resources): {e}") from None
+    if "publicKey" not in material:
+        raise ReleaseError(f"{sig}: refused: signed with a certificate (keyless Sigstore or x509: "
+                           f"verificationMaterial has {', '.join(sorted(material)) or 'nothing'}), not with a key; "
+                           f"tritonops accepts key-signed bundles (model_signing sign key)")
     return payload
 
 
@@ -69,13 +76,21 @@ def _public_keys(keys: list[Path]) -> list[Path]:
 
 
 def _library_verify(repository: Path, sig: Path, key: Path) -> str | None:
-    """None when ``model_signing`` accepts the bundle under ``key``, else its reason (one line)."""
+    """None when ``model_signing`` accepts the bundle under ``key``, else its reason (one line).
+
+    Anything the library raises is a refusal (fail closed): a wrong signature is cryptography's
+    InvalidSignature, a bundle it cannot read an AttributeError; what it prints (a warning about an
+    older bundle format) is kept off our stdout, which may be --json."""
+    from cryptography.exceptions import InvalidSignature
     from model_signing import verifying
 
     config = verifying.Config().use_elliptic_key_verifier(public_key=key).set_ignore_unsigned_files(True)
     try:
-        config.verify(repository, sig)
-    except (ValueError, TypeError, KeyError, OSError) as e:
+        with contextlib.redirect_stdout(io.StringIO()):
+            config.verify(repository, sig)
+    except InvalidSignature:
+        return "Key mismatch: the signature does not verify with this key"
+    except Exception as e:  # the library's verdict, whatever it raised, refuses the release
         return " ".join(str(e).split()) or type(e).__name__
     return None
 

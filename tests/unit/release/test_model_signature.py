@@ -134,3 +134,27 @@ def test_publish_of_a_tampered_repository_uploads_nothing(signed: dict[str, Path
     assert code == ExitCode.FINDINGS
     assert "differ from what the producer signed: mlp/1/model.onnx" in out
     assert not store.exists() or not any(store.rglob("*.json"))
+
+
+def _edit_bundle(repo: Path, edit) -> None:
+    bundle = json.loads((repo / "model.sig").read_text())
+    edit(bundle["verificationMaterial"])
+    (repo / "model.sig").write_text(json.dumps(bundle))
+
+
+def test_a_certificate_bundle_keyless_or_x509_is_refused_naming_why(signed: dict[str, Path]) -> None:
+    _edit_bundle(signed["repo"], lambda m: (m.pop("publicKey"), m.update(x509CertificateChain={"certificates": []})))
+    code, out = _verify(signed["repo"], signed["public"])
+    assert code == ExitCode.FINDINGS
+    assert "refused: signed with a certificate (keyless Sigstore or x509" in out
+
+
+def test_a_bundle_of_the_older_format_without_a_key_hint(signed: dict[str, Path]) -> None:
+    """No key hint: the library checks the signature itself (cryptography's InvalidSignature for another key,
+    never a traceback) and prints a warning, kept off --json."""
+    _edit_bundle(signed["repo"], lambda m: m["publicKey"].pop("hint"))
+    code, out = _verify(signed["repo"], signed["other"])
+    assert code == ExitCode.FINDINGS and "signed by none of the 1 configured producer key(s)" in out
+    res = RUNNER.invoke(app, ["release", "verify", str(signed["repo"]), "--producer-key", str(signed["public"]),
+                              "--json"])
+    assert res.exit_code == ExitCode.OK and json.loads(res.stdout)["files"] == 18
