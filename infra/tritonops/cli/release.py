@@ -1,4 +1,4 @@
-"""``tritonops release``: publish, promote, rollback, refresh, status, keygen, root init/rotate.
+"""``tritonops release``: publish, verify, promote, rollback, refresh, status, keygen, root init/rotate.
 
 Every channel move (publish, promote, rollback, refresh) writes a signed pointer (a new version, an
 expiry: ``--expires``, default 30d) with the ``--key`` file(s); ``root init`` / ``root rotate`` write
