@@ -5,11 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The development kit (tools/devkit: Podman hosts, the demo, role README tables) is not in the wheel.
 DEVKIT := PYTHONPATH=$(CURDIR)/tools $(BIN)/python -m devkit
-EXTRAS := triton,k8s,ansible,obs,dev
+EXTRAS := triton,k8s,ansible,obs,signing,dev
 # Debian packages the tests and the demo use (real Prometheus/Alertmanager, Podman systemd hosts, qemu for arm64,
-# libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it; catatonit, `podman kube play`'s pause process).
+# libb64 for perf_analyzer: `tritonops bench` and `tune` measure with it; catatonit, `podman kube play`'s pause process;
+# docker-registry, the CNCF distribution registry the oci:// release store is tested against).
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
-	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client
+	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client docker-registry
 
 .PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
 

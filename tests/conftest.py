@@ -94,3 +94,14 @@ def moto_s3() -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     with serving([str(exe), "-H", "127.0.0.1", "-p", str(port)], url, "moto_server"):
         yield url
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The CNCF distribution registry (Debian's docker-registry) on 127.0.0.1: TLS, htpasswd auth."""
+    if shutil.which("docker-registry") is None:
+        pytest.skip("docker-registry is not installed (make apt)")
+    from oci_registry import running  # here, not at the top: test_tiers runs this conftest alone
+
+    with running(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -11,14 +12,16 @@ from collections.abc import Iterator, Sequence
 
 
 @contextlib.contextmanager
-def serving(argv: Sequence[str], url: str, what: str, timeout: float = 30) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``argv``; yield the process once ``url`` answers (any HTTP status); terminate it afterwards."""
+def serving(argv: Sequence[str], url: str, what: str, timeout: float = 30,
+            context: ssl.SSLContext | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv``; yield the process once ``url`` answers (any HTTP status; an https URL checked with
+    ``context``); terminate it afterwards."""
     proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                urllib.request.urlopen(url, timeout=1).close()
+                urllib.request.urlopen(url, timeout=1, context=context).close()
                 break
             except urllib.error.HTTPError:
                 break  # it answers

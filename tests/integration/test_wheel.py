@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "model_repository"
 # What the product wheel must not carry: the development kit (tools/devkit), in any form.
 NOT_SHIPPED = ("devkit/", "tritonops/hosts/", "tritonops/demo.py", "tritonops/ansible_roles.py", "containers.conf")
-EXTRAS = ("obs", "k8s", "triton", "s3", "ansible")
+EXTRAS = ("obs", "k8s", "triton", "s3", "ansible", "signing")
 UV = Path(sys.executable).with_name("uv")
 
 
@@ -340,6 +340,28 @@ def test_s3_publish_and_status_against_moto(built: Built, s3_bucket: str) -> Non
                     "--s3-endpoint", s3_bucket, "--json", **creds)
     assert status.returncode == 0, status.stdout + status.stderr
     assert json.loads(status.stdout)["channels"]["stable"]["release"] == json.loads(pub.stdout)["release"]
+
+
+def test_signing_release_verify_accepts_what_model_signing_signed_and_refuses_a_changed_byte(built: Built) -> None:
+    """The 'signing' extra alone brings what the model_signing library and ``release verify`` need (model-signing
+    1.1.1 imports pyOpenSSL without declaring it: the extra names it)."""
+    sv = built.extras["signing"]
+    repo = sv.cwd / "model_repository"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    for cmd in (["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "producer.key"],
+                ["openssl", "ec", "-in", "producer.key", "-pubout", "-out", "producer.pub"]):
+        _sh(cmd, sv.cwd)
+    sign = sv.run("python", "-c", "from pathlib import Path; from model_signing import hashing, signing; "
+                  "signing.Config().use_elliptic_key_signer(private_key=Path('producer.key')).set_hashing_config("
+                  "hashing.Config().set_ignored_paths(paths=['model.sig'])).sign(Path('model_repository'), "
+                  "Path('model_repository/model.sig'))")
+    assert sign.returncode == 0, sign.stdout + sign.stderr
+    ok = sv.run("tritonops", "release", "verify", "model_repository", "--producer-key", "producer.pub")
+    assert (ok.returncode, ok.stdout.split(":")[0]) == (0, "model signature model_repository/model.sig"), ok.stderr
+    with (repo / "mlp" / "config.pbtxt").open("a") as f:
+        f.write("#")
+    bad = sv.run("tritonops", "release", "verify", "model_repository", "--producer-key", "producer.pub")
+    assert bad.returncode == 1 and "differ from what the producer signed: mlp/config.pbtxt" in bad.stderr, bad.stderr
 
 
 def test_ansible_drift_runs_the_venvs_ansible_playbook(built: Built) -> None:

@@ -47,7 +47,9 @@ def _layout(sp: argparse.ArgumentParser) -> None:
 
 def _pull_args(sp: argparse.ArgumentParser) -> None:
     _layout(sp)
-    sp.add_argument("--store", required=True, help="s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+    sp.add_argument("--store", required=True,
+                    help="s3://BUCKET/PREFIX, http(s)://HOST/PATH, oci://REGISTRY/REPO or a folder (a registry's "
+                         "credentials: TRITONOPS_REGISTRY_AUTH, its CA: TRITONOPS_REGISTRY_CA)")
     sp.add_argument("--channel", required=True)
     sp.add_argument("--store-name",
                     help="the store's name its signed root carries (tritonops release root init --name): metadata "

@@ -211,17 +211,20 @@ def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _W
     return b"".join(parts), got
 
 
-def request(url: str, *, what: str | None = None, headers: Headers | None = None, data: bytes | None = None,
+def request(url: str, *, what: str | None = None, headers: Headers | None = None, data: Any = None,
             method: str = "GET", deadline: float, limit: int, error: type[ReleaseError] = ReleaseError,
             sink: Callable[[bytes], None] | None = None, cancel: threading.Event | None = None,
             redirects: bool = True, proxies: dict[str, str] | None = None,
-            context: ssl.SSLContext | None = None) -> Response:
+            context: ssl.SSLContext | None = None, foreign_redirects: bool = False) -> Response:
     """Send one request (following same-origin redirects); its answer, the body read under ``limit``.
 
     ``headers`` is a mapping or a function of the URL (a signature is computed again for a redirect's
     URL). A 2xx body goes to ``sink`` when one is given, else into ``Response.body``; of any other
     status only the first ``ERROR_BODY_MAX`` bytes are read. ``proxies``: None uses the environment's
     (``HTTPS_PROXY`` ...), ``{}`` none; ``context``: the TLS context (default: the system's CAs).
+    ``foreign_redirects``: follow a redirect to another origin too (an OCI registry's blob to its storage),
+    sending none of ``headers`` there or after (a presigned URL carries its own authorization), never
+    from https to http. ``data``: bytes, or a file object (with a Content-Length header) for an upload.
     Raises ``error`` naming ``what`` (default: the URL, no query) when the deadline passes, ``cancel``
     is set, the body is over ``limit``, a redirect leaves the origin, or the connection fails.
     """
@@ -232,9 +235,10 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
     if proxies is not None:
         handlers.append(urllib.request.ProxyHandler(proxies))
     opener = urllib.request.build_opener(*handlers)
+    foreign = False
     try:
         for _hop in range(MAX_REDIRECTS + 1):
-            hdrs = dict(headers(url) if callable(headers) else (headers or {}))
+            hdrs = {} if foreign else dict(headers(url) if callable(headers) else (headers or {}))
             req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
             try:
                 try:
@@ -245,14 +249,19 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
                     status = resp.code if isinstance(resp, urllib.error.HTTPError) else resp.status
                     if redirects and status in _REDIRECTS and resp.headers.get("Location"):
                         new = urllib.parse.urljoin(url, resp.headers["Location"])
-                        if origin(new) != start:
+                        if origin(new) != start and foreign_redirects and (
+                                start[0] == "http" or origin(new)[0] == "https"):
+                            foreign = True  # to the registry's storage: no credential of ours goes there
+                        elif origin(new) != start:
                             raise error(f"{what}: redirected to {safe_url(new)}, another origin: not followed "
                                         "(credentials and tokens are never sent to another host)")
                         url = new
                         if status == 303:
                             method, data = "GET", None
                         continue
-                    if 200 <= status < 300:
+                    if method == "HEAD":  # no body, whatever length it announces
+                        body, size = b"", 0
+                    elif 200 <= status < 300:
                         body, size = _read(resp, limit, sink, watch, what, error)
                     else:  # an error message: its start is enough, the rest is never read
                         body = resp.read(ERROR_BODY_MAX) if status != 304 else b""

@@ -284,7 +284,8 @@ def put(store: Store, key: str, data: bytes) -> None:
             raise StoreError(f"{store.root / key}: cannot write ({e.strerror or e})") from None
         return
     if store.kind != "s3":
-        raise UsageError(f"{store}: an HTTP mirror is read-only; reports need an s3:// or folder store")
+        raise UsageError(f"{store}: an HTTP mirror or a registry is read-only to agents; reports need an s3:// or "
+                         "folder store")
     url = store._http_url(key)  # noqa: SLF001 - the store's own addressing, shared with its reads
     creds = store._credentials()  # noqa: SLF001
     payload = hashlib.sha256(data).hexdigest()

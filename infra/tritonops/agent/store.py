@@ -33,10 +33,8 @@ ended at once by ``cancel`` (the agent's SIGTERM); see :mod:`netio`.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import email.utils
 import hashlib
-import hmac
 import os
 import threading
 import time
@@ -45,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import aws_credentials, netio
-from .aws_credentials import Credentials
+from .aws_credentials import Credentials, sigv4_headers
 from .errors import StoreError, UsageError
 from .fsio import read_bounded
 from .manifest import MANIFEST_MAX
@@ -55,7 +53,6 @@ SIGNATURE_MAX = 64 << 10  # a manifest's signatures: a JSON list of {"keyid", "s
 ROOT_MAX = 512 << 10  # a root document (keys and thresholds), read before it is verified
 METADATA_TIMEOUT = 10.0  # seconds, overall, for a pointer, a manifest or a signature
 BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 CHANNEL_MAX = 128  # characters of a channel name (its pointer's file name must fit any store: 255 bytes)
@@ -88,7 +85,8 @@ def blob_key(sha256: str) -> str:
 
 
 class Store:
-    """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path`` or a folder."""
+    """Read-only access to a store URL: ``s3://bucket/prefix``, ``http(s)://host/path``, a folder, or
+    ``oci://registry/repo`` (an OCI registry: its reads are :class:`oci_store.RegistryReader`'s)."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None, timeout: float = METADATA_TIMEOUT,
                  blob_timeout: float = BLOB_TIMEOUT, cancel: threading.Event | None = None) -> None:
@@ -119,8 +117,13 @@ class Store:
             self.base = url.rstrip("/")
         elif self.kind == "file":
             self.root = Path(parts.path if parts.scheme else url)
+        elif self.kind == "oci":
+            from .oci_store import RegistryReader
+
+            self.oci = RegistryReader(self)
         else:
-            raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH or a folder")
+            raise UsageError(f"{url}: store URLs are s3://BUCKET/PREFIX, http(s)://HOST/PATH, oci://REGISTRY/REPO "
+                             "or a folder")
 
     def __str__(self) -> str:
         return self.url
@@ -144,6 +147,8 @@ class Store:
                  sink: Callable[[bytes], None] | None = None) -> netio.Response:
         """One GET of ``key`` under a deadline and a byte cap; a same-origin redirect is signed again for
         its URL, a redirect to another origin refused (netio)."""
+        if self.kind == "oci":
+            return self.oci.blob(key, headers, limit, deadline, sink)
         url = self._http_url(key)
         creds = self._credentials() if self.kind == "s3" else None
 
@@ -159,6 +164,8 @@ class Store:
     def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
         """The object's bytes; None when ``conditional`` and unchanged since the last read."""
         where = f"{self.url}/{key}"
+        if self.kind == "oci":
+            return self.oci.get(key, limit, conditional)
         if self.kind == "file":
             path = self.root / key
             try:
@@ -196,6 +203,8 @@ class Store:
     def forget(self, key: str) -> None:
         """Drop ``key``'s validators: its next conditional read is a full one (it was read but not acted on)."""
         self._validators.pop(key, None)
+        if self.kind == "oci":
+            self.oci.forget(key)
 
     def download(self, key: str, dest: Path, sha256: str, size: int) -> int:
         """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written.
@@ -260,43 +269,3 @@ def _settled(last_modified: str) -> bool:
     except (TypeError, ValueError):
         return False
     return when < time.time() - 2
-
-
-def sigv4_headers(url: str, region: str, now: datetime.datetime | None = None,
-                  env: dict[str, str] | None = None, credentials: Credentials | None = None,
-                  method: str = "GET", payload_hash: str = _EMPTY_SHA256) -> dict[str, str]:
-    """AWS Signature Version 4 headers for an S3 GET of ``url`` (or ``method``, with the body's sha256 hex).
-
-    With ``credentials`` (from a provider: IRSA, Pod Identity, static), those; else static keys from
-    ``env`` (the process environment when None). None at all: no headers (an anonymous read of a public
-    bucket or mirror). A session token is sent, and signed, as ``x-amz-security-token``.
-    """
-    if credentials is None:
-        env = dict(os.environ) if env is None else env
-        if not env.get("AWS_ACCESS_KEY_ID") or not env.get("AWS_SECRET_ACCESS_KEY"):
-            return {}
-        credentials = Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
-                                  env.get("AWS_SESSION_TOKEN") or None)
-    key_id, secret = credentials.access_key, credentials.secret_key
-    now = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10 on nodes
-    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-    parts = urllib.parse.urlsplit(url)
-    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
-    if credentials.token:
-        headers["x-amz-security-token"] = credentials.token
-    names = sorted(headers)
-    query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
-                     for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True)))
-    canonical = "\n".join([method, parts.path or "/", query, "".join(f"{n}:{headers[n]}\n" for n in names),
-                           ";".join(names), payload_hash])
-    scope = f"{day}/{region}/s3/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    k = ("AWS4" + secret).encode()
-    for part in (day, region, "s3", "aws4_request"):
-        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    out = {n: v for n, v in headers.items() if n != "host"}
-    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, SignedHeaders={';'.join(names)}, "
-                            f"Signature={signature}")
-    return out
-

@@ -30,6 +30,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "triton": ("pytriton",),
     "s3": ("boto3", "botocore"),
     "ansible": ("ansible",),  # ansible-playbook: drift's ansible and models sources
+    "signing": ("model_signing",),
 }
 
 EXTRA_OF = {module: extra for extra, modules in MODULES.items() for module in modules}

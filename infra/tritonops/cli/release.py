@@ -1,4 +1,4 @@
-"""``tritonops release``: publish, promote, rollback, refresh, status, keygen, root init/rotate.
+"""``tritonops release``: publish, verify, promote, rollback, refresh, status, keygen, root init/rotate.
 
 Every channel move (publish, promote, rollback, refresh) writes a signed pointer (a new version, an
 expiry: ``--expires``, default 30d) with the ``--key`` file(s); ``root init`` / ``root rotate`` write
@@ -27,11 +27,12 @@ from tritonops.agent import signing
 from tritonops.agent.cli import exit_code
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.exitcodes import ExitCode
-from tritonops.cli.extras import require_store
+from tritonops.cli.extras import require, require_store
 from tritonops.cli.output import console, err_console, run_release_op
 from tritonops.cli.params import either, finite, old_spelling, path
 from tritonops.model_repo.validate import Target
 from tritonops.release import canary
+from tritonops.release import model_signature as ms
 from tritonops.release import publish as pub
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -40,7 +41,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 # --store (the agent's name for it too); --to is its old spelling, kept for one release.
 Store = Annotated[str | None, typer.Option(
-    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, oci://REGISTRY/REPO (credentials: "
+                     "TRITONOPS_REGISTRY_AUTH or ~/.docker/config.json), or the folder an HTTP mirror serves")]
 OldStore = Annotated[str | None, old_spelling("--to", "--store")]
 S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
@@ -48,6 +50,10 @@ AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
 Keys = Annotated[list[Path] | None, typer.Option(
     "--key", help="A private signing key (repeatable: a threshold of several); default release-signing.key",
     parser=path)]
+# A model producer's public key(s): an OpenSSF model-signing bundle (model.sig) must verify with one of them.
+ProducerKeys = Annotated[list[Path] | None, typer.Option(
+    "--producer-key", help="A model producer's public key (PEM, repeatable): the repository's model.sig must "
+                           "verify with one of them", parser=path)]
 Expires = Annotated[str, typer.Option(help="How long the signed pointer stays valid: 30d, 12h, 90m (nodes freeze "
                                            "after it: run tritonops release refresh before)")]
 
@@ -105,6 +111,11 @@ def publish_cmd(
         help="Release id, as rollback and the agent name it (default: the digest's first 16 hex digits)")] = None,
     config_name: Annotated[str | None, typer.Option(help="Validate configs/NAME.pbtxt as the active config")] = None,
     s3_endpoint: S3Endpoint = None,
+    model_signature: Annotated[bool, typer.Option(
+        "--model-signature", help="Publish only if the repository's OpenSSF model signature (model.sig) "
+                                  "verifies with a --producer-key (as release verify); it ships with the release",
+    )] = False,
+    producer_key: ProducerKeys = None,
     as_json: AsJson = False,
     to: OldStore = None,
     version: Annotated[str | None, old_spelling("--version", "--release")] = None,
@@ -112,12 +123,18 @@ def publish_cmd(
     """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
     where = _store("publish", store, to)
     release = either(release, version, "--release", "--version")
+    if producer_key and not model_signature:
+        raise typer.BadParameter("--producer-key needs --model-signature (it names who signed the model)")
+    if model_signature:
+        require("release publish --model-signature", "signing")
 
     def progress(i: int, n: int, rel: str) -> None:
         if not as_json:
             err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False, soft_wrap=True)
 
     def render(out: dict) -> None:
+        if out["model_signature"]:
+            _render_verified(out["model_signature"])
         console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {_counts(out, where)}")
         if channel:
             moved = f"moved from {out['previous']}" if out.get("previous") else "new channel"
@@ -125,9 +142,30 @@ def publish_cmd(
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
     seconds = _expires(expires)
-    run_release_op(lambda: pub.publish(repository, where, channel, _signing(key), target.value if target else None,
-                                       release, config_name, s3_endpoint, progress, channels=for_channel,
-                                       expires=seconds, channel_keys=channel_key), as_json, render)
+    # The producer's signature is checked before anything is read into the store (dict items run in order).
+    run_release_op(lambda: {"model_signature": ms.verify(repository, producer_key or []) if model_signature else None,
+                            **pub.publish(repository, where, channel, _signing(key), target.value if target else None,
+                                          release, config_name, s3_endpoint, progress, channels=for_channel,
+                                          expires=seconds, channel_keys=channel_key)}, as_json, render)
+
+
+@app.command("verify")
+def verify_cmd(
+    repository: Annotated[Path, typer.Argument(help="The model repository folder whose model.sig to check",
+                                               parser=path)],
+    producer_key: ProducerKeys = None,
+    as_json: AsJson = False,
+) -> None:
+    """Check a repository's OpenSSF model signature (model.sig, as the model-signing tool writes it) against the
+    producer keys: the signature is valid under one of them, every signed file is there with its digest, and
+    every file the release would ship is signed. Exit 1 refused (one line naming the files), 2 an unusable key."""
+    require("release verify", "signing")
+    run_release_op(lambda: ms.verify(repository, producer_key or []), as_json, _render_verified)
+
+
+def _render_verified(out: dict[str, Any]) -> None:
+    console.print(f"model signature {escape(out['signature'])}: {out['files']} file(s) signed by "
+                  f"{escape(out['producer_key'])}, all present and unchanged", highlight=False)
 
 
 @app.command("promote")

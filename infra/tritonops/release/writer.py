@@ -22,7 +22,8 @@ SWAP_TRIES = 8  # conditional writes of one pointer before giving up (each after
 
 
 class Writer:
-    """Writes into a store; reads go through the agent's ``Store``."""
+    """Writes into a store; reads go through the agent's ``Store``. An ``oci://`` store is written by
+    :class:`tritonops.release.oci_writer.RegistryWriter`."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None) -> None:
         self.url = url
@@ -39,8 +40,13 @@ class Writer:
             self.root = self.reader.root
             if self.root.exists() and not self.root.is_dir():
                 raise UsageError(f"{url}: not a folder; publish to s3://BUCKET/PREFIX or to a folder")
+        elif self.reader.kind == "oci":
+            from tritonops.release.oci_writer import RegistryWriter
+
+            self.oci = RegistryWriter(self.reader)
         else:
-            raise UsageError(f"{url}: publish to s3://BUCKET/PREFIX or to the folder an HTTP server publishes")
+            raise UsageError(f"{url}: publish to s3://BUCKET/PREFIX, oci://REGISTRY/REPO or to the folder an HTTP "
+                             "server publishes")
 
     def __str__(self) -> str:
         return self.url
@@ -49,6 +55,8 @@ class Writer:
         return "/".join(p for p in (self.prefix, key) if p)
 
     def exists(self, key: str) -> bool:
+        if self.reader.kind == "oci":
+            return self.oci.exists(key)
         if self.reader.kind == "file":
             return (self.root / key).is_file()
         from botocore.exceptions import BotoCoreError, ClientError
@@ -65,7 +73,7 @@ class Writer:
 
     def get(self, key: str, limit: int = POINTER_MAX) -> bytes:
         """An object's bytes, read with the controller's credentials (boto3's chain for S3)."""
-        if self.reader.kind == "file":
+        if self.reader.kind in ("file", "oci"):
             return self.reader.get(key, limit=limit) or b""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -83,6 +91,8 @@ class Writer:
 
     def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
         """One object; a folder store writes a temporary file and renames it (atomic for readers)."""
+        if self.reader.kind == "oci":
+            return self.oci.put(key, data)
         if self.reader.kind == "file":
             dest = self.root / key
             tmp = dest.with_name(f".{dest.name}.partial")
@@ -115,6 +125,8 @@ class Writer:
 
     def names(self, prefix: str, suffix: str = ".json") -> list[str]:
         """The keys directly under ``prefix`` (``channels/``, ``reports/stable/``) ending in ``suffix``, sorted."""
+        if self.reader.kind == "oci":
+            return self.oci.names(prefix, suffix)
         if self.reader.kind == "file":
             folder = self.root / prefix
             return sorted(prefix + p.name for p in folder.glob(f"*{suffix}") if p.is_file()) if folder.is_dir() else []
@@ -141,6 +153,8 @@ class Writer:
         """Read-modify-write of one object that never loses a concurrent write: ``change`` gets the
         current bytes (None when absent) and returns the new ones (None: nothing to write); it may be
         called again with newer bytes when someone else wrote first. Returns what was written."""
+        if self.reader.kind == "oci":
+            return self.oci.swap(key, change, what, SWAP_TRIES)
         if self.reader.kind == "file":
             folder = (self.root / key).parent
             try:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
@@ -29,3 +30,73 @@ def agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProce
         env["TRITONOPS_TEST_CRASH_AT"] = crash
     return subprocess.run([sys.executable, "-m", "tritonops.agent", *args], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
+
+
+class StoreUnderTest:
+    """A release store of one kind for a test: ``folder``; ``mirror`` (the folder published, read by the agent
+    through an http.server); ``s3`` (moto_server); ``oci`` (a repository of its own in the test registry,
+    tests/oci_registry.py). ``url`` is where the controller publishes, ``reader`` what the agent reads;
+    ``tamper``, ``hide`` and ``restore`` change a file's bytes in the store behind the publisher's back."""
+
+    def __init__(self, kind: str, tmp_path: Path, server: object = None) -> None:
+        self.kind, self.tmp_path, self.server = kind, tmp_path, server
+        self.url = self.other("store")
+
+    def other(self, name: str) -> str:
+        """Another store of the same kind (another team's, a restored one)."""
+        if self.kind in ("folder", "mirror"):
+            return str(self.tmp_path / name)
+        if self.kind == "s3":
+            return f"s3://releases/{self.tmp_path.name}/{name}"
+        return self.server.url(f"{self.tmp_path.name.lower().replace('_', '-')}/{name}")  # type: ignore[attr-defined]
+
+    def reader(self, url: str | None = None) -> str:
+        """The URL the agent reads ``url`` (default: this store) at."""
+        url = url or self.url
+        if self.kind == "mirror":
+            return f"{self.server}/{Path(url).relative_to(self.tmp_path)}"
+        return url
+
+    def settle(self) -> None:
+        """A mirror's pointers written minutes ago: its Last-Modified is trusted for If-Modified-Since (a
+        pointer changed within the last two seconds is read whole, store._settled)."""
+        if self.kind == "mirror":
+            old = time.time() - 300
+            for p in (Path(self.url) / "channels").glob("*.json"):
+                os.utime(p, (old, old))
+
+    def _blob(self, sha256: str) -> Path:
+        from tritonops.agent.store import blob_key
+
+        if self.kind == "oci":
+            return self.server.blob_path(sha256)  # type: ignore[attr-defined,no-any-return]
+        return Path(self.url) / blob_key(sha256)
+
+    def _s3(self) -> tuple[object, str]:
+        import boto3
+        from tritonops.agent.store import Store
+
+        store = Store(self.url)
+        return boto3.client("s3"), store.prefix
+
+    def tamper(self, sha256: str, data: bytes) -> None:
+        if self.kind == "s3":
+            s3, prefix = self._s3()
+            s3.put_object(Bucket="releases", Key=f"{prefix}/blobs/sha256/{sha256}", Body=data)  # type: ignore[attr-defined]
+        else:
+            self._blob(sha256).write_bytes(data)
+
+    def hide(self, sha256: str, back: bool = False) -> None:
+        """Take a file's bytes away (``back``: put them back)."""
+        if self.kind == "s3":
+            s3, prefix = self._s3()
+            key = f"{prefix}/blobs/sha256/{sha256}"
+            src, dst = (key + ".away", key) if back else (key, key + ".away")
+            s3.copy_object(Bucket="releases", Key=dst, CopySource={"Bucket": "releases", "Key": src})  # type: ignore[attr-defined]
+            s3.delete_object(Bucket="releases", Key=src)  # type: ignore[attr-defined]
+            return
+        blob = self._blob(sha256)
+        if back:
+            blob.with_suffix(".away").rename(blob)
+        else:
+            blob.rename(blob.with_suffix(".away"))

@@ -1,7 +1,9 @@
 """The release agent without Triton: stores, signatures, fetch/install/switch, refusals, the deadman.
 
-Uses a folder store and an http.server mirror on 127.0.0.1 (the air-gapped path); the S3 path runs in
-tests/integration/test_release_pull.py against moto_server.
+The tests that take ``store_kind`` run against every kind of store, one suite: a folder, the folder as an
+http.server mirror on 127.0.0.1 (the air-gapped path), S3 (moto_server) and an OCI registry (Debian's
+docker-registry with TLS and htpasswd); the last two are integration-tier. The S3 path with real Tritons
+runs in tests/integration/test_release_pull.py.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import SAMPLE, release_source
+from agent_harness import SAMPLE, StoreUnderTest, release_source
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.golden import read_golden
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store, blob_key, sigv4_headers
+from tritonops.agent.store import Store, sigv4_headers
 from tritonops.release import publish as pub
 
 
@@ -33,32 +36,77 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"key": key, "pub": pubkey, "rogue": rogue}
 
 
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=["folder", "mirror", pytest.param("s3", marks=pytest.mark.integration),
+                        pytest.param("oci", marks=pytest.mark.integration)])
+def store_kind(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StoreUnderTest]:
+    """The store the tests below run against: a folder, the folder as an HTTP mirror, S3 (moto_server) and an
+    OCI registry (docker-registry on loopback, TLS and htpasswd: tests/oci_registry.py, reached with a docker
+    config.json)."""
+    if request.param == "mirror":
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        yield StoreUnderTest("mirror", tmp_path, f"http://127.0.0.1:{srv.server_port}")
+        srv.shutdown()
+        srv.server_close()
+        return
+    if request.param == "s3":
+        endpoint = request.getfixturevalue("moto_s3")
+        for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                     ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
+            monkeypatch.setenv(k, v)
+        import boto3
+
+        s3 = boto3.client("s3")
+        if "releases" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+            s3.create_bucket(Bucket="releases")
+        yield StoreUnderTest("s3", tmp_path)
+        return
+    if request.param == "oci":
+        reg = request.getfixturevalue("oci_registry")
+        monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(reg.config))
+        monkeypatch.setenv("TRITONOPS_REGISTRY_CA", str(reg.ca))
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the publisher's tag locks
+        yield StoreUnderTest("oci", tmp_path, reg)
+        return
+    yield StoreUnderTest("folder", tmp_path)
+
+
 def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node") -> Agent:
     root = tmp_path / name
     (root / "releases").mkdir(parents=True, exist_ok=True)
     return Agent(Store(store), "stable", root / "models", root / "releases", [keys["pub"]], log=lambda m: None)
 
 
-def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
-    out = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
+def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path],
+                                                      store_kind: StoreUnderTest) -> None:
+    out = pub.publish(release_source(tmp_path, "a"), store_kind.url, "stable", keys["key"], target="cpu", version="r1")
+    store_kind.settle()
     assert (out["uploaded"], out["changed"]) == (out["files"] - out["already_there"] - out["duplicates"], True)
-    agent = _agent(tmp_path, store, keys)
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     result = agent.poll()
     assert result["result"] == "applied" and result["release"] == "r1"
     distinct = len(set(manifest.tree_files(SAMPLE).values()))
-    assert agent.store.requests == 3 + distinct  # pointer, manifest, signature, each distinct file once
+    challenge = 1 if store_kind.kind == "oci" else 0  # the registry's first answer: 401, the credentials it wants
+    assert agent.store.requests == 3 + distinct + challenge  # pointer, manifest, signature, each distinct file once
     assert os.readlink(agent.link) == "releases/r1"
     assert releases.state(agent.releases)["digest"] == out["digest"]
     assert manifest.verify(agent.releases / "r1") == manifest.tree_files(release_source(tmp_path, "again"))
+    before = agent.store.requests
     assert agent.poll()["result"] == "not_modified"
+    assert agent.store.requests - before == 1  # an idle poll: the pointer, read conditionally
     assert 'tritonops_release_up_to_date{channel="stable"} 1' in agent.metrics.render()
 
 
-def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
+def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[str, Path],
+                                                    store_kind: StoreUnderTest) -> None:
+    store = store_kind.url
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, store, keys)
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     out = pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")
     assert out["uploaded"] == 1
@@ -68,15 +116,16 @@ def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[s
 
 
 def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
-        tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
+        tmp_path: Path, keys: dict[str, Path], store_kind: StoreUnderTest) -> None:
+    store = store_kind.url
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, store, keys)
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     before = agent.store.requests
     # The pointer's signature is good (a channel key), the manifest's is not: refused before any blob.
     pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2",
                 channel_keys=[keys["key"]])
+    store_kind.settle()
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
     assert "0 valid signature(s) of the 1 of 1 release key(s)" in result["error"]
@@ -86,15 +135,15 @@ def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
     assert 'tritonops_release_failures_total{channel="stable",class="refused",step="verify"} 1' in agent.metrics.render()
 
 
-def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = tmp_path / "store"
-    pub.publish(release_source(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, str(store), keys)
+def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_path: Path, keys: dict[str, Path],
+                                                                        store_kind: StoreUnderTest) -> None:
+    pub.publish(release_source(tmp_path, "a"), store_kind.url, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     src = release_source(tmp_path, "b", "tampered")
     changed = src / "mlp" / "1" / "model.py"  # tampered with in the store, keeping its signed length
-    (store / blob_key(manifest.sha256_file(changed))).write_bytes(b"#" * changed.stat().st_size)
-    pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
+    pub.publish(src, store_kind.url, "stable", keys["key"], target="cpu", version="r2")
+    store_kind.tamper(manifest.sha256_file(changed), b"#" * changed.stat().st_size)
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "fetch")
     assert "content sha256" in result["error"]
@@ -102,41 +151,43 @@ def test_a_tampered_file_in_the_store_fails_the_fetch_and_leaves_nothing(tmp_pat
     assert sorted(p.name for p in agent.releases.iterdir()) == [".trusted.json", "current.json", "r1"]
 
 
-def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = tmp_path / "store"
-    pub.publish(release_source(tmp_path, "a"), str(store), "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, str(store), keys)
+def test_a_failed_fetch_is_retried_and_the_target_reports_it_is_behind(tmp_path: Path, keys: dict[str, Path],
+                                                                       store_kind: StoreUnderTest) -> None:
+    pub.publish(release_source(tmp_path, "a"), store_kind.url, "stable", keys["key"], target="cpu", version="r1")
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     src = release_source(tmp_path, "b", "two")
-    blob = store / blob_key(manifest.sha256_file(src / "mlp" / "1" / "model.py"))
-    pub.publish(src, str(store), "stable", keys["key"], target="cpu", version="r2")
-    blob.rename(blob.with_suffix(".away"))  # the object store loses it for a while
+    pub.publish(src, store_kind.url, "stable", keys["key"], target="cpu", version="r2")
+    blob = manifest.sha256_file(src / "mlp" / "1" / "model.py")
+    store_kind.hide(blob)  # the object store loses it for a while
     assert agent.poll()["step"] == "fetch"
     assert 'tritonops_release_up_to_date{channel="stable"} 0' in agent.metrics.render()
-    blob.with_suffix(".away").rename(blob)
+    store_kind.hide(blob, back=True)
     assert agent.poll()["result"] == "applied"
     assert os.readlink(agent.link) == "releases/r2"
 
 
-def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
+def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Path, keys: dict[str, Path],
+                                                                    store_kind: StoreUnderTest) -> None:
+    store = store_kind.url
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     with pytest.raises(ReleaseError, match="release id 'r1' was published with other content"):
         pub.publish(release_source(tmp_path, "b", "other"), store, "stable", keys["key"], target="cpu", version="r1")
-    agent = _agent(tmp_path, store, keys)
+    agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     # A second store (another team, a restored bucket) reusing the id with other content:
-    other = str(tmp_path / "other-store")  # its pointer version 2 (> the 1 this node trusts): no rollback
+    other = store_kind.other("other-store")  # its pointer version 2 (> the 1 this node trusts): no rollback
     pub.publish(release_source(tmp_path, "c0", "zero"), other, "stable", keys["key"], target="cpu", version="r0")
     pub.publish(release_source(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
-    agent.store = Store(other)
+    agent.store = Store(store_kind.reader(other))
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
     assert "already installed with other content" in result["error"]
 
 
-def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: dict[str, Path]) -> None:
-    store = str(tmp_path / "store")
+def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: dict[str, Path],
+                                                         store_kind: StoreUnderTest) -> None:
+    store = store_kind.url
     r1 = pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1",
                      channels=["canary"])
     pub.publish(release_source(tmp_path, "b", "two"), store, "stable", keys["key"], target="cpu", version="r2")

@@ -68,6 +68,9 @@ def test_base_commands_run_without_any_extra(args: tuple[str, ...], tmp_path: Pa
     (("drift", "--source", "models", "-i", "ansible/inventories/example"), "drift --source models", "ansible"),
     (("release", "publish", str(SAMPLE), "--store", "s3://bucket/prefix", "--key", "{tmp}/k"), "release publish", "s3"),
     (("release", "status", "--store", "s3://bucket/prefix", "--channel", "stable"), "release status", "s3"),
+    (("release", "verify", str(SAMPLE), "--producer-key", "{tmp}/producer.pub"), "release verify", "signing"),
+    (("release", "publish", str(SAMPLE), "--store", "{tmp}/store", "--model-signature"),
+     "release publish --model-signature", "signing"),
 ], ids=lambda a: a if isinstance(a, str) else None)
 def test_a_command_needing_an_extra_names_it_and_exits_3(args: tuple[str, ...], command: str, extra: str,
                                                          tmp_path: Path) -> None:

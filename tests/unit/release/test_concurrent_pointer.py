@@ -60,6 +60,7 @@ def _held_back_reads(monkeypatch: pytest.MonkeyPatch, channel: str, delay: Any =
 
 
 def _two_promotes_at_once(store: str, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str | None = None) -> None:
+    """Two promotes into ``store`` that read the pointer before either writes: neither is lost."""
     writer = _releases(pub.Writer(store, s3_endpoint))
     for channel, release in (("stable", "r0"), ("a", "ra"), ("b", "rb")):
         pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}", keys=KEYS)
@@ -156,3 +157,12 @@ def _s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str, bucket: str) -> None
 def test_two_promotes_at_once_into_s3_lose_nothing(monkeypatch: pytest.MonkeyPatch, moto_s3: str) -> None:
     _s3_env(monkeypatch, moto_s3, "ptr")
     _two_promotes_at_once("s3://ptr/edge", monkeypatch, s3_endpoint=moto_s3)
+
+
+@pytest.mark.integration  # docker-registry: no conditional tag writes; the publisher's lock and read-back
+def test_two_promotes_at_once_into_a_registry_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           oci_registry: Any) -> None:
+    monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(oci_registry.config))
+    monkeypatch.setenv("TRITONOPS_REGISTRY_CA", str(oci_registry.ca))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _two_promotes_at_once(oci_registry.url("ptr/promotes"), monkeypatch)

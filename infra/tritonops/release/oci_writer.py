@@ -1,0 +1,159 @@
+"""Publishing into an ``oci://REGISTRY/REPO`` store: :class:`publish.Writer`'s interface over the registry.
+
+Blobs are uploaded once by digest (a HEAD first: a file already in the repository is not sent again);
+a release's manifest becomes an artifact (``artifactType`` :data:`oci.RELEASE_TYPE`) tagged
+``release-<digest>`` whose layers are its manifest, its signatures and every file, titled with its
+path; pointers, roots and id records are small artifacts tagged ``channel-NAME``, ``root-N``, ``id-ID``.
+
+**Moving a tag.** The OCI distribution API has no compare-and-swap for tags: a registry may ignore
+``If-Match`` on a manifest PUT. A move (:meth:`RegistryWriter.swap`) therefore (1) holds a lock on the
+controller for that tag (``$XDG_CACHE_HOME/tritonops/registry-locks``), (2) sends ``If-Match`` the
+manifest digest it read (``If-None-Match: *`` for the first write) and reads again on a 412, where a
+registry implements it, and (3) reads the tag back after writing: another manifest there means someone
+moved it meanwhile, and the move is made again on top of theirs. What stays the operator's rule: one
+controller moves a given channel at a time (a CI concurrency group); two controllers writing within
+the same moment can still lose one move from the history. Agents never go back either way: every
+pointer version is signed and must grow.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tritonops.agent import lock, manifest, oci
+from tritonops.agent.errors import StoreError
+from tritonops.agent.manifest import MANIFEST_FILE
+from tritonops.agent.store import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX, Store
+
+
+class RegistryWriter:
+    """Writes releases, pointers and roots into one registry repository (for :class:`publish.Writer`)."""
+
+    def __init__(self, reader: Store) -> None:
+        self.url = reader.url
+        self.reader = reader
+        self.registry = reader.oci.registry
+        self._signatures: dict[str, bytes] = {}  # a release's signatures, written just before its manifest
+        self._pushed: set[str] = set()
+
+    def exists(self, key: str) -> bool:
+        kind, ref, _ = oci.locate(key)
+        return self.registry.exists("blob" if kind == "blob" else "manifest", ref, METADATA_TIMEOUT, push=True)
+
+    def _blob(self, data: bytes | Path, digest: str | None = None) -> str:
+        """Upload one blob unless the repository has it; its digest."""
+        digest = oci.digest_of(data) if isinstance(data, bytes) else digest or "sha256:" + manifest.sha256_file(data)
+        if digest in self._pushed or self.registry.exists("blob", digest, METADATA_TIMEOUT, push=True):
+            self._pushed.add(digest)
+            return digest
+        if isinstance(data, Path):
+            try:
+                with data.open("rb") as fh:
+                    self.registry.push_blob(digest, fh, data.stat().st_size, BLOB_TIMEOUT)
+            except OSError as e:
+                raise StoreError(f"{data}: cannot read ({e.strerror or e})") from None
+        else:
+            self.registry.push_blob(digest, io.BytesIO(data), len(data), METADATA_TIMEOUT)
+        self._pushed.add(digest)
+        return digest
+
+    def put(self, key: str, data: bytes | Path) -> None:
+        kind, ref, media = oci.locate(key)
+        if kind == "blob" and key.startswith("blobs/"):
+            self._blob(data, ref)
+            return
+        raw = data.read_bytes() if isinstance(data, Path) else data
+        if kind == "blob":  # a release's manifest: its blob, then the release artifact naming every file
+            self._blob(raw)
+            self._release(ref.removeprefix("sha256:"), raw)
+        elif media == oci.SIGNATURES_LAYER:
+            self._signatures[ref.removeprefix("release-")] = raw
+            self._blob(raw)
+        else:
+            self.registry.put_manifest(ref, self._document(key, raw), METADATA_TIMEOUT)
+
+    def _document(self, key: str, raw: bytes) -> bytes:
+        """The small artifact that carries one pointer, root or id record (also embedded in its descriptor)."""
+        self._blob(raw)
+        self._blob(b"{}")
+        layer = oci.descriptor(oci.DOCUMENT_LAYER, raw, title=key.rsplit("/", 1)[-1], embed=True)
+        return oci.image_manifest(oci.METADATA_TYPE, [layer], {oci.KEY_ANNOTATION: key})
+
+    def _release(self, digest: str, raw: bytes) -> None:
+        """Tag ``release-<digest>``: the manifest, its signatures and every file of the release as layers."""
+        doc = manifest.parse_release(raw, f"{self.url}/releases/{digest}")
+        sigs = self._signatures.pop(digest, None)
+        if sigs is None and self.registry.exists("manifest", f"release-{digest}", METADATA_TIMEOUT, push=True):
+            # the manifest written again: its signatures kept
+            sigs = self.reader.get(f"releases/{digest}/manifest.json.sigs", limit=SIGNATURE_MAX)
+        self._blob(b"{}")
+        layers = [oci.descriptor(oci.MANIFEST_LAYER, raw, title=MANIFEST_FILE)]
+        if sigs is not None:  # none: an unsigned release, which every agent refuses
+            layers.append(oci.descriptor(oci.SIGNATURES_LAYER, sigs, title=MANIFEST_FILE + ".sigs", embed=True))
+        layers += [{"mediaType": oci.FILE_LAYER, "digest": f"sha256:{sha}", "size": doc["lengths"][rel],
+                    "annotations": {oci.TITLE: rel}} for rel, sha in sorted(doc["files"].items())]
+        notes = {oci.KEY_ANNOTATION: f"releases/{digest}/manifest.json", "io.tritonops.release": doc["release"],
+                 "io.tritonops.digest": digest}
+        self.registry.put_manifest(f"release-{digest}", oci.image_manifest(oci.RELEASE_TYPE, layers, notes),
+                                   METADATA_TIMEOUT)
+
+    def names(self, prefix: str, suffix: str = ".json") -> list[str]:
+        """The channel keys (``channels/NAME.json``) the repository's ``channel-NAME`` tags stand for; a
+        registry keeps no status reports (a UsageError for ``reports/``)."""
+        if prefix != "channels/" or suffix != ".json":
+            oci.locate(prefix + "x" + suffix)  # the registry's own refusal of what it cannot hold
+            return []
+        resp = self.registry.request("GET", "tags/list?n=10000", limit=oci.OCI_MANIFEST_MAX, deadline=METADATA_TIMEOUT)
+        if resp.status == 404:
+            return []
+        if resp.status != 200:
+            raise StoreError(f"{self.url}: cannot list the tags: HTTP {resp.status}")
+        try:
+            tags = json.loads(resp.body).get("tags") or []
+        except (ValueError, AttributeError):
+            raise StoreError(f"{self.url}: the tag list is not JSON") from None
+        return sorted(f"channels/{t[len('channel-'):]}.json" for t in tags
+                      if isinstance(t, str) and t.startswith("channel-"))
+
+    def _current(self, tag: str) -> tuple[str | None, bytes | None]:
+        """The digest of the manifest ``tag`` names now and its document (None, None: no such tag)."""
+        resp = self.registry.manifest(tag, oci.OCI_MANIFEST_MAX, METADATA_TIMEOUT)
+        if resp.status == 404:
+            return None, None
+        if resp.status != 200:
+            raise StoreError(f"{self.url}:{tag}: HTTP {resp.status}")
+        _, data = oci.layer_bytes(resp.body, oci.DOCUMENT_LAYER, f"{self.url}:{tag}")
+        return resp.headers.get("Docker-Content-Digest") or oci.digest_of(resp.body), data
+
+    def swap(self, key: str, change: Callable[[bytes | None], bytes | None], what: str, tries: int) -> bytes | None:
+        """Move a tag (see the module's rule): conditional where the registry honours it, read back always."""
+        _, tag, _ = oci.locate(key)
+        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonops" / "registry-locks"
+        folder = folder / self.registry.host.replace(":", "_") / self.registry.repo.replace("/", "_") / tag
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{folder}: cannot make the lock folder ({e.strerror or e})") from None
+        with lock.held(folder, f"tritonops release {what}"):
+            for attempt in range(tries):
+                current, old = self._current(tag)
+                if current is not None and old is None:
+                    raise StoreError(f"{self.url}:{tag}: the document is not embedded; not written by tritonops")
+                new = change(old)
+                if new is None:
+                    return None
+                raw = self._document(key, new)
+                status = self.registry.put_manifest(tag, raw, METADATA_TIMEOUT, if_match=f'"{current}"' if current
+                                                    else None, create=current is None)
+                if status != 412 and self._current(tag)[0] == oci.digest_of(raw):
+                    return new
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # someone else moved it: read again
+        raise StoreError(f"{self.url}:{tag}: moved by someone else on each of {tries} tries while this {what} "
+                         "was being written; run it again")
+

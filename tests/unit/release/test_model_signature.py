@@ -1,0 +1,160 @@
+"""OpenSSF model signing accepted as it is (tritonops.release.model_signature): a repository the ``model-signing``
+package from PyPI signs with an elliptic-curve key is accepted by ``tritonops release verify`` and published with
+its ``model.sig`` by ``release publish --model-signature``; a byte changed, a file added or removed after signing,
+or a signature by a key nobody configured is refused in one line with exit 1, and nothing reaches the store.
+
+The producer's side is the ``model_signing`` library itself (the calls its ``model_signing sign key`` CLI makes,
+the signature file ignored as the CLI ignores it), so the bundle format is the real one, not ours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from tritonops.agent import signing
+from tritonops.agent.exitcodes import ExitCode
+from tritonops.cli import app
+from typer.testing import CliRunner
+
+model_signing = pytest.importorskip("model_signing")
+
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+RUNNER = CliRunner()
+
+
+def _ec_pair(where: Path, name: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = where / f"{name}.key", where / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def _sign(repo: Path, private: Path) -> None:
+    """What ``model_signing sign key REPO --private_key KEY --signature REPO/model.sig`` does."""
+    from model_signing import hashing
+    from model_signing import signing as ms_signing
+
+    ms_signing.Config().use_elliptic_key_signer(private_key=private).set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=["model.sig"])).sign(repo, repo / "model.sig")
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> dict[str, Path]:
+    repo = tmp_path / "repo"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    private, public = _ec_pair(tmp_path, "producer")
+    _sign(repo, private)
+    return {"repo": repo, "public": public, "other": _ec_pair(tmp_path, "other")[1], "tmp": tmp_path}
+
+
+def _verify(repo: Path, *keys: Path) -> tuple[int, str]:
+    res = RUNNER.invoke(app, ["release", "verify", str(repo), *[a for k in keys for a in ("--producer-key", str(k))]])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+    return res.exit_code, " ".join(res.output.split())  # one message; rich wraps it at the runner's 80 columns
+
+
+def test_a_repository_model_signing_signed_is_accepted(signed: dict[str, Path]) -> None:
+    code, out = _verify(signed["repo"], signed["other"], signed["public"])  # any one configured key will do
+    assert code == ExitCode.OK, out
+    assert "18 file(s) signed by" in out and "producer.pub" in out
+
+
+@pytest.mark.parametrize(("tamper", "says"), [
+    (lambda r: (r / "mlp" / "config.pbtxt").write_bytes((r / "mlp" / "config.pbtxt").read_bytes() + b" "),
+     "1 file(s) differ from what the producer signed: mlp/config.pbtxt"),
+    (lambda r: (r / "mlp" / "1" / "extra.onnx").write_bytes(b"\0"),
+     "1 file(s) the producer did not sign: mlp/1/extra.onnx"),
+    (lambda r: (r / "mlp" / "golden.json").unlink(), "1 signed file(s) missing: mlp/golden.json"),
+], ids=["byte-changed", "file-added", "file-removed"])
+def test_a_repository_changed_after_signing_is_refused_in_one_line(signed: dict[str, Path], tamper, says) -> None:
+    tamper(signed["repo"])
+    code, out = _verify(signed["repo"], signed["public"])
+    assert code == ExitCode.FINDINGS
+    assert out == f"error: {signed['repo'] / 'model.sig'}: refused: {says}"
+
+
+def test_a_signature_by_an_unconfigured_key_is_refused(signed: dict[str, Path]) -> None:
+    code, out = _verify(signed["repo"], signed["other"])
+    assert code == ExitCode.FINDINGS
+    assert out == (f"error: {signed['repo'] / 'model.sig'}: refused: signed by none of the 1 configured producer "
+                   f"key(s) ({signed['other']})")
+
+
+def test_an_unsigned_repository_or_an_unusable_key_is_one_line(signed: dict[str, Path]) -> None:
+    (signed["repo"] / "model.sig").unlink()
+    code, out = _verify(signed["repo"], signed["public"])
+    assert code == ExitCode.FINDINGS and out.startswith(f"error: {signed['repo'] / 'model.sig'}: no OpenSSF model")
+    _sign(signed["repo"], signed["tmp"] / "producer.key")
+    code, out = _verify(signed["repo"], signed["tmp"] / "producer.key")  # a private key by mistake
+    assert code == ExitCode.USAGE and out.startswith(f"error: {signed['tmp'] / 'producer.key'}: not a PEM public key")
+    code, out = _verify(signed["repo"])
+    assert code == ExitCode.USAGE and "--producer-key" in out
+    (signed["repo"] / "model.sig").write_text("{}")
+    code, out = _verify(signed["repo"], signed["public"])
+    assert code == ExitCode.FINDINGS and "model.sig: not an OpenSSF model-signing bundle" in out
+
+
+def _publish(signed: dict[str, Path], store: Path, *extra: str) -> tuple[int, str]:
+    key = signed["tmp"] / "release.key"
+    if not key.exists():
+        signing.keygen(key, signed["tmp"] / "release.pub")
+    res = RUNNER.invoke(app, ["release", "publish", str(signed["repo"]), "--store", str(store), "--channel", "stable",
+                              "--key", str(key), "--model-signature", "--producer-key", str(signed["public"]),
+                              *extra])
+    assert "Traceback" not in res.output
+    return res.exit_code, res.output
+
+
+def test_publish_keeps_the_bundle_with_the_release(signed: dict[str, Path]) -> None:
+    store = signed["tmp"] / "store"
+    code, out = _publish(signed, store, "--json")
+    assert code == ExitCode.OK, out
+    result = json.loads(out)
+    assert result["model_signature"]["producer_key"] == str(signed["public"])
+    text = next((store / "releases").glob("*/manifest.json")).read_text()
+    assert '"model.sig"' in text  # a file of the release, covered by the release signature
+    bundle = (signed["repo"] / "model.sig").read_bytes()
+    assert (store / "blobs" / "sha256" / hashlib.sha256(bundle).hexdigest()).read_bytes() == bundle
+
+
+def test_publish_of_a_tampered_repository_uploads_nothing(signed: dict[str, Path]) -> None:
+    (signed["repo"] / "mlp" / "1" / "model.onnx").write_bytes(b"not the model")
+    store = signed["tmp"] / "store"
+    code, out = _publish(signed, store)
+    assert code == ExitCode.FINDINGS
+    assert "differ from what the producer signed: mlp/1/model.onnx" in out
+    assert not store.exists() or not any(store.rglob("*.json"))
+
+
+def _edit_bundle(repo: Path, edit) -> None:
+    bundle = json.loads((repo / "model.sig").read_text())
+    edit(bundle["verificationMaterial"])
+    (repo / "model.sig").write_text(json.dumps(bundle))
+
+
+def test_a_certificate_bundle_keyless_or_x509_is_refused_naming_why(signed: dict[str, Path]) -> None:
+    _edit_bundle(signed["repo"], lambda m: (m.pop("publicKey"), m.update(x509CertificateChain={"certificates": []})))
+    code, out = _verify(signed["repo"], signed["public"])
+    assert code == ExitCode.FINDINGS
+    assert "refused: signed with a certificate (keyless Sigstore or x509" in out
+
+
+def test_a_bundle_of_the_older_format_without_a_key_hint(signed: dict[str, Path]) -> None:
+    """No key hint: the library checks the signature itself (cryptography's InvalidSignature for another key,
+    never a traceback) and prints a warning, kept off --json."""
+    _edit_bundle(signed["repo"], lambda m: m["publicKey"].pop("hint"))
+    code, out = _verify(signed["repo"], signed["other"])
+    assert code == ExitCode.FINDINGS and "signed by none of the 1 configured producer key(s)" in out
+    res = RUNNER.invoke(app, ["release", "verify", str(signed["repo"]), "--producer-key", str(signed["public"]),
+                              "--json"])
+    assert res.exit_code == ExitCode.OK and json.loads(res.stdout)["files"] == 18
