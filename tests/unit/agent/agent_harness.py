@@ -1,5 +1,6 @@
 """Helpers of the agent tests: release sources (the sample repository copied, optionally with one file
-changed) and the agent's command line run as a subprocess (optionally crashing at a named step)."""
+changed), signing key pairs, the controller's CLI in process and the agent's command line run as a subprocess
+(optionally crashing at a named step)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,26 @@ def release_source(tmp_path: Path, name: str, note: str = "") -> Path:
         with (src / "mlp" / "1" / "model.py").open("a") as f:
             f.write(f"\n# {note}\n")
     return src
+
+
+def key_pairs(folder: Path, *names: str) -> dict[str, Path]:
+    """A signing key pair per name: ``out[name]`` the private key, ``out[name + ".pub"]`` the public one."""
+    from tritonops.agent import signing
+
+    out: dict[str, Path] = {}
+    for name in names:
+        out[name], out[f"{name}.pub"] = signing.keygen(folder / f"{name}.key", folder / f"{name}.pub")
+    return out
+
+
+def cli(*args: object) -> tuple[int, str]:
+    """``tritonops ARGS`` in process: (exit code, output on one line); a traceback fails the test."""
+    from tritonops.cli import app
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.output  # never a traceback
+    return r.exit_code, " ".join(r.output.split())
 
 
 def agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:

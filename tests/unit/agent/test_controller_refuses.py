@@ -14,33 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import release_source
-from tritonops.agent import bundle, signing, trust
+from agent_harness import cli, key_pairs, release_source
+from tritonops.agent import bundle, trust
 from tritonops.agent.store import channel_key
-from tritonops.cli import app
-from typer.testing import CliRunner
 
 ROLES = ("root", "release", "channel")
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    out: dict[str, Path] = {}
-    for name in ("old", "new", "rogue"):
-        out[name], out[f"{name}.pub"] = signing.keygen(d / f"{name}.key", d / f"{name}.pub")
-    return out
+    return key_pairs(tmp_path_factory.mktemp("keys"), "old", "new", "rogue")
 
 
 @pytest.fixture(scope="module")
 def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bundle.build(tmp_path_factory.mktemp("pyz") / "tritonops-agent.pyz")
-
-
-def cli(*args: object) -> tuple[int, str]:
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.output  # never a traceback
-    return r.exit_code, " ".join(r.output.split())
 
 
 def snapshot(store: Path) -> dict[str, bytes]:

@@ -17,25 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import release_source
+from agent_harness import cli, key_pairs, release_source
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tritonops.agent import rollout as ar
-from tritonops.agent import signing, trust
+from tritonops.agent import trust
 from tritonops.agent.store import Store
-from tritonops.cli import app
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
-from typer.testing import CliRunner
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    out: dict[str, Path] = {}
-    for name in ("release", "a", "b"):
-        out[name], out[f"{name}.pub"] = signing.keygen(d / f"{name}.key", d / f"{name}.pub")
-    return out
+    return key_pairs(tmp_path_factory.mktemp("keys"), "release", "a", "b")
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +39,6 @@ def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -
     pub.publish(release_source(base, "b", "two"), str(base / "store"), None, keys["release"], target="cpu",
                 version="r2", channels=["stable"])
     return base / "store"
-
-
-def cli(*args: object) -> tuple[int, str]:
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.output  # never a traceback
-    return r.exit_code, " ".join(r.output.split())
 
 
 def started(tmp_path: Path, keys: dict[str, Path], published: Path, waves: str = "100") -> tuple[Path, str]:
