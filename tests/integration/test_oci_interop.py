@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLE_REPO as SAMPLE
 from oci_registry import PASSWORD, USER
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
 from tritonops.release import publish as pub
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 
 # oras-py retries a failing request with backoff for minutes: a broken setup fails here within a minute.
 pytestmark = pytest.mark.timeout(60)
