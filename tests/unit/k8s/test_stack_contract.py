@@ -23,6 +23,7 @@ import pytest
 import typer
 import yaml
 from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program, user_stacks
+from pulumi.automation import ProjectSettings
 from pydantic import TypeAdapter
 from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s import contract, karpenter, platform, workload
@@ -271,6 +272,9 @@ def test_subnets_and_public_cidrs_are_required_user_values() -> None:
     declared = contract.project_config("cluster-aws")
     assert all("default" not in declared[k] and not declared[k].get("secret") for k in values)
     assert contract.user_values("triton") == {} and contract.user_values("platform") == {}
+    # Pulumi's own reading of Pulumi.yaml (the Automation API's ProjectSettings) sees them as the template's config.
+    settings = ProjectSettings.from_dict(yaml.safe_load(contract.project_file("cluster-aws").read_text()))
+    assert settings.template is not None and set(settings.template.config or {}) == set(values)
     walkthrough = (ROOT / "docs" / "kubernetes.md").read_text()
     assert "pulumi config set --path 'subnetIds[0]' subnet-" in walkthrough
     assert "pulumi config set --path 'publicAccessCidrs[0]' " in walkthrough
