@@ -113,7 +113,8 @@ def render(
                                              callback=folder_to_write)] = None,
     check: Annotated[bool, typer.Option("--check-config", help="Only validate the stack file (Pulumi's rules, "
                                         "the stack's parser, and the cluster contract: every rendered object has "
-                                        "what serves it): exit 0, or 2 naming file, line and key.")] = False,
+                                        "what serves it): exit 0, or 2 naming file, line and key. Prints the "
+                                        "`pulumi config set` command of each value or secret only you give.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
     check_channels: Annotated[bool, typer.Option(
         "--check-channels", help="triton: first read each pull-mode channel from its store, as `pulumi up` does, "
