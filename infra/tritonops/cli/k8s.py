@@ -63,7 +63,7 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
     """Pulumi's own rules (Pulumi.yaml against the stack file), the stack's parser, then the cluster contract
     (tritonops.k8s.cluster_contract: what serves each rendered object); exit 0 or 2."""
     from tritonops.k8s import cluster_contract
-    from tritonops.k8s.contract import check_project, check_stack_file, user_secrets
+    from tritonops.k8s.contract import check_project, check_stack_file, missing_user_values, user_secrets
     from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 
     try:
@@ -82,13 +82,14 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
     if problems:
         _fail(problems, as_json)
     secrets = user_secrets(stack, stacks_dir)
+    values = missing_user_values(stack, env, stacks_dir)  # only the user can give them; the engine refuses without
     path_ = stack_file(stack, env, stacks_dir)
     if as_json:
-        print(json.dumps({"ok": str(path_), "secretsToSet": secrets}, indent=2))
+        print(json.dumps({"ok": str(path_), "valuesToSet": values, "secretsToSet": secrets}, indent=2))
         return
     out = Console()
     out.print(f"{escape(str(path_))}: valid", soft_wrap=True, highlight=False)
-    for cmd in secrets.values():
+    for cmd in [*values.values(), *secrets.values()]:
         out.print(f"  before `pulumi up`: {escape(cmd)}", soft_wrap=True, highlight=False)
 
 
@@ -112,7 +113,8 @@ def render(
                                              callback=folder_to_write)] = None,
     check: Annotated[bool, typer.Option("--check-config", help="Only validate the stack file (Pulumi's rules, "
                                         "the stack's parser, and the cluster contract: every rendered object has "
-                                        "what serves it): exit 0, or 2 naming file, line and key.")] = False,
+                                        "what serves it): exit 0, or 2 naming file, line and key. Prints the "
+                                        "`pulumi config set` command of each value or secret only you give.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the written files as JSON.")] = False,
     check_channels: Annotated[bool, typer.Option(
         "--check-channels", help="triton: first read each pull-mode channel from its store, as `pulumi up` does, "

@@ -121,9 +121,11 @@ class ClusterAwsConfig(_Cfg):
     tier: Tier
     cluster_name: str
     kubernetes_version: str = versions.KUBERNETES_VERSION
-    subnet_ids: list[str] = Field(min_length=2)
+    # Given by the user (Pulumi.yaml template.config; the engine refuses to start without them): empty /
+    # None while a stack file lacks them, which `render` refuses (contract.missing_user_values).
+    subnet_ids: list[str] = Field(default=[], min_length=2)
     endpoint_public_access: bool = False
-    public_access_cidrs: list[str] = []
+    public_access_cidrs: list[str] | None = None
     system_node_pool: SystemNodePool = SystemNodePool()
     gpu_node_pools: list[GpuNodePoolConfig] = Field(min_length=1)
     model_readers: list[ModelReader] = []

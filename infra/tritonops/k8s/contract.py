@@ -8,7 +8,11 @@ Pulumi's rules, strings ``"true"``/``"42"`` pass as boolean/integer; a ``secret`
 encrypted), plus this project's own: every declared key has a ``type``, and a stack file sets no key
 of the project's namespace that ``Pulumi.yaml`` does not declare. Secrets the user must set
 (``secret: true``, no default) are not expected in a committed file: :func:`user_secrets` lists them
-with the ``pulumi config set --secret`` command that sets each.
+with the ``pulumi config set --secret`` command that sets each. So are the plain values only the user
+can give (their subnets, their addresses): declared without a default (the engine still refuses to
+start until they are set) and listed under ``template.config`` of Pulumi.yaml (what ``pulumi new``
+asks for); :func:`user_values` gives each one's ``pulumi config set`` command, and
+:func:`missing_user_values` those a stack file lacks.
 
 :func:`stack_schema` is the JSON Schema (2020-12) of a stack's ``Pulumi.<env>.yaml``, generated from
 the pydantic models (``model_json_schema(by_alias=True)``); ``stacks/<stack>/schema/`` holds it for
@@ -157,6 +161,18 @@ def check_project(stack: str, stacks_dir: Path | None = None) -> list[Problem]:
             bad("a secret with a default: Pulumi refuses the plaintext default ('must be encrypted')")
         if not spec.get("description"):
             bad("has no description")
+    return out + _template_problems(stack, stacks_dir)
+
+
+def _template_problems(stack: str, stacks_dir: Path | None) -> list[Problem]:
+    """Each ``template.config`` key (a value only the user gives) is a plain required declaration."""
+    path = project_file(stack, stacks_dir)
+    out = []
+    for key in template_keys(stack, stacks_dir):
+        if _user_value(stack, key, stacks_dir) is None:
+            out.append(Problem(str(path), f"template.config.{key}", "a value the user gives must be declared under "
+                               "config, not secret, without a default (so Pulumi refuses to start without it)",
+                               locate_line(path, ("template", "config", key))))
     return out
 
 
@@ -167,17 +183,58 @@ def _secure(value: Any) -> bool:
     return isinstance(value, dict) and bool(value) and all(_secure(v) for v in value.values())
 
 
+def _set_command(short: str, spec: dict[str, Any], secret: bool) -> str:
+    """The ``pulumi config set`` command of a key: ``--path`` into an object (KEY) or a list (index 0, 1...)."""
+    flag = "--secret " if secret else ""
+    if spec.get("type") == "object":
+        return f"pulumi config set {flag}--path '{short}.KEY' VALUE"
+    if spec.get("type") == "array":
+        return f"pulumi config set {flag}--path '{short}[0]' VALUE"
+    return f"pulumi config set {flag}{short} VALUE"
+
+
+def _required(spec: dict[str, Any]) -> bool:
+    return spec.get("default") is None and spec.get("value") is None
+
+
 def user_secrets(stack: str, stacks_dir: Path | None = None) -> dict[str, str]:
     """Secret keys the user must set (``secret: true``, no default) -> the command that sets one."""
+    name = project_name(stack)
+    return {_short(name, key): _set_command(_short(name, key), spec, secret=True)
+            for key, spec in project_config(stack, stacks_dir).items() if spec.get("secret") and _required(spec)}
+
+
+def template_keys(stack: str, stacks_dir: Path | None = None) -> list[str]:
+    """The keys under ``template.config`` of Pulumi.yaml (what ``pulumi new`` asks the user for)."""
+    doc = _load(project_file(stack, stacks_dir)) or {}
+    template = doc.get("template") if isinstance(doc, dict) else None
+    config = template.get("config") if isinstance(template, dict) else None
+    return [str(k) for k in (config or {})] if isinstance(config, dict) else []
+
+
+def _user_value(stack: str, key: str, stacks_dir: Path | None) -> dict[str, Any] | None:
+    """The declaration of a ``template.config`` key when it is plain and required, else None."""
+    declared = project_config(stack, stacks_dir)
+    spec = declared.get(key) or declared.get(f"{project_name(stack)}:{key}")
+    return spec if spec is not None and not spec.get("secret") and _required(spec) else None
+
+
+def user_values(stack: str, stacks_dir: Path | None = None) -> dict[str, str]:
+    """Plain keys only the user can give (``template.config``, declared without default) -> their command."""
+    name = project_name(stack)
     out = {}
-    for key, spec in project_config(stack, stacks_dir).items():
-        if spec.get("secret") and spec.get("default") is None and spec.get("value") is None:
-            short = _short(project_name(stack), key)
-            if spec.get("type") == "object":
-                out[short] = f"pulumi config set --secret --path '{short}.KEY' VALUE"
-            else:
-                out[short] = f"pulumi config set --secret {short} VALUE"
+    for key in template_keys(stack, stacks_dir):
+        spec = _user_value(stack, key, stacks_dir)
+        if spec is not None:
+            out[_short(name, key)] = _set_command(_short(name, key), spec, secret=False)
     return out
+
+
+def missing_user_values(stack: str, env: str, stacks_dir: Path | None = None) -> dict[str, str]:
+    """The :func:`user_values` that ``Pulumi.<env>.yaml`` does not set yet -> their command."""
+    config = read_config_map(stack_file(stack, env, stacks_dir))
+    name = project_name(stack)
+    return {k: cmd for k, cmd in user_values(stack, stacks_dir).items() if f"{name}:{k}" not in config}
 
 
 def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]:
@@ -186,7 +243,7 @@ def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> li
     name = project_name(stack)
     declared = project_config(stack, stacks_dir)
     config = read_config_map(path)
-    secrets = user_secrets(stack, stacks_dir)
+    users = {**user_secrets(stack, stacks_dir), **user_values(stack, stacks_dir)}
     out: list[Problem] = []
 
     def bad(key: str, msg: str) -> None:
@@ -195,9 +252,9 @@ def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> li
     for key, spec in declared.items():
         full = key if ":" in key else f"{name}:{key}"
         has = full in config
-        if not has and spec.get("default") is None and spec.get("value") is None and _namespaced_by(name, key):
-            if _short(name, key) in secrets:
-                continue  # the user sets it (README: pulumi config set --secret); not committed
+        if not has and _required(spec) and _namespaced_by(name, key):
+            if _short(name, key) in users:
+                continue  # the user sets it (pulumi config set [--secret]); not committed
             out.append(Problem(str(path), full, f"Stack '{env}' is missing configuration value '{key}': "
                                f"Pulumi.yaml declares it without a default (pulumi config set {key} VALUE)"))
             continue

@@ -154,6 +154,8 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
 def _check_public_endpoint(cfg: Any, source: str | None) -> None:
     """A public API endpoint names who may reach it: EKS opens an empty list to 0.0.0.0/0."""
     key = _key("cluster-aws", ("publicAccessCidrs",))
+    if cfg.public_access_cidrs is None:
+        return  # not set yet: the user gives it (pulumi config set), render and the engine refuse until then
     if cfg.endpoint_public_access and not cfg.public_access_cidrs:
         raise ConfigError(key, "endpointPublicAccess is true: list the CIDRs that may reach the API endpoint "
                                "(EKS would open it to 0.0.0.0/0), or set endpointPublicAccess: false", source)

@@ -26,8 +26,10 @@ from typing import Any
 
 import yaml
 
+from tritonops.k8s.config import ConfigError, project_name
+from tritonops.k8s.contract import missing_user_values
 from tritonops.k8s.gitops import flux_objects
-from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.stack_file import load_stack_config, stack_file
 from tritonops.k8s.stacks import RenderSet, render_set
 
 
@@ -54,7 +56,11 @@ def build(
     ``stacks_dir``: default the project folder's stacks/ (tritonops.project). ``reader_arns``: the
     cluster-aws stack's model-reader role ARNs by roleName (default: a placeholder with ``<account-id>``).
     """
-    return render_set(stack, env, load_stack_config(stack, env, stacks_dir), reader_arns)
+    cfg = load_stack_config(stack, env, stacks_dir)
+    for key, command in missing_user_values(stack, env, stacks_dir).items():  # the engine refuses too
+        raise ConfigError(f"{project_name(stack)}:{key}", f"not set: only you can give it (Pulumi.yaml declares it "
+                          f"without a default); {command}", str(stack_file(stack, env, stacks_dir)))
+    return render_set(stack, env, cfg, reader_arns)
 
 
 def write(rs: RenderSet, out: Path) -> list[Written]:

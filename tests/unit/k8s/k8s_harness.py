@@ -8,10 +8,13 @@ them back so captured objects compare equal to the builders' dicts.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import runpy
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +143,34 @@ class RecordingMonitor(MockMonitor):
         return response
 
 
+# What a user sets before the first `pulumi up` (Pulumi.yaml template.config, no default: the engine refuses
+# without them; no stack file ships them): `pulumi config set --path 'subnetIds[0]' ...` in each stack.
+USER_VALUES: dict[str, dict[str, Any]] = {
+    env: {"tritonops-cluster-aws:subnetIds": [f"subnet-0{env[:3]}{i:013x}" for i in range(1, 4 if env == "prod" else 3)],
+          **({} if env == "prod" else {"tritonops-cluster-aws:publicAccessCidrs": ["10.20.0.0/16"]})}
+    for env in ("dev", "staging", "prod")
+}
+
+
+def configured_stacks(dest: Path) -> Path:
+    """A copy of stacks/ whose cluster-aws files hold USER_VALUES, as `pulumi config set` writes them."""
+    shutil.copytree(STACKS_DIR, dest / "stacks", ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    for env, values in USER_VALUES.items():
+        path = dest / "stacks" / "cluster-aws" / f"Pulumi.{env}.yaml"
+        doc = yaml.safe_load(path.read_text())
+        doc["config"].update(values)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest / "stacks"
+
+
+@functools.cache
+def user_stacks() -> Path:
+    """configured_stacks in a folder of this test run (removed at exit): the stacks as a user has set them."""
+    tmp = Path(tempfile.mkdtemp(prefix="tritonops-stacks-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    return configured_stacks(tmp)
+
+
 def set_mocks(mocks: Mocks, project: str, stack: str) -> None:
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
 
@@ -151,6 +182,7 @@ def stack_config(
     doc = yaml.safe_load((STACKS_DIR / stack / f"Pulumi.{env}.yaml").read_text())
     raw = dict(doc["config"])
     prefix = project_name(stack) + ":"
+    raw.update({k: v for k, v in USER_VALUES.get(env, {}).items() if k.startswith(prefix)})
     for key, value in (overrides or {}).items():
         full = key if ":" in key else prefix + key
         if value is None:

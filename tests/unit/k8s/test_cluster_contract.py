@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from k8s_harness import STACK_FILES, STACKS_DIR
+from k8s_harness import STACK_FILES, STACKS_DIR, user_stacks
 from tritonops.cli import app
 from tritonops.k8s import cluster_contract as cc
 from tritonops.k8s.config import STACKS
@@ -52,7 +52,7 @@ def test_the_contract_knows_every_kind_the_stacks_render() -> None:
     """Each object of every shipped stack file (and the helm/ Flux objects) has its needs in CONTRACT."""
     kinds = set()
     for stack, env in STACK_FILES:
-        rs = build(stack, env)
+        rs = build(stack, env, user_stacks())
         kinds |= {(o["apiVersion"], o["kind"]) for o in rs.objects + flux_objects(rs.releases, rs.release_deps)}
     missing = sorted(kinds - set(cc.CONTRACT))
     assert missing == []

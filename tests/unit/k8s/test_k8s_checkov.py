@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT, envs
+from k8s_harness import ROOT, envs, user_stacks
 from tritonops.k8s.stack_file import load_stack_config
 
 CHECKOV = ROOT / ".cache" / "checkov-venv" / "bin" / "checkov"
@@ -74,7 +74,8 @@ def scan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tritonops = Path(sys.executable).parent / "tritonops"
     for stack in STACKS:
         for env in envs(stack):
-            cmd = [str(tritonops), "render", "--stack", stack, "--env", env, "--out", str(out / f"{stack}-{env}")]
+            cmd = [str(tritonops), "render", "--stack", stack, "--env", env, "--out", str(out / f"{stack}-{env}"),
+                   "--project-dir", str(user_stacks().parent)]
             subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     proc = subprocess.run(
         [str(CHECKOV), "--directory", str(out), "--framework", "kubernetes", "--skip-download", "--output", "json"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import yaml
+from k8s_harness import user_stacks
 from tritonops import versions
 from tritonops.k8s import eks
 from tritonops.k8s import labels as k8s_labels
@@ -39,7 +40,7 @@ def test_kubeconfig_uses_aws_exec_auth() -> None:
 
 
 def test_cluster_spec() -> None:
-    cfg = load_stack_config("cluster-aws", "prod")
+    cfg = load_stack_config("cluster-aws", "prod", user_stacks())
     spec = eks.cluster_spec(cfg)  # type: ignore[arg-type]
     assert spec["name"] == "tritonops-prod" and spec["version"] == versions.KUBERNETES_VERSION
     assert spec["vpc_config"]["endpoint_public_access"] is False

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from k8s_harness import as_ints, committed, strict_schema
+from k8s_harness import as_ints, committed, strict_schema, user_stacks
 from tritonops.k8s import gitops
 from tritonops.k8s.render import build, render
 
@@ -49,7 +49,7 @@ def _errors(obj: dict[str, Any]) -> list[str]:
 
 
 def _written(stack: str, env: str, out: Path) -> list[dict[str, Any]]:
-    render(stack, env, out)
+    render(stack, env, out, user_stacks())
     kust = yaml.safe_load((out / "helm" / "kustomization.yaml").read_text())
     return [yaml.safe_load((out / "helm" / f).read_text()) for f in kust["resources"]]
 
@@ -58,7 +58,7 @@ def _written(stack: str, env: str, out: Path) -> list[dict[str, Any]]:
 def test_rendered_flux_objects_match_the_crd_schemas(stack: str, env: str, tmp_path: Path) -> None:
     docs = _written(stack, env, tmp_path)
     assert sorted({d["kind"] for d in docs}) == ["HelmRelease", "HelmRepository"]
-    assert len(docs) == 2 * len(build(stack, env).releases)
+    assert len(docs) == 2 * len(build(stack, env, user_stacks()).releases)
     for doc in docs:
         assert _errors(doc) == [], doc["metadata"]["name"]
 
@@ -124,7 +124,7 @@ def test_karpenter_oci_chart_becomes_an_oci_repository(env: str, tmp_path: Path)
     # prod also installs cluster-autoscaler (its managed GPU group) from an https repository
     (repo,) = [d["spec"] for d in docs if d["kind"] == "HelmRepository" and d["spec"].get("type") == "oci"]
     (rel,) = [d["spec"] for d in docs if d["kind"] == "HelmRelease" and d["metadata"]["name"] == "karpenter"]
-    (karpenter,) = [r for r in build("cluster-aws", env).releases if r.name == "karpenter"]
+    (karpenter,) = [r for r in build("cluster-aws", env, user_stacks()).releases if r.name == "karpenter"]
     assert repo["type"] == "oci" and f"{repo['url']}/{rel['chart']['spec']['chart']}" == karpenter.chart
     assert rel["chart"]["spec"]["version"] == karpenter.version and rel["values"] == karpenter.values
 

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from k8s_harness import ROOT, as_ints, committed, envs, k8s_objects
+from k8s_harness import ROOT, as_ints, committed, envs, k8s_objects, user_stacks
 from tritonops import versions
 from tritonops.k8s import karpenter, workload
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError
@@ -45,7 +45,7 @@ def _errors(obj: dict[str, Any]) -> list[str]:
 
 
 def _cfg(env: str, **pool_changes: Any) -> ClusterAwsConfig:
-    raw = copy.deepcopy(read_stack_file("cluster-aws", env)[0])
+    raw = copy.deepcopy(read_stack_file("cluster-aws", env, user_stacks())[0])
     for pool in raw["gpuNodePools"]:
         if pool.get("provisioner") == "karpenter":
             pool.update(pool_changes)
@@ -55,7 +55,7 @@ def _cfg(env: str, **pool_changes: Any) -> ClusterAwsConfig:
 
 
 def _karpenter_objects(env: str) -> list[dict[str, Any]]:
-    return [o for o in build("cluster-aws", env).objects if o["kind"] in CRDS]
+    return [o for o in build("cluster-aws", env, user_stacks()).objects if o["kind"] in CRDS]
 
 
 # --- the pinned CRD schemas ----------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_nodeclass_uses_the_node_role_pinned_ami_and_cluster_network() -> None:
     assert spec["role"] == "tritonops-dev-karpenter-node"
     assert spec["amiSelectorTerms"] == [{"alias": versions.KARPENTER_AMI_ALIASES["al2023"]}]
     assert "@latest" not in spec["amiSelectorTerms"][0]["alias"]
-    assert spec["subnetSelectorTerms"] == [{"id": s} for s in cfg.subnet_ids]
+    assert spec["subnetSelectorTerms"] == [{"id": s} for s in cfg.subnet_ids] and len(cfg.subnet_ids) == 2
     assert spec["securityGroupSelectorTerms"] == [{"tags": {"aws:eks:cluster-name": "tritonops-dev"}}]
     assert spec["blockDeviceMappings"][0]["ebs"]["volumeSize"] == "100Gi"
     assert spec["metadataOptions"]["httpTokens"] == "required"
@@ -200,7 +200,7 @@ def test_no_karpenter_pool_no_karpenter() -> None:
 def test_stack_creates_the_same_nodepools_render_writes(env: str) -> None:
     key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
     captured = sorted(k8s_objects(committed("cluster-aws", env)), key=key)
-    assert captured == sorted(build("cluster-aws", env).objects, key=key)
+    assert captured == sorted(build("cluster-aws", env, user_stacks()).objects, key=key)
     assert {o["kind"] for o in captured} == {"NodePool", "EC2NodeClass", "StorageClass"}
 
 
@@ -345,7 +345,7 @@ def test_policy_recognises_gpu_nodepools_by_taint_and_ignores_cpu_pools() -> Non
 def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
     from tritonops.k8s.render import render
 
-    render("cluster-aws", "dev", tmp_path)
+    render("cluster-aws", "dev", tmp_path, user_stacks())
     rendered = (tmp_path / "01-nodepool-gpu-l4.yaml").read_text().splitlines()
     text = (ROOT / "docs" / "kubernetes.md").read_text()
     snippet = text.split("(`01-nodepool-gpu-l4.yaml`):\n\n```yaml\n", 1)[1].split("```", 1)[0]

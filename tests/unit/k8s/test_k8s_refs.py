@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import STACKS_DIR, committed, k8s_objects
+from k8s_harness import STACKS_DIR, committed, k8s_objects, user_stacks
 from tritonops.k8s import refs, render
 from tritonops.k8s.config import project_name
 from tritonops.k8s.parse import parse_config
@@ -46,14 +46,14 @@ def cluster_of(stack: str, env: str) -> str:
 @functools.cache
 def rendered(stack: str, env: str, out: Path) -> tuple[list[Obj], list[Obj], list[str]]:
     """What ``tritonops render`` writes, read back: objects, secrets-required.yaml entries; and the charts."""
-    render.render(stack, env, out)
+    render.render(stack, env, out, user_stacks())
     kust = out / "kustomization.yaml"
     files = yaml.safe_load(kust.read_text())["resources"] if kust.is_file() else []
     objs = [yaml.safe_load((out / f).read_text()) for f in files]
     req_file = out / "secrets-required.yaml"
     req = yaml.safe_load(req_file.read_text()) if req_file.is_file() else {}
     entries = [*(req.get("secrets") or []), *(req.get("prerequisites") or [])]
-    charts = [r.chart for r in render.build(stack, env).releases]  # helm/ holds them in Flux's form
+    charts = [r.chart for r in render.build(stack, env, user_stacks()).releases]  # helm/ holds them in Flux's form
     return objs, entries, charts
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from k8s_harness import STACK_FILES, STACKS_DIR
+from k8s_harness import STACK_FILES, STACKS_DIR, user_stacks
 from tritonops.agent.bundle import build_bytes
 from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s.render import build, render
@@ -34,7 +34,8 @@ def test_tritonops_registers_render() -> None:
 @pytest.mark.parametrize(("stack", "env"), STACK_FILES)
 def test_render_cli_writes_yaml(stack: str, env: str, tmp_path: Path) -> None:
     out = tmp_path / f"{stack}-{env}"
-    result = runner.invoke(app, ["render", "--stack", stack, "--env", env, "--out", str(out), "--json"])
+    result = runner.invoke(app, ["render", "--stack", stack, "--env", env, "--out", str(out), "--json",
+                                 "--project-dir", str(user_stacks().parent)])
     assert result.exit_code == 0, result.output
     written = json.loads(result.output)
     assert written

@@ -14,6 +14,7 @@ from k8s_harness import (
     k8s_objects,
     run_program,
     unwrap,
+    user_stacks,
 )
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.render import build
@@ -118,7 +119,7 @@ def test_render_writes_the_same_objects_pulumi_creates(stack: str, env: str) -> 
     # The mocks' cluster-aws outputs give the modelReader ARNs the stack reads; render takes them too.
     cluster = load_stack_config(stack, env).cluster.cluster_stack  # type: ignore[union-attr]
     arns = {k: v["arn"] for k, v in cluster_outputs(cluster)["modelReaders"].items()} if cluster else None
-    rendered = sorted(build(stack, env, reader_arns=arns).objects, key=_key)
+    rendered = sorted(build(stack, env, user_stacks(), reader_arns=arns).objects, key=_key)
     assert [_key(o) for o in captured] == [_key(o) for o in rendered]
     assert captured == rendered
 

@@ -11,6 +11,7 @@ name works: behaviour comes from ``tier``.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import shutil
 import sys
@@ -21,7 +22,8 @@ import jsonschema
 import pytest
 import typer
 import yaml
-from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program
+from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program, user_stacks
+from pulumi.automation import ProjectSettings
 from pydantic import TypeAdapter
 from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s import contract, karpenter, platform, workload
@@ -147,20 +149,26 @@ def _copy_stacks(tmp_path: Path) -> Path:
 
 def test_the_failures_issue_20_names_come_back_without_the_defaults(tmp_path: Path) -> None:
     """Pulumi refused the stack files: triton dev lacked adminApi and networkPolicy, triton prod lacked
-    adminApi, cluster-aws prod lacked publicAccessCidrs. Their defaults are what makes them pass."""
+    adminApi. Their defaults are what makes them pass. cluster-aws's subnetIds and publicAccessCidrs have
+    none on purpose (the user gives them): only their template.config entry keeps check-config from
+    demanding them in a shipped file, as Pulumi's engine demands them before `pulumi up`."""
     stacks = _copy_stacks(tmp_path)
-    for stack, keys in (("triton", ("adminApi", "networkPolicy")), ("cluster-aws", ("publicAccessCidrs",))):
-        path = stacks / stack / "Pulumi.yaml"
-        doc = yaml.safe_load(path.read_text())
-        for key in keys:
-            del doc["config"][key]["default"]
-        path.write_text(yaml.safe_dump(doc))
+    path = stacks / "triton" / "Pulumi.yaml"
+    doc = yaml.safe_load(path.read_text())
+    for key in ("adminApi", "networkPolicy"):
+        del doc["config"][key]["default"]
+    path.write_text(yaml.safe_dump(doc))
+    path = stacks / "cluster-aws" / "Pulumi.yaml"
+    doc = yaml.safe_load(path.read_text())
+    del doc["template"]
+    path.write_text(yaml.safe_dump(doc))
     missing = {(Path(p.file).parent.name, Path(p.file).name, p.key.split(":")[1])
                for stack in ("triton", "cluster-aws") for env in ("dev", "prod")
                for p in contract.check_stack_file(stack, env, stacks)}
-    assert {("triton", "Pulumi.dev.yaml", "adminApi"), ("triton", "Pulumi.dev.yaml", "networkPolicy"),
-            ("triton", "Pulumi.prod.yaml", "adminApi"), ("cluster-aws", "Pulumi.prod.yaml", "publicAccessCidrs")
-            } <= missing
+    assert missing == {("triton", "Pulumi.dev.yaml", "adminApi"), ("triton", "Pulumi.dev.yaml", "networkPolicy"),
+                       ("triton", "Pulumi.prod.yaml", "adminApi"), ("cluster-aws", "Pulumi.dev.yaml", "subnetIds"),
+                       ("cluster-aws", "Pulumi.dev.yaml", "publicAccessCidrs"),
+                       ("cluster-aws", "Pulumi.prod.yaml", "subnetIds")}
 
 
 # --- Pulumi.yaml against the models ----------------------------------------------------------------
@@ -195,9 +203,12 @@ def test_declared_types_and_defaults_are_the_models(stack: str) -> None:
         prop = schema["properties"][key]
         assert spec["type"] == _json_type(prop), key
         if spec["type"] == "array":
-            assert spec["items"]["type"] == _json_type(prop["items"]), key
+            (arr,) = [p for p in prop.get("anyOf", [prop]) if p.get("type") == "array"]
+            assert spec["items"]["type"] == _json_type(arr["items"]), key
         field = fields[key]
-        if field.is_required():
+        if key in contract.user_values(stack):  # the model parses a file without it (check-config); Pulumi not
+            assert spec.get("default") is None, f"{key}: a value the user gives has no default"
+        elif field.is_required():
             assert spec.get("default") is None, f"{key}: the model requires it, Pulumi.yaml gives a default"
         else:
             assert spec.get("default") is not None, f"{key}: optional in the model, required by Pulumi"
@@ -224,6 +235,90 @@ def test_user_secrets_are_declared_secret_and_listed_in_the_readme() -> None:
 def test_the_programs_refuse_to_run_without_the_secret(stack: str, key: str) -> None:
     with pytest.raises(Exception, match=key.split(":")[1]):
         run_program(stack, "staging", omit=(key,))
+
+
+# --- values only the user can give (their subnets, their addresses) ----------------------------------
+
+# RFC 5737 / RFC 3849 documentation ranges: an address no real user runs `pulumi up` from.
+DOC_RANGES = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")]
+
+
+def _addresses(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [a for v in value.values() for a in _addresses(v)]
+    if isinstance(value, list):
+        return [a for v in value for a in _addresses(v)]
+    return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize(("stack", "env"), STACK_FILES)
+def test_shipped_stack_files_hold_no_placeholder_cidr_or_subnet(stack: str, env: str) -> None:
+    config = yaml.safe_load((STACKS_DIR / stack / f"Pulumi.{env}.yaml").read_text())["config"]
+    for value in _addresses(config):
+        assert not value.startswith(("subnet-", "vpc-", "sg-")), f"{stack}/{env}: placeholder id {value}"
+        try:
+            net = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            continue
+        assert not any(net.version == d.version and net.subnet_of(d) for d in DOC_RANGES), f"{stack}/{env}: {value}"
+
+
+def test_subnets_and_public_cidrs_are_required_user_values() -> None:
+    """Declared without a default (the Pulumi engine refuses `pulumi up` until they are set) and listed
+    under template.config; check-config skips them like the user's secrets, and the docs set them."""
+    values = contract.user_values("cluster-aws")
+    assert values == {"subnetIds": "pulumi config set --path 'subnetIds[0]' VALUE",
+                      "publicAccessCidrs": "pulumi config set --path 'publicAccessCidrs[0]' VALUE"}
+    declared = contract.project_config("cluster-aws")
+    assert all("default" not in declared[k] and not declared[k].get("secret") for k in values)
+    assert contract.user_values("triton") == {} and contract.user_values("platform") == {}
+    # Pulumi's own reading of Pulumi.yaml (the Automation API's ProjectSettings) sees them as the template's config.
+    settings = ProjectSettings.from_dict(yaml.safe_load(contract.project_file("cluster-aws").read_text()))
+    assert settings.template is not None and set(settings.template.config or {}) == set(values)
+    walkthrough = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert "pulumi config set --path 'subnetIds[0]' subnet-" in walkthrough
+    assert "pulumi config set --path 'publicAccessCidrs[0]' " in walkthrough
+
+
+def test_check_config_lists_the_commands_of_the_values_a_file_lacks(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["render", "--check-config", "--stack", "cluster-aws", "--env", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "before `pulumi up`: pulumi config set --path 'subnetIds[0]' VALUE" in result.output
+    assert "before `pulumi up`: pulumi config set --path 'publicAccessCidrs[0]' VALUE" in result.output
+    stacks = user_stacks()  # set, as `pulumi config set` writes them: nothing left to list
+    done = runner.invoke(app, ["render", "--check-config", "--stack", "cluster-aws", "--env", "dev", "--json",
+                               "--project-dir", str(stacks.parent)])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["valuesToSet"] == {}
+
+
+def test_render_refuses_a_stack_file_without_the_users_values(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["render", "--stack", "cluster-aws", "--env", "dev", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "tritonops-cluster-aws:subnetIds: not set" in text and "pulumi config set --path 'subnetIds[0]'" in text
+
+
+@pytest.mark.parametrize(("value", "key"), [("not-a-cidr", "publicAccessCidrs[0]"), ("[]", "publicAccessCidrs")])
+def test_a_wrong_user_value_still_fails_naming_file_line_and_key(tmp_path: Path, value: str, key: str) -> None:
+    stacks = _copy_stacks(tmp_path)
+    path = stacks / "cluster-aws" / "Pulumi.dev.yaml"
+    set_as = f"\n    - {value}" if value != "[]" else " []"
+    path.write_text(path.read_text() + f"  tritonops-cluster-aws:publicAccessCidrs:{set_as}\n")
+    result = runner.invoke(app, ["render", "--check-config", "--stack", "cluster-aws", "--env", "dev",
+                                 "--project-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    line = contract.locate(path, f"tritonops-cluster-aws:{key}")
+    assert line and f"{path}:{line}: tritonops-cluster-aws:{key}:" in " ".join(result.output.split())
+
+
+def test_a_user_value_with_a_default_is_refused(tmp_path: Path) -> None:
+    stacks = _copy_stacks(tmp_path)
+    path = stacks / "cluster-aws" / "Pulumi.yaml"
+    path.write_text(path.read_text().replace("      type: string\n    description: >-\n      Private subnets",
+                                             "      type: string\n    default: []\n    description: >-\n      Private subnets"))
+    problems = [str(p) for p in contract.check_project("cluster-aws", stacks)]
+    assert any("template.config.subnetIds" in p and "without a default" in p for p in problems), problems
 
 
 # --- JSON Schema ----------------------------------------------------------------------------------
