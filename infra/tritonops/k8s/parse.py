@@ -264,6 +264,7 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
         channel_key(rel.channel)
     except ReleaseError as exc:
         raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    _check_store_name(cfg, rel, loc, source)
     tk = rel.trusted_keys
     if (tk.config_map is None) == (tk.secret is None):
         raise ConfigError(
@@ -335,6 +336,29 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             _key("triton", (*loc[:-1], "modelControlMode")),
             f"{svc.model_control_mode!r}: with release the agent loads models through Triton's repository API, "
             "which needs explicit",
+            source,
+        )
+
+
+def _check_store_name(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
+    """storeName: a root's name (1-128 printable characters); required in tier production, where the
+    implicit --trusted-key root (every key holds every role, and any store's pointer signed with one of
+    them installs) is refused."""
+    name = rel.store_name
+    if name is None:
+        if cfg.tier == PRODUCTION:
+            raise ConfigError(
+                _key("triton", (*loc, "storeName")),
+                "required in tier production: without it the agents trust their trustedKeys alone (every key "
+                "holds every role, and a pointer of any store signed with one of them installs); sign a root "
+                "that names the store (tritonops release root init --name NAME) and set storeName: NAME",
+                source,
+            )
+        return
+    if not 0 < len(name) <= 128 or not name.isprintable():
+        raise ConfigError(
+            _key("triton", (*loc, "storeName")),
+            f"{name[:40]!r} is not a store name (1-128 printable characters, as root init --name takes)",
             source,
         )
 
