@@ -341,26 +341,12 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
 
 
 def _check_store_name(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
-    """storeName: a root's name (1-128 printable characters); required in tier production, where the
-    implicit --trusted-key root (every key holds every role, and any store's pointer signed with one of
-    them installs) is refused."""
-    name = rel.store_name
-    if name is None:
-        if cfg.tier == PRODUCTION:
-            raise ConfigError(
-                _key("triton", (*loc, "storeName")),
-                "required in tier production: without it the agents trust their trustedKeys alone (every key "
-                "holds every role, and a pointer of any store signed with one of them installs); sign a root "
-                "that names the store (tritonops release root init --name NAME) and set storeName: NAME",
-                source,
-            )
-        return
-    if not 0 < len(name) <= 128 or not name.isprintable():
-        raise ConfigError(
-            _key("triton", (*loc, "storeName")),
-            f"{name[:40]!r} is not a store name (1-128 printable characters, as root init --name takes)",
-            source,
-        )
+    """Tier production refuses the implicit --trusted-key root (the name's form is the model's rule)."""
+    if rel.store_name is None and cfg.tier == PRODUCTION:
+        raise ConfigError(_key("triton", (*loc, "storeName")), "required in tier production: without it the agents "
+                          "trust their trustedKeys alone (every key holds every role, and a pointer of any store "
+                          "signed with one of them installs); sign a root that names the store (tritonops "
+                          "release root init --name NAME) and set storeName: NAME", source)
 
 
 _ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")  # DER SubjectPublicKeyInfo of an Ed25519 key
