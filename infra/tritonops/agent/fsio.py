@@ -31,7 +31,7 @@ def read_bounded(path: Path, limit: int, error: type[ReleaseError] = ReleaseErro
         os.close(fd)
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
         raise error(f"{path}: {kind}, not a regular file")
-    too_long = TooLong if issubclass(error, StoreError) else error  # a store's object over its length
+    too_long = TooLong if error is StoreError else error  # a store's object over its length (a subclass keeps its own)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > limit:
             raise too_long(f"{path}: {st.st_size} bytes, more than the {limit} allowed")

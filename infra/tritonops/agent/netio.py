@@ -190,7 +190,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _Watch, what: str,
           error: type[ReleaseError]) -> tuple[bytes, int]:
     length = resp.headers.get("Content-Length")
-    too_long = TooLong if issubclass(error, StoreError) else error  # a store's answer over its length
+    too_long = TooLong if error is StoreError else error  # a store's answer over its length (a subclass keeps its own)
     if length and length.strip().isdigit() and int(length) > limit:
         raise too_long(f"{what}: the answer announces {int(length)} bytes, larger than the {limit} allowed")
     parts: list[bytes] = []
