@@ -24,3 +24,9 @@ class UsageError(ReleaseError, ValueError):
 
 class StoreError(ReleaseError):
     """A store or server did not answer, or answered with something unusable (exit 3)."""
+
+
+class TooLong(StoreError):
+    """The store answered more bytes than the length allowed (a signed length, a cap): it served
+    something other than what was signed. A refusal of what it served (exit 1, never retried), for a
+    manifest and a release's file alike; a StoreError still for the callers that only read."""

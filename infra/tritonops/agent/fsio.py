@@ -13,7 +13,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .errors import ReleaseError
+from .errors import ReleaseError, StoreError, TooLong
 
 
 def read_bounded(path: Path, limit: int, error: type[ReleaseError] = ReleaseError, follow: bool = True) -> bytes:
@@ -31,15 +31,16 @@ def read_bounded(path: Path, limit: int, error: type[ReleaseError] = ReleaseErro
         os.close(fd)
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
         raise error(f"{path}: {kind}, not a regular file")
+    too_long = TooLong if error is StoreError else error  # a store's object over its length (a subclass keeps its own)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > limit:
-            raise error(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
+            raise too_long(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
         try:
             data = f.read(limit + 1)
         except OSError as e:
             raise error(f"{path}: cannot read ({e.strerror})") from None
     if len(data) > limit:
-        raise error(f"{path}: more than the {limit} bytes allowed")
+        raise too_long(f"{path}: more than the {limit} bytes allowed")
     return data
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest, trust
-from .errors import ReleaseError, StoreError
+from .errors import ReleaseError, StoreError, TooLong
 from .fsio import read_bounded, write_atomic
 from .releases import check_release_id
 from .store import ROOT_MAX, SIGNATURE_MAX, Store, manifest_key, root_key, signatures_key
@@ -138,9 +138,7 @@ def fetch_manifest(store: Store, digest: str, length: int | None, release: str, 
         raise Rejected("length", f"{where}: no signed channel pointer states this manifest's length")
     try:
         raw = store.get(manifest_key(digest), limit=length)
-    except StoreError as e:
-        if "larger than" not in str(e) and "more than" not in str(e):
-            raise
+    except TooLong as e:
         raise Rejected("length", f"{e} (the signed pointer states {length})") from None
     assert raw is not None  # not a conditional read
     if len(raw) < length:  # before the digest: the cause is the length, not a signature

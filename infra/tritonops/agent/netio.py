@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from .errors import ReleaseError
+from .errors import ReleaseError, StoreError, TooLong
 
 CHUNK = 64 << 10
 ERROR_BODY_MAX = 64 << 10  # bytes read of a non-2xx answer (an error message, never a payload)
@@ -190,8 +190,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _Watch, what: str,
           error: type[ReleaseError]) -> tuple[bytes, int]:
     length = resp.headers.get("Content-Length")
+    too_long = TooLong if error is StoreError else error  # a store's answer over its length (a subclass keeps its own)
     if length and length.strip().isdigit() and int(length) > limit:
-        raise error(f"{what}: the answer announces {int(length)} bytes, larger than the {limit} allowed")
+        raise too_long(f"{what}: the answer announces {int(length)} bytes, larger than the {limit} allowed")
     parts: list[bytes] = []
     got = 0
     while True:
@@ -203,7 +204,7 @@ def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _W
             break
         got += len(chunk)
         if got > limit:
-            raise error(f"{what}: the answer is larger than the {limit} bytes allowed; stopped reading")
+            raise too_long(f"{what}: the answer is larger than the {limit} bytes allowed; stopped reading")
         if sink is not None:
             sink(chunk)
         else:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import netio, oci
-from .errors import StoreError
+from .errors import StoreError, TooLong
 
 
 class RegistryReader:
@@ -62,11 +62,11 @@ class RegistryReader:
         layer, data = oci.layer_bytes(resp.body, media, f"{self.url}:{ref}")
         if data is None:  # not embedded (written by another tool): the blob, by its digest
             if layer is None or layer["size"] > limit:
-                raise StoreError(f"{where}: the document is larger than the {limit} bytes allowed")
+                raise TooLong(f"{where}: the document is larger than the {limit} bytes allowed")
             digest = str(layer["digest"])
             data = self._blob_bytes(f"blobs/sha256/{digest.removeprefix('sha256:')}", digest, limit)
         if len(data) > limit:
-            raise StoreError(f"{where}: the document is larger than the {limit} bytes allowed")
+            raise TooLong(f"{where}: the document is larger than the {limit} bytes allowed")
         digest = resp.headers.get("Docker-Content-Digest") or oci.digest_of(resp.body)
         self._validators[key] = resp.headers.get("ETag") or f'"{digest}"'
         return data

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import failures, manifest, metadata, releases, rollout, signing
-from .errors import ReleaseError, StoreError
+from .errors import ReleaseError, StoreError, TooLong
 from .fsio import write_atomic
 from .golden import golden_gate
 from .manifest import MANIFEST_FILE
@@ -228,7 +228,7 @@ class Agent:
                         cached and cached.is_file() and self._copy_checked(cached, out, h)):
                     reused += 1
                     continue
-                n = _step("fetch", lambda: self.store.download(blob_key(h), out, h, size=lengths[rel]))  # noqa: B023
+                n = self._download(h, out, lengths[rel])
                 local[h] = out  # a second file with this content is copied, not downloaded again
                 downloaded += n
                 self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
@@ -242,6 +242,18 @@ class Agent:
         finally:
             releases._remove(staging)
         return {"release": release, "downloaded": downloaded, "reused": reused, "key": str(key)}
+
+    def _download(self, sha256: str, out: Path, length: int) -> int:
+        """One file of a release under the length its signed manifest states. More bytes than that is a
+        refusal of what the store served (``length``, step verify: exit 1, not retried), as for a manifest
+        longer than its pointer states; a store that did not answer, or cut the file short, is retried."""
+        try:
+            return int(self.store.download(blob_key(sha256), out, sha256, size=length))
+        except TooLong as e:
+            self._rejected("length", str(e))
+            raise StepFailed("verify", str(e), e) from None
+        except ReleaseError as e:
+            raise StepFailed("fetch", str(e), e) from None
 
     # --- switch -----------------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from . import aws_credentials, netio
 from .aws_credentials import Credentials, sigv4_headers
-from .errors import StoreError, UsageError
+from .errors import StoreError, TooLong, UsageError
 from .fsio import read_bounded
 from .manifest import MANIFEST_MAX
 
@@ -234,7 +234,7 @@ class Store:
                         for chunk in iter(lambda: src.read(min(1 << 20, limit + 1 - written)), b""):
                             sink(chunk)
                             if written > limit:
-                                raise StoreError(f"{path}: longer than the {limit} bytes allowed")
+                                raise TooLong(f"{path}: more than the {limit} bytes allowed")
                             if self.cancel is not None and self.cancel.is_set():
                                 raise StoreError(f"{path}: stopped (the agent is shutting down)")
                 else:

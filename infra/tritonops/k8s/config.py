@@ -273,6 +273,11 @@ class ReleaseSource(_Cfg):
     store: str  # s3://BUCKET/PREFIX or http(s)://MIRROR/PATH (what `tritonops release publish` wrote)
     channel: str
     trusted_keys: TrustedKeys
+    # The store's name its signed root carries (`tritonops release root init --name NAME`): the agents run
+    # with --store-name and refuse metadata of any other store, or of no signed root, even under the same
+    # keys. Required in tier production: without it the agents trust their trustedKeys alone (every key
+    # holds every role, and a pointer of any store signed with one installs).
+    store_name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
     poll_seconds: int = Field(default=30, ge=5, le=3600)
     # A hostPath blob cache shared by the pods on a node (content-addressed, verified on every copy).
     # The namespace must admit hostPath volumes (podSecurity: privileged), and the node folder must be

@@ -266,6 +266,7 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
         channel_key(rel.channel)
     except ReleaseError as exc:
         raise ConfigError(_key("triton", (*loc, "channel")), str(exc), source) from exc
+    _check_store_name(cfg, rel, loc, source)
     tk = rel.trusted_keys
     if (tk.config_map is None) == (tk.secret is None):
         raise ConfigError(
@@ -339,6 +340,15 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
             "which needs explicit",
             source,
         )
+
+
+def _check_store_name(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
+    """Tier production refuses the implicit --trusted-key root (the name's form is the model's rule)."""
+    if rel.store_name is None and cfg.tier == PRODUCTION:
+        raise ConfigError(_key("triton", (*loc, "storeName")), "required in tier production: without it the agents "
+                          "trust their trustedKeys alone (every key holds every role, and a pointer of any store "
+                          "signed with one of them installs); sign a root that names the store (tritonops "
+                          "release root init --name NAME) and set storeName: NAME", source)
 
 
 _ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")  # DER SubjectPublicKeyInfo of an Ed25519 key

@@ -72,12 +72,14 @@ def release_agent_args(
     groups: Sequence[str] = (),
     report: bool = False,
     report_key: str | os.PathLike[str] | None = None,
+    store_name: str | None = None,
 ) -> list[str]:
     """The release agent's argv after ``python3 tritonops-agent.pyz`` (or ``python -m tritonops.agent``).
 
     ``command`` is ``sync`` (the init container: put the channel's release in place) or ``pull``
     (the sidecar: keep on the channel; ``triton_url``, ``header``, ``listen``, ``interval`` and the
-    rollout's ``groups``, ``report`` and ``report_key`` apply to it only). Secrets never appear here:
+    rollout's ``groups``, ``report`` and ``report_key`` apply to it only); ``store_name``: the name the store's
+    signed root carries (``--store-name``: any other store's metadata refused). Secrets never appear here:
     the agent reads the admin header's value and S3 credentials from its environment, and the report
     key from a file.
     """
@@ -93,6 +95,8 @@ def release_agent_args(
     args = [command, "--store", store, "--channel", channel, "--link", str(link), "--releases", str(releases_dir)]
     for key in trusted_keys:
         args += ["--trusted-key", str(key)]
+    if store_name is not None:
+        args += ["--store-name", store_name]
     if cache is not None:
         args += ["--cache", str(cache)]
     if s3_endpoint is not None:
@@ -181,6 +185,7 @@ def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str, track: 
             groups=rel.groups if pull else (),
             report=rel.reports and pull,
             report_key=REPORT_KEY_PATH if pull and rel.report_key_secret else None,
+            store_name=rel.store_name,
         ),
     ]
 

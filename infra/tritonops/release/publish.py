@@ -19,6 +19,7 @@ HTTP server publishes to air-gapped sites (agents read it over http(s)://). The 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -198,10 +199,10 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
     return {**seen["doc"], "changed": True, "previous": old["release"] if old else None}
 
 
-def _claim(writer: Writer, release: str, digest: str) -> None:
+def _claim(writer: Writer, release: str, digest: str) -> bool:
     """Claim ``ids/<release>.json`` for ``digest`` with a conditional write (a compare-and-swap: If-None-Match
     on S3, the folder's lock): a second publish of other content under the same id is refused, even at the
-    same moment; the same content again finds its own claim."""
+    same moment; the same content again finds its own claim. True when this call made the claim."""
     id_key = f"ids/{release}.json"
 
     def claim(old: bytes | None) -> bytes | None:
@@ -217,7 +218,7 @@ def _claim(writer: Writer, release: str, digest: str) -> None:
                                f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
         return None
 
-    writer.swap(id_key, claim, what=f"release id {release}")
+    return writer.swap(id_key, claim, what=f"release id {release}") is not None
 
 
 def _keys(keys: Path | list[Path] | None) -> list[Path]:
@@ -257,7 +258,30 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     digest = hashlib.sha256(text).hexdigest()
     signature = trust.sign_detached(text, release_keys)
     _preflight(writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
-    _claim(writer, release, digest)  # one id, one content: whoever comes second with other content is refused
+    new: list[str] = []  # what this run wrote that was not there before: removed again if it fails
+    if _claim(writer, release, digest):  # one id, one content: whoever comes second with other content is refused
+        new.append(f"ids/{release}.json")
+    try:
+        counts = _upload(writer, source, files, new, progress)
+        for key, data in ((signatures_key(digest), signature), (manifest_key(digest), text)):
+            if not writer.exists(key):
+                new.append(key)
+            writer.put(key, data, "application/json")
+        out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files), **counts,
+                               "models": manifest.models(files), "warnings": warnings}
+        if channel:
+            moved = move_pointer(writer, channel, release, digest, f"publish {source.name}",
+                                 keys=_keys(channel_keys) or release_keys, expires=expires)
+            out.update(channel=channel, changed=moved["changed"], previous=moved.get("previous"))
+    except BaseException:
+        _remove_new(writer, new)
+        raise
+    return out
+
+
+def _upload(writer: Writer, source: Path, files: dict[str, str], new: list[str], progress: Any) -> dict[str, Any]:
+    """Each file once, by content; a blob already in the store (shared with another release) is left as it
+    is. The key of each blob uploaded is appended to ``new`` as soon as its upload starts."""
     uploaded = skipped = duplicates = 0
     seen: set[str] = set()
     for i, (rel, sha) in enumerate(sorted(files.items()), 1):
@@ -266,21 +290,22 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
         elif writer.exists(blob_key(sha)):
             skipped += 1
         else:
+            new.append(blob_key(sha))
             writer.put(blob_key(sha), source / rel)
             uploaded += 1
         seen.add(sha)
         if progress:
             progress(i, len(files), rel)
-    writer.put(signatures_key(digest), signature, "application/json")
-    writer.put(manifest_key(digest), text, "application/json")
-    out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files),
-                           "uploaded": uploaded, "already_there": skipped, "duplicates": duplicates,
-                           "models": manifest.models(files), "warnings": warnings}
-    if channel:
-        moved = move_pointer(writer, channel, release, digest, f"publish {source.name}",
-                             keys=_keys(channel_keys) or release_keys, expires=expires)
-        out.update(channel=channel, changed=moved["changed"], previous=moved.get("previous"))
-    return out
+    return {"uploaded": uploaded, "already_there": skipped, "duplicates": duplicates}
+
+
+def _remove_new(writer: Writer, keys: list[str]) -> None:
+    """After a failed publish: remove what it wrote that was not there before (its blobs no other release
+    had, its manifest, its id claim), so that no partial release stays behind. A blob that was there
+    before is never in ``keys``. Best effort: the failure that got here is what the caller reports."""
+    for key in reversed(keys):
+        with contextlib.suppress(ReleaseError):
+            writer.delete(key)
 
 
 def _preflight(writer: Writer, text: bytes, signature: bytes, channel: str | None, release: str, digest: str,

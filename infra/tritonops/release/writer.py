@@ -105,6 +105,7 @@ class Writer:
                 tmp.chmod(0o644)
                 tmp.replace(dest)
             except OSError as e:
+                tmp.unlink(missing_ok=True)
                 raise StoreError(f"{dest}: cannot write ({e.strerror or e})") from None
             return
         from botocore.exceptions import BotoCoreError, ClientError
@@ -116,6 +117,24 @@ class Writer:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
         except (BotoCoreError, ClientError) as e:
             raise StoreError(f"{self.url}/{key}: upload failed: {e}") from None
+
+    def delete(self, key: str) -> None:
+        """Remove one object (a publish's own uploads, after it failed). A registry keeps an unreferenced blob
+        until its garbage collection: nothing names it, so no node reads it."""
+        if self.reader.kind == "oci":
+            return
+        if self.reader.kind == "file":
+            try:
+                (self.root / key).unlink(missing_ok=True)
+            except OSError as e:
+                raise StoreError(f"{self.root / key}: cannot remove ({e.strerror or e})") from None
+            return
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"{self.url}/{key}: cannot remove: {e}") from None
 
     def check_exists(self) -> None:
         """A folder store must be there (an S3 bucket or prefix that is not answers for itself on first read)."""

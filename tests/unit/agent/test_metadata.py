@@ -19,7 +19,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from agent_harness import release_source
+from agent_harness import agent_cmd, release_source
 from tritonops.agent import manifest, metadata, releases, signing, trust
 from tritonops.agent.errors import ReleaseError, UsageError
 from tritonops.agent.pull import Agent
@@ -206,8 +206,9 @@ def test_an_endless_blob_is_cut_at_its_signed_length(tmp_path: Path, keys: dict[
     agent = _agent(tmp_path, url, keys)
     start = time.monotonic()
     out = agent.poll()
-    assert (out["result"], out["step"]) == ("failed", "fetch")
+    assert (out["result"], out["step"], out["class"]) == ("failed", "verify", "refused")  # as a long manifest
     assert f"larger than the {doc['lengths'][path]} bytes allowed; stopped reading" in out["error"]
+    assert _rejected(agent, "length") == 1
     assert time.monotonic() - start < 5 and not (agent.releases / "r1").exists()
     assert not list(agent.releases.glob(".staging-*"))  # the partial file went with its staging folder
 
@@ -222,6 +223,25 @@ def test_a_manifest_longer_than_the_signed_pointer_says_is_refused(tmp_path: Pat
     out = agent.poll()
     assert (out["result"], out["step"]) == ("failed", "verify") and "larger than the" in out["error"]
     assert _rejected(agent, "length") == 1 and agent.store.requests == 2  # pointer, manifest: no signature, no blob
+
+
+@pytest.mark.parametrize("what", ["manifest", "blob"])
+def test_sync_refuses_an_over_long_manifest_and_an_over_long_file_alike(tmp_path: Path, keys: dict[str, Path],
+                                                                         what: str) -> None:
+    # Both are the store serving more than was signed: a refusal (exit 1, reason length), never "the store did
+    # not answer" (exit 3, retried). Before, a long file exited 3 at step fetch while a long manifest exited 1.
+    store = tmp_path / "store"
+    r1 = _publish(tmp_path, str(store), keys, "r1")
+    doc = json.loads((store / manifest_key(r1["digest"])).read_text())
+    key = manifest_key(r1["digest"]) if what == "manifest" else f"blobs/sha256/{doc['files']['mlp/1/model.py']}"
+    with (store / key).open("ab") as f:
+        f.write(b" " * 4096)
+    node = tmp_path / "node"
+    out = agent_cmd("sync", "--store", str(store), "--channel", "stable", "--link", str(node / "models"),
+                    "--releases", str(node / "releases"), "--trusted-key", str(keys["release.pub"]))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "metadata refused (length)" in out.stderr and "more than the" in out.stderr
+    assert not (node / "releases" / "r1").exists()
 
 
 def test_a_signed_manifest_without_lengths_is_never_downloaded_from(tmp_path: Path, keys: dict[str, Path]) -> None:

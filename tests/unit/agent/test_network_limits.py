@@ -168,7 +168,7 @@ def test_an_endless_blob_ends_at_its_signed_length_long_before_the_deadline(
     agent = _agent(tmp_path, Store(srv.url, blob_timeout=30.0), keys)
     start = time.monotonic()
     out = agent.poll()
-    assert (out["result"], out["step"]) == ("failed", "fetch")
+    assert (out["result"], out["step"], out["class"]) == ("failed", "verify", "refused")  # more than was signed
     assert "bytes allowed; stopped reading" in out["error"]
     assert time.monotonic() - start < 2.0
     assert not (agent.releases / "r1").exists()

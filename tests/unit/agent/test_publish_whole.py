@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from agent_harness import release_source
 from tritonops.agent import bundle, signing
-from tritonops.agent.errors import ReleaseError
+from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.cli import app
 from tritonops.release import publish as pub
+from tritonops.release.writer import Writer
 from typer.testing import CliRunner
 
 
@@ -32,7 +33,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"key": key, "pub": public}
 
 
-def publish(src: Path, store: Path, key: Path, *extra: str, channel: str = "stable") -> tuple[int, str]:
+def publish(src: Path, store: Path | str, key: Path, *extra: str, channel: str = "stable") -> tuple[int, str]:
     r = CliRunner().invoke(app, ["release", "publish", str(src), "--store", str(store), "--channel", channel,
                                  "--key", str(key), "--target", "cpu", *extra])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.output  # never a traceback
@@ -118,3 +119,53 @@ def test_validate_errors_on_what_publish_would_refuse(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "3 errors" in out, out
     assert "loop1: a symbolic link that loops or leads nowhere: tritonops release publish refuses it" in out
     assert "extra.txt: a symbolic link to" in out and "outside the repository" in out
+
+
+@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.integration)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "folder":
+        return str(tmp_path / "store")
+    endpoint = request.getfixturevalue("moto_s3")
+    for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                 ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
+        monkeypatch.setenv(k, v)
+    import boto3
+
+    s3 = boto3.client("s3")
+    if "releases" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket="releases")
+    return f"s3://releases/{tmp_path.name}/store"
+
+
+def _objects(url: str) -> set[str]:
+    if not url.startswith("s3://"):
+        return {str(p.relative_to(url)) for p in Path(url).rglob("*") if p.is_file() and not p.name.startswith(".")}
+    import boto3
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+    return {o["Key"].removeprefix(prefix + "/") for page in pages for o in page.get("Contents", [])}
+
+
+def test_a_store_write_failing_mid_upload_leaves_nothing_of_the_release_behind(
+        tmp_path: Path, keys: dict[str, Path], store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert publish(release_source(tmp_path, "r1"), store_url, keys["key"], "--release", "r1")[0] == 0
+    before = _objects(store_url)
+    src = release_source(tmp_path, "r2", note="r2")  # r1's files (blobs kept), mlp's model.py changed...
+    for i in range(4):  # ...and four files no release has yet: new blobs
+        (src / "mlp" / "1" / f"extra{i}.txt").write_text(f"extra {i}\n")
+    real, blobs = Writer.put, []  # the blob keys written, in order
+
+    def put(self: Writer, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
+        if key.startswith("blobs/"):
+            blobs.append(key)
+            if len(blobs) == 3:  # the store fails at the third new blob (a full disk, a dropped connection)
+                raise StoreError(f"{self.url}/{key}: upload failed: simulated")
+        real(self, key, data, content_type)
+
+    monkeypatch.setattr(Writer, "put", put)
+    code, out = publish(src, store_url, keys["key"], "--release", "r2")
+    assert code == 3 and "simulated" in out
+    assert len(blobs) == 3 and _objects(store_url) == before  # r2's two blobs, claim: gone; r1's blobs all kept
+    monkeypatch.setattr(Writer, "put", real)
+    assert publish(src, store_url, keys["key"], "--release", "r2")[0] == 0  # the id is free again

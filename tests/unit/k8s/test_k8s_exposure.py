@@ -149,7 +149,7 @@ def test_canary_weights_survive_the_exact_matches() -> None:
     """Prod with a canary in gateway mode: every rule of both routes splits by the canary's weight."""
     raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
     svc = raw["modelServices"][0]
-    svc["release"] = {"store": "s3://b/vision", "channel": "stable", "trustedKeys": {"configMap": "k"},
+    svc["release"] = {"store": "s3://b/vision", "channel": "stable", "storeName": "vision-prod", "trustedKeys": {"configMap": "k"},
                       "canary": {"channel": "canary", "weight": 5}}
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)

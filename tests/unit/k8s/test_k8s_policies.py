@@ -371,6 +371,7 @@ def _prod_with_canary(replicas: int) -> list[PolicyResource]:
     services[0]["release"] = {
         "store": "s3://tritonops-models-prod/vision",  # the bucket its IRSA role reads
         "channel": "stable",
+        "storeName": "vision-prod",
         "trustedKeys": {"configMap": "tritonops-release-keys"},
         "canary": {"channel": "canary", "weight": 5, "replicas": replicas},
     }

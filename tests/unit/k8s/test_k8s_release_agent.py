@@ -298,6 +298,16 @@ def test_agent_zipapp_from_the_config_map_runs(command: list[str], tmp_path: Pat
     assert out.stdout.startswith("usage: tritonops-agent")
 
 
+def _local_argv(command: list[str], swap: dict[str, str]) -> list[str]:
+    """A container's command with the pod's paths (and store) swapped for local ones."""
+    argv = []
+    for a in command:
+        for old, new in swap.items():
+            a = a.replace(old, new) if a.startswith(old) else a
+        argv.append(a)
+    return argv
+
+
 def test_init_container_syncs_a_signed_release_with_its_own_argv(tmp_path: Path) -> None:
     """The init container's command, run from the ConfigMap's zipapp with only the mounts swapped for
     local folders (the store for a folder `tritonops release publish` wrote): the release lands under
@@ -324,11 +334,7 @@ def test_init_container_syncs_a_signed_release_with_its_own_argv(tmp_path: Path)
         release_agent.RELEASE_ROOT: str(tmp_path / "var"),
         release_agent.TRUSTED_KEYS_DIR: str(public.parent),
     }
-    argv = []
-    for a in pod["initContainers"][0]["command"]:
-        for old, new in swap.items():
-            a = a.replace(old, new) if a.startswith(old) else a
-        argv.append(a)
+    argv = _local_argv(pod["initContainers"][0]["command"], swap)
     env = {"PATH": os.environ["PATH"]}  # no credentials: a folder store needs none
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -346,3 +352,67 @@ def test_init_container_syncs_a_signed_release_with_its_own_argv(tmp_path: Path)
     out = subprocess.run(argv2, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 1 and "signature" in out.stdout + out.stderr
     assert not (tmp_path / "var2" / "models").exists()
+
+
+# --- the store's name: required in tier production (issue 34) -----------------------------------------------
+
+
+def test_production_refuses_the_implicit_trusted_key_root() -> None:
+    """Tier production: a release source without storeName (agents trusting their trustedKeys alone, every key
+    holding every role) is refused naming the field; non-production takes it, with a warning at every agent start."""
+    raw = copy.deepcopy(read_stack_file("triton", "prod")[0])
+    del raw["modelServices"][0]["release"]["storeName"]
+    with pytest.raises(ConfigError, match="required in tier production") as err:
+        parse_config("triton", raw)
+    assert err.value.key == "tritonops-triton:modelServices[0].release.storeName"
+    assert "root init --name" in str(err.value)
+    raw["tier"] = "non-production"
+    assert isinstance(parse_config("triton", raw), TritonStackConfig)
+
+
+def test_both_agent_containers_get_the_store_name() -> None:
+    cfg = triton_config("prod")
+    pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
+    for command in (pod["initContainers"][0]["command"], pod["containers"][1]["command"]):
+        assert agent_parser().parse_args(command[2:]).store_name == "vision-prod"
+    dev = _pod(workload.deployment(triton_config("dev"), triton_config("dev").model_services[0]))
+    assert "--store-name" not in dev["initContainers"][0]["command"] + dev["containers"][1]["command"]
+
+
+@pytest.mark.parametrize(("name", "message"), [("", "at least 1 character"), ("x" * 129, "at most 128 characters"),
+                                              ("fleet\nb", "should match pattern")])
+def test_a_store_name_root_init_would_not_take_is_refused(name: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        _release_cfg(storeName=name)
+    assert "release.storeName" in str(err.value)
+
+
+def test_the_production_init_container_takes_only_its_named_store(tmp_path: Path) -> None:
+    """prod's init container command (--store-name vision-prod), run from the zipapp: a store whose signed root
+    is named vision-prod syncs; the same release under the same key in a store with no signed root (the
+    implicit --trusted-key root) is refused, exit 1."""
+    from tritonops.release.publish import publish, write_root
+
+    cfg = triton_config("prod")
+    rel = cfg.model_services[0].release
+    assert rel is not None and rel.store_name == "vision-prod"
+    (tmp_path / "trusted").mkdir()
+    private, public = signing.keygen(tmp_path / "keys" / "release.key", tmp_path / "trusted" / "release.pub")
+    agent = tmp_path / "agent" / release_agent.AGENT_KEY
+    agent.parent.mkdir()
+    agent.write_bytes(base64.b64decode(release_agent.agent_config_map(cfg)["binaryData"][release_agent.AGENT_KEY]))
+    command = _pod(workload.deployment(cfg, cfg.model_services[0]))["initContainers"][0]["command"]
+    env = {"PATH": os.environ["PATH"]}
+    results = {}
+    for store in ("named", "unnamed"):
+        if store == "named":
+            write_root(str(tmp_path / store), {r: [public] for r in ("root", "release", "channel")}, [private],
+                       name="vision-prod")
+        publish(ROOT / "examples" / "model_repository", str(tmp_path / store), rel.channel, private)
+        argv = _local_argv(command, {release_agent.AGENT_PATH: str(agent), rel.store: str(tmp_path / store),
+                                     release_agent.RELEASE_ROOT: str(tmp_path / f"var-{store}"),
+                                     release_agent.TRUSTED_KEYS_DIR: str(public.parent)})
+        results[store] = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert results["named"].returncode == 0, results["named"].stdout + results["named"].stderr
+    assert results["unnamed"].returncode == 1 and "metadata refused (store)" in results["unnamed"].stderr
+    assert not (tmp_path / "var-unnamed" / "models").exists()

@@ -28,6 +28,7 @@ PROD_RELEASE = {
     "store": "s3://tritonops-releases-prod/vision",
     "channel": "stable",
     "region": "us-west-2",
+    "storeName": "vision-prod",
     "trustedKeys": {"configMap": "tritonops-release-keys"},
     "canary": {"channel": "canary", "weight": 5, "replicas": 2},
 }

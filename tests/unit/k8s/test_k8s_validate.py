@@ -135,6 +135,7 @@ def _canary_objects() -> list[tuple[str, dict[str, Any]]]:
     svc["release"] = {
         "store": "s3://tritonops-releases-prod/vision",
         "channel": "stable",
+        "storeName": "vision-prod",
         "trustedKeys": {"configMap": "tritonops-release-keys"},
         "canary": {"channel": "canary", "weight": 5, "replicas": 2},
     }

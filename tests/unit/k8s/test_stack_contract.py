@@ -436,10 +436,15 @@ def _raw(stack: str, env: str, **changes: Any) -> dict[str, Any]:
 
 def test_tier_not_name_selects_the_strict_rules() -> None:
     """The same file decides differently by tier alone: staging (scale to zero, one controller
-    replica) turned production needs allowScaleToZero and runs two replicas; prod turned
-    non-production runs one."""
+    replica, agents on the implicit --trusted-key root) turned production needs a storeName and
+    allowScaleToZero and runs two replicas; prod turned non-production runs one."""
+    raw = _raw("triton", "staging", tier="production")
     with pytest.raises(ConfigError, match="tier production") as exc:
-        parse_config("triton", _raw("triton", "staging", tier="production"), env="staging")
+        parse_config("triton", raw, env="staging")
+    assert exc.value.key == "tritonops-triton:modelServices[0].release.storeName"
+    raw["modelServices"][0]["release"]["storeName"] = "vision-staging"
+    with pytest.raises(ConfigError, match="tier production") as exc:
+        parse_config("triton", raw, env="staging")
     assert exc.value.key == "tritonops-triton:modelServices[0].autoscaling.minReplicas"
     staging = parse_config("triton", _raw("triton", "staging"), env="staging")
     assert isinstance(staging, TritonStackConfig) and staging.model_services[0].autoscaling.min_replicas == 0
