@@ -40,8 +40,7 @@ _OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # repository:tag, optionally @sha256:<digest> (the digest is what runs; the tag names the version label)
 _IMAGE = re.compile(r"^(?P<repo>[^@\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[0-9a-f]{64})?$")
-# A model name that becomes a routed path (/v2/models/<name>): the characters ingress-nginx's strict
-# path validation and the Gateway API's path rules both accept.
+# A model name routed as /v2/models/<name>: characters ingress-nginx's strict paths and the Gateway API accept.
 _ROUTED_MODEL = re.compile(r"^[A-Za-z0-9_~-][A-Za-z0-9._~-]*$")
 # An HTTPRoute holds fewer than 128 path matches in all (Gateway API validation): 3 server paths
 # (/v2, /v2/health/live, /v2/health/ready) and 3 per model (metadata, ready, infer).
@@ -154,8 +153,8 @@ def _check_cluster_aws(cfg: Any, source: str | None) -> None:
 def _check_public_endpoint(cfg: Any, source: str | None) -> None:
     """A public API endpoint names who may reach it: EKS opens an empty list to 0.0.0.0/0."""
     key = _key("cluster-aws", ("publicAccessCidrs",))
-    if cfg.public_access_cidrs is None:
-        return  # not set yet: the user gives it (pulumi config set), render and the engine refuse until then
+    if cfg.public_access_cidrs is None:  # not set yet: the user gives it; render and the engine refuse until then
+        return
     if cfg.endpoint_public_access and not cfg.public_access_cidrs:
         raise ConfigError(key, "endpointPublicAccess is true: list the CIDRs that may reach the API endpoint "
                                "(EKS would open it to 0.0.0.0/0), or set endpointPublicAccess: false", source)
@@ -345,10 +344,9 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
 def _check_store_name(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
     """Tier production refuses the implicit --trusted-key root (the name's form is the model's rule)."""
     if rel.store_name is None and cfg.tier == PRODUCTION:
-        raise ConfigError(_key("triton", (*loc, "storeName")), "required in tier production: without it the agents "
-                          "trust their trustedKeys alone (every key holds every role, and a pointer of any store "
-                          "signed with one of them installs); sign a root that names the store (tritonops "
-                          "release root init --name NAME) and set storeName: NAME", source)
+        raise ConfigError(_key("triton", (*loc, "storeName")), "required in tier production: without it a pointer "
+                          "of any store signed with one of trustedKeys installs; sign a root that names the store "
+                          "(tritonops release root init --name NAME) and set storeName: NAME", source)
 
 
 _ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")  # DER SubjectPublicKeyInfo of an Ed25519 key
