@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +74,13 @@ def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True)
 def run_agent(host: Any, *args: str) -> Any:
     """Run the release agent (the zipapp the role pushes, built from this checkout) on the node with its
     own python3, in a temporary folder removed afterwards; the arguments are shell-quoted."""
-    from tritonops.agent.bundle import build_bytes
+    from tritonops.agent.bundle import build
 
-    b64 = base64.b64encode(build_bytes()).decode()
+    d = host.check_output("mktemp -d")
+    with tempfile.TemporaryDirectory() as local:  # pushed in pieces: its base64 is over one argument's 128 KiB
+        push_file(host, build(Path(local) / "agent.pyz"), f"{d}/agent.pyz")
     cmd = " ".join(shlex.quote(a) for a in args)
-    return host.run(f'd=$(mktemp -d) && echo {b64} | base64 -d > "$d/agent.pyz" && python3 "$d/agent.pyz" {cmd}; '
-                    'rc=$?; rm -rf "$d"; exit $rc')
+    return host.run(f'python3 {shlex.quote(d)}/agent.pyz {cmd}; rc=$?; rm -rf {shlex.quote(d)}; exit $rc')
 
 
 def push_file(host: Any, local: Path, remote: str, chunk: int = 60_000) -> None:
