@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
@@ -42,6 +43,19 @@ def cli(*args: object) -> tuple[int, str]:
     r = CliRunner().invoke(app, [str(a) for a in args])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.output  # never a traceback
     return r.exit_code, " ".join(r.output.split())
+
+
+def moto_releases_bucket(request: Any, monkeypatch: Any) -> None:
+    """boto3 pointed at the ``moto_s3`` fixture's server with test credentials, bucket ``releases`` made."""
+    endpoint = request.getfixturevalue("moto_s3")
+    for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                 ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
+        monkeypatch.setenv(k, v)
+    import boto3
+
+    s3 = boto3.client("s3")
+    if "releases" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket="releases")
 
 
 def agent_cmd(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import SAMPLE, StoreUnderTest, release_source
+from agent_harness import SAMPLE, StoreUnderTest, moto_releases_bucket, release_source
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.errors import ReleaseError
 from tritonops.agent.golden import read_golden
@@ -55,15 +55,7 @@ def store_kind(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
         srv.server_close()
         return
     if request.param == "s3":
-        endpoint = request.getfixturevalue("moto_s3")
-        for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                     ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
-            monkeypatch.setenv(k, v)
-        import boto3
-
-        s3 = boto3.client("s3")
-        if "releases" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-            s3.create_bucket(Bucket="releases")
+        moto_releases_bucket(request, monkeypatch)
         yield StoreUnderTest("s3", tmp_path)
         return
     if request.param == "oci":

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from agent_harness import release_source
+from agent_harness import moto_releases_bucket, release_source
 from tritonops.agent import bundle, signing
 from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.cli import app
@@ -125,15 +125,7 @@ def test_validate_errors_on_what_publish_would_refuse(tmp_path: Path) -> None:
 def store_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "folder":
         return str(tmp_path / "store")
-    endpoint = request.getfixturevalue("moto_s3")
-    for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                 ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
-        monkeypatch.setenv(k, v)
-    import boto3
-
-    s3 = boto3.client("s3")
-    if "releases" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket="releases")
+    moto_releases_bucket(request, monkeypatch)
     return f"s3://releases/{tmp_path.name}/store"
 
 
