@@ -66,6 +66,24 @@ def role_docs() -> None:
 
 
 @app.command()
+def diagrams(
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 naming each stale picture; write nothing")] = False,
+) -> None:
+    """Redraw the docs' Mermaid pictures (the release flow, what runs where) from the code.
+
+    Exit 0 when every picture is current (or was redrawn), 1 when --check finds one stale.
+    """
+    from devkit import diagrams as d
+
+    if check:
+        for why in (found := d.stale()).values():
+            Console(stderr=True).print(escape(why))
+        raise typer.Exit(ExitCode.FINDINGS if found else ExitCode.OK)
+    for path in d.update():
+        Console().print(f"redrew {escape(path)}")
+
+
+@app.command()
 def docs(
     files: Annotated[
         list[str] | None, typer.Argument(help="Markdown files or globs (default: README.md docs/*.md)")
