@@ -17,12 +17,17 @@ count). A fleet list (``fleet``: agent ids, with their groups and each agent's o
 agents that must report even when they have not: without one, "every targeted agent" means every agent
 known from those sources. With one, a report counts only when it is its listed agent's, signed by that
 agent's key, unexpired; the rest are listed as rejected, with the reason, and counted as unattributed.
+A report also counts only when it is not older than the one ``advance`` last counted for its agent in this
+rollout (Uptane's rule for vehicle manifests): ``advance`` keeps each agent's counted report version in
+``rollouts/<channel>.json``, signed with the channel keys it was given, so an older report written back
+(a "gated" from before a failure) is listed as a replay instead of hiding the failure.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from tritonops.release import publish as pub
 REPORTS_MAX = 100_000  # reports read per channel
 READERS = 16  # reports read at once
 OUTCOMES = ("applied", "gated", "failed", "refused")
+COUNTED_EXPIRES = 10 * 365 * 86400.0  # the record is replaced at every advance that counts something new
 
 
 def parse_threshold(text: str) -> float:
@@ -198,6 +204,60 @@ def _report_fields(signed: dict[str, Any], where: str) -> None:
         ar.check_name(g, where, "groups label")
     if "expires" in signed:
         trust.parse_time(signed["expires"], where)
+    if type(signed.get("version", 0)) is not int or signed.get("version", 0) < 0:
+        raise ReleaseError(f"{where}: version {str(signed.get('version'))[:40]!r} is not a whole number")
+
+
+def counted_key(channel: str) -> str:
+    return f"rollouts/{channel}.json"
+
+
+def _counted_root(writer: pub.Writer, keys: list[Path]) -> trust.Root | None:
+    """Who may sign the counted record: the channel role of the root nodes trust, else the keys given now."""
+    root = pub.nodes_root(writer)
+    if root is not None or not keys:
+        return root
+    pems = {trust.keyid(pem): pem for pem in (trust.public_pem(Path(k)) for k in keys)}
+    return trust.Root(0, None, pems, {"channel": (tuple(sorted(pems)), 1)})
+
+
+def last_counted(writer: pub.Writer, channel: str, rollout_id: str, keys: list[Path]) -> dict[str, int]:
+    """agent -> the report version ``advance`` last counted for it in rollout ``rollout_id`` ({} for a new one).
+
+    The record is verified as the channel role's (unsigned only where neither a root nor a key is at hand);
+    one that does not verify is refused: nothing is judged on it."""
+    key = counted_key(channel)
+    if not writer.exists(key):
+        return {}
+    where, raw = f"{writer.url}/{key}", writer.get(key, limit=trust.ENVELOPE_MAX)
+    root = _counted_root(writer, keys)
+    signed = (trust.verify(raw, "channel", root, where, "counted") if root is not None
+              else trust.parse_envelope(raw, where, "counted")["signed"])
+    agents = signed.get("agents")
+    if signed.get("rollout") != rollout_id:
+        return {}
+    if not isinstance(agents, dict) or not all(type(v) is int for v in agents.values()):
+        raise ReleaseError(f"{where}: agents is not a map of agent id to report version")
+    return dict(agents)
+
+
+def drop_replays(got: dict[str, Any], last: dict[str, int], channel: str) -> None:
+    """Move each report older than the one counted before for its agent from ``reports`` to ``rejected``."""
+    for agent, r in list(got["reports"].items()):
+        if r.get("version", 0) < last.get(agent, 0):
+            got["rejected"].append(f"{ar.report_key(channel, agent)}: version {r.get('version')} is older "
+                                   f"than the report counted before ({last[agent]}): a replay, not counted")
+            del got["reports"][agent]
+
+
+def write_counted(writer: pub.Writer, channel: str, rollout_id: str, last: dict[str, int],
+                  reports: dict[str, Any], keys: list[Path]) -> None:
+    """Record the versions counted now (never lower than before); signed by ``keys``, written only on a change."""
+    agents = {**last, **{a: max(int(r.get("version", 0)), last.get(a, 0)) for a, r in reports.items()}}
+    if keys and agents != last:
+        doc = {"type": "counted", "version": 1, "rollout": rollout_id, "agents": dict(sorted(agents.items())),
+               "expires": trust.format_time(time.time() + COUNTED_EXPIRES)}  # read as long as its rollout runs
+        writer.put(counted_key(channel), trust.sign_envelope(doc, list(keys)), "application/json")
 
 
 def scrape(url: str) -> dict[str, Any]:
@@ -313,6 +373,8 @@ def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | Non
     ro = ar.parse(p["rollout"], f"{to}/channels/{channel}.json")
     got: dict[str, Any] = (read_reports(store, channel, report_keys, fleet) if isinstance(store, pub.Writer) else
                            {"reports": {}, "rejected": [f"{to}: an HTTP mirror cannot be listed; reports not read"]})
+    if isinstance(store, pub.Writer):
+        drop_replays(got, last_counted(store, channel, ro["id"], []), channel)
     rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls], fleet)
     return {"channel": channel, "release": p["release"], "digest": p["digest"], "rollout": ro,
             "waves": waves_table(ro, rows), "agents": rows, "rejected_reports": got["rejected"],
@@ -333,6 +395,10 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
     p, ro = _current(writer, channel)
     where = f"{to}/channels/{channel}.json"
     got = read_reports(writer, channel, report_keys, fleet)
+    keys = list((pointer_args or {}).get("keys") or [])
+    last = last_counted(writer, channel, ro["id"], keys)
+    drop_replays(got, last, channel)
+    write_counted(writer, channel, ro["id"], last, got["reports"], keys)
     rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls or []], fleet)
     table = waves_table(ro, rows)
     targeted = [r for r in rows if r["wave"] is not None and r["wave"] <= ro["wave"]]

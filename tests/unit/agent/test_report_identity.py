@@ -41,12 +41,13 @@ def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -
     return base / "store"
 
 
-def started(tmp_path: Path, keys: dict[str, Path], published: Path, waves: str = "100") -> tuple[Path, str]:
+def started(tmp_path: Path, keys: dict[str, Path], published: Path, waves: str = "100",
+            max_failures: str = "0") -> tuple[Path, str]:
     """A copy of the store with a rollout of r2 at wave 0, and the manifest digest of r2."""
     store = tmp_path / "store"
     shutil.copytree(published, store)
     code, out = cli("release", "rollout", "start", "--channel", "stable", "--release", "r2", "--store", store,
-                    "--waves", waves, "--max-failures", "0", "--key", keys["release"])
+                    "--waves", waves, "--max-failures", max_failures, "--key", keys["release"])
     assert code == 0, out
     p = pub.read_pointer(Store(str(store)), "stable")
     assert p is not None
@@ -111,6 +112,46 @@ def test_reports_of_agents_outside_the_fleet_claiming_a_group_are_not_counted(
                     "--fleet", tmp_path / "fleet.txt", "--json")
     got = json.loads(out)
     assert code == 0 and got["unattributed"] == 2 and [w["targeted"] for w in got["waves"]] == [0, 0]
+
+
+def test_an_older_report_written_back_is_not_counted(tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
+    """Uptane's rule: a report counts only when it is not older than the one counted before for its agent."""
+    store, digest = started(tmp_path, keys, published, max_failures="0.5")
+    fleet = fleet_file(tmp_path, keys)
+
+    def advance() -> tuple[int, str]:
+        return cli("release", "rollout", "advance", "--channel", "stable", "--store", store, "--fleet", fleet,
+                   "--key", keys["release"])
+
+    report(store, "node-a", digest, key=keys["a"], version=1000)
+    gated = (store / ar.report_key("stable", "node-a")).read_bytes()
+    assert advance()[0] == 1  # waiting for node-b; node-a's report 1000 counted
+    report(store, "node-a", digest, result="failed", key=keys["a"], version=2000)
+    assert advance()[0] == 1  # 1 of 2 failed is within 0.5; node-b still pending; 2000 counted
+    (store / ar.report_key("stable", "node-a")).write_bytes(gated)  # the old "gated", written back
+    report(store, "node-b", digest, key=keys["b"], version=3000)
+    code, out = advance()
+    assert code == 1 and "waiting" in out and "1 of 2 targeted agents have no outcome yet" in out, out
+    assert "node-a.json: version 1000 is older than the report counted before (2000): a replay" in out
+    code, out = cli("release", "rollout", "status", "--channel", "stable", "--store", store, "--fleet", fleet,
+                    "--json")
+    assert code == 0 and json.loads(out)["unattributed"] == 1, out
+    counted = trust.parse_envelope((store / "rollouts" / "stable.json").read_bytes(), "counted", "counted")
+    assert counted["signed"]["agents"] == {"node-a": 2000, "node-b": 3000}
+
+
+def test_a_counted_record_not_signed_by_the_channel_keys_is_refused(tmp_path: Path, keys: dict[str, Path],
+                                                                     published: Path) -> None:
+    store, digest = started(tmp_path, keys, published)
+    (store / "rollouts").mkdir()
+    forged = {"type": "counted", "version": 1, "rollout": "r2-stable", "agents": {"node-a": 10**15},
+              "expires": trust.format_time(time.time() + 3600)}
+    (store / "rollouts" / "stable.json").write_bytes(trust.sign_envelope(forged, [keys["a"]]))
+    report(store, "node-a", digest, key=keys["a"])
+    code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
+                    "--fleet", fleet_file(tmp_path, keys), "--key", keys["release"])
+    assert code != 0 and "rollouts/stable.json" in out and "Traceback" not in out, out
+    assert pub.read_pointer(Store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
 
 
 def test_a_malformed_report_is_refused_with_a_reason_in_every_command(tmp_path: Path, keys: dict[str, Path],
