@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonops.cli import app
 from tritonops.model_repo import pbtxt
-from tritonops.triton import bench, perf_analyzer, server
+from tritonops.triton import bench, bounds, perf_analyzer, server
 from tritonops.triton.load_config import BenchConfig
 from typer.testing import CliRunner
 
@@ -72,6 +72,20 @@ def test_bench_stops_on_time_and_sees_a_slow_model(triton: server.TritonServer, 
     assert r.server.compute_infer_ms >= 95  # the delay is inside the model's execute()
     assert r.server.queue_ms >= 50  # two clients, one instance: one waits while the other runs
 
+
+
+def test_what_bounds_a_slow_model_is_its_compute_and_two_clients_on_one_instance_queue(
+        triton: server.TritonServer, fault: Path) -> None:
+    """Triton's own counters name the bound (issue 35 item 2): a model that sleeps 60 ms in execute()."""
+    fault.write_text(json.dumps({"delay_ms": 60}))
+    names = {}
+    for clients in (1, 3):
+        r = bench.run(BenchConfig(url=triton.http_url, model="faulty", concurrency=clients, max_requests=12,
+                                  max_seconds=20))
+        b = bounds.bound(r.server, r.mean_ms)
+        assert b is not None and sum(b.shares.values()) == pytest.approx(1.0)
+        names[clients] = b.name
+    assert names == {1: "compute infer", 3: "queue"}  # 3 clients on one instance: two wait for each run
 
 @pytest.mark.parametrize(("protocol", "kind"), [("http", "server:500"), ("grpc", "server:INTERNAL")])
 def test_bench_counts_errors_by_kind(triton: server.TritonServer, fault: Path, protocol: str, kind: str) -> None:
