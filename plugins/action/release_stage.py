@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
         del tmp
         p = self.validate_argument_spec(argument_spec=ARGS)[1]
         push = _import("tritonops.release.push")
-        errors = _import("tritonops.agent.errors")
+        errors = _import("tritonops.core.errors")
         cache = Path(p["cache"])
         try:
             source = Path(p["source"])

@@ -52,7 +52,8 @@ from typing import Any
 from tritonops.agent import releases as agent_releases
 from tritonops.agent import signing
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store, channel_key
+from tritonops.agent.store import Store
+from tritonops.core.keys import channel_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "model_repository"

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from oci_registry import PASSWORD, USER
-from tritonops.agent import manifest, releases, signing
+from tritonops.agent import releases, signing
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
+from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
@@ -51,9 +52,9 @@ def test_oras_lists_and_pulls_a_published_release_byte_exact(tmp_path: Path, pub
     client.pull(target=f"{published['repo']}:release-{digest}", outdir=str(out))
     got = _tree(out)
     want = _tree(SAMPLE)
-    assert {k: v for k, v in got.items() if not k.startswith(manifest.MANIFEST_FILE)} == want
-    assert hashlib.sha256((out / manifest.MANIFEST_FILE).read_bytes()).hexdigest() == digest
-    assert json.loads((out / f"{manifest.MANIFEST_FILE}.sigs").read_text())  # the signatures came along
+    assert {k: v for k, v in got.items() if not k.startswith(MANIFEST_FILE)} == want
+    assert hashlib.sha256((out / MANIFEST_FILE).read_bytes()).hexdigest() == digest
+    assert json.loads((out / f"{MANIFEST_FILE}.sigs").read_text())  # the signatures came along
     got_manifest = client.get_manifest(f"{published['repo']}:release-{digest}")
     assert got_manifest["artifactType"] == "application/vnd.tritonops.release.v1+json"
 

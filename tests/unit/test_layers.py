@@ -3,12 +3,14 @@
 The graph is read from the sources with ``ast`` (every ``import``, at module level or inside a function,
 relative ones resolved), so a function-level import is no way around a circle. Layers, lowest first:
 
-* 0: ``tritonops`` itself, ``versions``, ``project``, and ``agent`` (the node's release agent: standard
-  library only, it runs on devices with nothing else installed)
-* 1: ``model_repo`` (model formats: config.pbtxt, the repository layout, validate, golden files)
-* 2: ``triton`` (a Triton server, smoke, bench, tune), ``observability`` (metrics, rules, dashboards)
-* 3: ``release`` (the controller's release lifecycle), ``k8s``, ``drift``, ``capacity``
-* 4: ``cli`` (the ``tritonops`` command line)
+* 0: ``core`` (the plumbing every package shares: errors, exit codes, bounded file I/O, release file
+  names, store keys; standard library only), ``tritonops`` itself, ``versions``, ``project``
+* 1: ``agent`` (the node's release agent: it runs on devices with nothing else installed, so it imports
+  the standard library and ``core`` only, and ships with ``core`` in one zipapp)
+* 2: ``model_repo`` (model formats: config.pbtxt, the repository layout, validate, golden files)
+* 3: ``triton`` (a Triton server, smoke, bench, tune), ``observability`` (metrics, rules, dashboards)
+* 4: ``release`` (the controller's release lifecycle), ``k8s``, ``drift``, ``capacity``
+* 5: ``cli`` (the ``tritonops`` command line)
 
 A module may import from its own layer or below; two packages of one layer may import each other, but no
 module-level circle may form (a circle of modules is one thing split in two files).
@@ -24,12 +26,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "infra"
 LAYERS = {
-    "tritonops": 0, "tritonops.versions": 0, "tritonops.project": 0, "tritonops.agent": 0,
-    "tritonops.model_repo": 1,
-    "tritonops.triton": 2, "tritonops.observability": 2,
-    "tritonops.release": 3, "tritonops.k8s": 3, "tritonops.drift": 3, "tritonops.capacity": 3,
-    "tritonops.cli": 4,
+    "tritonops.core": 0, "tritonops": 0, "tritonops.versions": 0, "tritonops.project": 0,
+    "tritonops.agent": 1,
+    "tritonops.model_repo": 2,
+    "tritonops.triton": 3, "tritonops.observability": 3,
+    "tritonops.release": 4, "tritonops.k8s": 4, "tritonops.drift": 4, "tritonops.capacity": 4,
+    "tritonops.cli": 5,
 }
+# What a package that ships to nodes may import besides the standard library: the agent runs on devices
+# with nothing else installed (its zipapp holds it and core), core is everyone's ground floor.
+NODE_IMPORTS = {"tritonops.agent": ("tritonops.agent", "tritonops.core"), "tritonops.core": ("tritonops.core",)}
 MAX_LINES = 600
 
 
@@ -151,12 +157,31 @@ def test_no_import_runs_up_a_layer() -> None:
     assert upward == []
 
 
-def test_the_agent_is_standard_library_only() -> None:
-    foreign = sorted(f"{name} imports {dep}" for name, deps in GRAPH.items()
-                     if name.startswith("tritonops.agent")
-                     for dep in deps if not dep.startswith("tritonops.agent")
-                     and dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__")
-    assert foreign == []
+def _foreign(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the node's packages (NODE_IMPORTS) that are neither the standard library nor allowed to them."""
+    out = []
+    for name, deps in graph.items():
+        for package, allowed in NODE_IMPORTS.items():
+            if name == package or name.startswith(package + "."):
+                out += [f"{name} imports {dep}" for dep in deps
+                        if not any(dep == a or dep.startswith(a + ".") for a in allowed)
+                        and dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__"]
+    return sorted(out)
+
+
+def test_the_agent_imports_only_the_standard_library_and_core() -> None:
+    assert _foreign(GRAPH) == []
+    assert any(dep.startswith("tritonops.core") for dep in GRAPH["tritonops.agent.store"])  # the rule is live
+
+
+def test_the_node_rule_refuses_anything_else() -> None:
+    graph = {"tritonops.agent.pull": {"json", "tritonops.core.errors", "tritonops.agent.store", "tritonops.model_repo",
+                                      "tritonops"},
+             "tritonops.agent.store": {"yaml"},
+             "tritonops.core.fsio": {"os", "tritonops.agent.store"},
+             "tritonops.release.push": {"yaml", "tritonops.model_repo"}}
+    assert _foreign(graph) == ["tritonops.agent.pull imports tritonops", "tritonops.agent.pull imports tritonops.model_repo",
+                               "tritonops.agent.store imports yaml", "tritonops.core.fsio imports tritonops.agent.store"]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import bundle, manifest
+from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import push as rel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ PYTHONS = _pythons()
 _HASH = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from tritonops_agent import manifest
+from tritonops_agent.agent import manifest
 files = manifest.tree_files(sys.argv[2])
 print(json.dumps({"module": manifest.__file__, "files": files, "digest": manifest.digest(files)}))
 """
@@ -58,7 +59,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "mlp" / "__pycache__").mkdir()
     (root / "mlp" / "__pycache__" / "x.pyc").write_bytes(b"skip")
-    (root / manifest.MANIFEST_FILE).write_text("{}")
+    (root / MANIFEST_FILE).write_text("{}")
     (root / "mlp" / "link.txt").symlink_to(root / "mlp" / "config.pbtxt")
     return root
 
@@ -73,7 +74,7 @@ def test_zipapp_hashes_like_the_checkout(python: str, agent: Path, tree: Path) -
     files = manifest.tree_files(tree)
     assert node["files"] == files
     assert node["digest"] == manifest.digest(files)
-    assert not any("__pycache__" in k or k.endswith(manifest.MANIFEST_FILE) for k in files)
+    assert not any("__pycache__" in k or k.endswith(MANIFEST_FILE) for k in files)
     assert files["mlp/config.pbtxt"] == manifest.sha256_file(tree / "mlp" / "config.pbtxt")
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from tritonops import project
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli import app
+from tritonops.core.exitcodes import ExitCode
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]

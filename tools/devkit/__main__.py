@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from tritonops.agent.exitcodes import ExitCode
+from tritonops.core.exitcodes import ExitCode
 
 from devkit.hosts.commands import hosts_app
 

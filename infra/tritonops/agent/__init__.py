@@ -6,15 +6,16 @@ gate of both modes (``golden``), release stores and signatures (``store``, ``sig
 what (``trust``: the root, thresholds, envelopes) and the signed channel metadata a node keeps
 (``metadata``), the pull loop (``pull``), serving and gating a release (``serve``), failures classed by
 cause (``failures``), staged rollouts (``rollout``), metrics (``metrics``) and the drift check
-(``drift``); the helpers every module shares: error classes (``errors``), bounded reads and atomic
-writes (``fsio``), HTTP requests with a deadline, a byte cap and same-origin redirects only
-(``netio``), exit codes (``exitcodes``).
-The controller imports the same modules, each name from its home; ``bundle.build`` writes them into
-one zipapp (``tritonops agent build``) that the roles push, the Kubernetes pod runs and the drift
-timer uses.
+(``drift``), and HTTP requests with a deadline, a byte cap and same-origin redirects only (``netio``).
+The plumbing it shares with every other package (error classes, exit codes, bounded reads and atomic
+writes, the names of a release's files, a store's keys) is ``tritonops.core``'s.
+The controller imports the same modules, each name from its home; ``bundle.build`` writes them and
+``tritonops.core`` into one zipapp (``tritonops agent build``) that the roles push, the Kubernetes pod
+runs and the drift timer uses.
 
-Rules for this package: the standard library only, Python 3.10 or newer (Debian 12, Ubuntu 22.04 on
-JetPack, slim images), relative imports only (the zipapp renames the package), and secrets from the
+Rules for this package: the standard library and ``tritonops.core`` only (nothing else of
+``tritonops``: tests/unit/test_layers.py), Python 3.10 or newer (Debian 12, Ubuntu 22.04 on JetPack,
+slim images), relative imports only (the zipapp renames the package), and secrets from the
 environment, never from argv.
 """
 

@@ -46,9 +46,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import StoreError
+from ..core.fsio import read_bounded
 from . import netio
-from .errors import StoreError
-from .fsio import read_bounded
 
 STS_TIMEOUT = 10.0
 CONTAINER_TIMEOUT = 5.0

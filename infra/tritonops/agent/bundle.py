@@ -1,7 +1,10 @@
 """Write the agent into one file: a zipapp that ``python3 FILE <command>`` runs on any node or pod.
 
-The roles push it, the Kubernetes pods get it from a ConfigMap, drift runs it. Its content depends
-only on the agent's source, so its sha256 changes exactly when the agent does.
+The roles push it, the Kubernetes pods get it from a ConfigMap, drift runs it. It holds two packages
+under one renamed top package, as they sit in the checkout: ``tritonops_agent/agent/`` (this package)
+and ``tritonops_agent/core/`` (``tritonops.core``, the plumbing it shares with the controller), so the
+agent's relative imports (``from ..core.errors import ...``) resolve alike in both. Its content
+depends only on their sources, so its sha256 changes exactly when either does.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ import zipfile
 from pathlib import Path
 
 PACKAGE = "tritonops_agent"
-_MAIN = b"import sys\nfrom tritonops_agent.cli import main\nsys.exit(main())\n"
+SUBPACKAGES = ("agent", "core")  # the folders of infra/tritonops/ the zipapp holds: nothing else ships
+_INIT = b'"""The tritonops release agent (``agent``) and the plumbing it shares (``core``), as one zipapp."""\n'
+_MAIN = b"import sys\nfrom tritonops_agent.agent.cli import main\nsys.exit(main())\n"
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 
-def sources() -> dict:
-    here = Path(__file__).parent
-    return {p.name: p.read_bytes() for p in sorted(here.glob("*.py")) if p.name != "__main__.py"}
+def sources() -> dict[str, bytes]:
+    """{path inside the zipapp's package: source} of the agent's and core's modules."""
+    root = Path(__file__).parent.parent
+    return {f"{sub}/{p.name}": p.read_bytes() for sub in SUBPACKAGES
+            for p in sorted((root / sub).glob("*.py")) if p.name != "__main__.py"}
 
 
 def build_bytes() -> bytes:
@@ -26,7 +33,9 @@ def build_bytes() -> bytes:
     buf = io.BytesIO()
     buf.write(b"#!/usr/bin/env python3\n")
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in [*((f"{PACKAGE}/{n}", d) for n, d in sources().items()), ("__main__.py", _MAIN)]:
+        files = [(f"{PACKAGE}/__init__.py", _INIT), *((f"{PACKAGE}/{n}", d) for n, d in sources().items()),
+                 ("__main__.py", _MAIN)]
+        for name, data in files:
             info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED

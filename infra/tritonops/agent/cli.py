@@ -26,13 +26,14 @@ import sys
 import threading
 from typing import Any
 
+from ..core.errors import ReleaseError, StoreError, UsageError
+from ..core.exitcodes import ExitCode
+from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
 from . import argtypes, drift, failures, lock, manifest, releases
-from .errors import ReleaseError, StoreError, UsageError
-from .exitcodes import ExitCode
 from .metrics import serve
 from .pull import Agent
 from .serve import StepFailed, serve_release
-from .store import BLOB_TIMEOUT, METADATA_TIMEOUT, Store
+from .store import Store
 from .triton import DEFAULT_HEADER, Triton
 
 

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError
+from ..core.exitcodes import ExitCode
+from ..core.fsio import write_atomic
+from ..core.names import MANIFEST_FILE
 from . import argtypes, effective, kube
-from .errors import ReleaseError
-from .exitcodes import ExitCode
-from .fsio import write_atomic
-from .manifest import MANIFEST_FILE, tree_files
+from .manifest import tree_files
 from .releases import STATE_FILE
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
 

@@ -28,8 +28,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError
 from . import posture
-from .errors import ReleaseError
 
 EXPECTED_FILE = "/etc/tritonserver/expected.json"  # roles/triton_server: _triton_server_expected_file
 REDACTED = "<redacted>"

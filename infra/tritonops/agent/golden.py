@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import ReleaseError
-from .fsio import read_bounded
+from ..core.errors import ReleaseError
+from ..core.fsio import read_bounded
+from ..core.names import GOLDEN_FILE
 from .triton import Triton
 
-GOLDEN_FILE = "golden.json"
 GOLDEN_MAX_BYTES = 16 << 20
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5

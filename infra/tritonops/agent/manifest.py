@@ -23,15 +23,12 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ReleaseError, UsageError
-from .fsio import read_bounded
+from ..core.errors import ReleaseError, UsageError
+from ..core.fsio import read_bounded
+from ..core.names import MANIFEST_FILE, MANIFEST_MAX, check_path
 
-MANIFEST_FILE = "MANIFEST.sha256.json"
 _CHUNK = 1 << 20
-MANIFEST_MAX = 64 << 20  # bytes: a manifest of some 500,000 files
 _HEX64 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: "$" would also match before a final newline
-# One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
-_SAFE_PART = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}")  # fullmatch, as _HEX64
 
 
 def sha256_file(path: Path) -> str:
@@ -124,15 +121,6 @@ def tree_lengths(root: Path, files: dict[str, str]) -> dict[str, int]:
 def digest(files: dict[str, str]) -> str:
     """sha256 of the manifest's text: changes when any file does; names the release in a store."""
     return hashlib.sha256(text(files).encode()).hexdigest()
-
-
-def check_path(rel: str, where: str = "manifest", error: type[ReleaseError] = ReleaseError) -> str:
-    """A file path inside a release: relative, no '..', each part from a safe character set."""
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or not all(_SAFE_PART.fullmatch(p) and p not in (".", "..") for p in parts):
-        raise error(f"{where}: file path {rel!r} is not allowed (use letters, digits and '._+-' in each "
-                           "part, not starting with '-')")
-    return rel
 
 
 def parse(raw: bytes, where: str) -> dict[str, str]:

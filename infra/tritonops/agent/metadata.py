@@ -24,11 +24,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError, StoreError, TooLong
+from ..core.fsio import read_bounded, write_atomic
+from ..core.keys import ROOT_MAX, SIGNATURE_MAX, manifest_key, root_key, signatures_key
+from ..core.names import MANIFEST_MAX, check_release_id
 from . import manifest, trust
-from .errors import ReleaseError, StoreError, TooLong
-from .fsio import read_bounded, write_atomic
-from .releases import check_release_id
-from .store import ROOT_MAX, SIGNATURE_MAX, Store, manifest_key, root_key, signatures_key
+from .store import Store
 
 TRUSTED_FILE = ".trusted.json"
 TRUSTED_MAX = 4 << 20
@@ -77,7 +78,7 @@ def pointer_fields(signed: dict[str, Any], where: str) -> dict[str, Any]:
                      ("release", isinstance(signed.get("release"), str)),
                      ("digest", _hex64(signed.get("digest"))),
                      ("version", _int(signed.get("version"), 1)),
-                     ("length", _int(signed.get("length"), 1) and signed["length"] <= manifest.MANIFEST_MAX),
+                     ("length", _int(signed.get("length"), 1) and signed["length"] <= MANIFEST_MAX),
                      ("root_version", _int(signed.get("root_version"), 0)),
                      ("expires", isinstance(signed.get("expires"), str))):
         if not ok:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from .errors import ReleaseError, StoreError, TooLong
+from ..core.errors import ReleaseError, StoreError, TooLong
 
 CHUNK = 64 << 10
 ERROR_BODY_MAX = 64 << 10  # bytes read of a non-2xx answer (an error message, never a payload)

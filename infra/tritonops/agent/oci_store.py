@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core.errors import StoreError, TooLong
 from . import netio, oci
-from .errors import StoreError, TooLong
 
 
 class RegistryReader:

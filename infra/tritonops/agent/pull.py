@@ -37,14 +37,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError, StoreError, TooLong
+from ..core.fsio import write_atomic
+from ..core.keys import POINTER_MAX, blob_key, channel_key
+from ..core.names import MANIFEST_FILE
 from . import failures, manifest, metadata, releases, rollout, signing
-from .errors import ReleaseError, StoreError, TooLong
-from .fsio import write_atomic
 from .golden import golden_gate
-from .manifest import MANIFEST_FILE
 from .metrics import Metrics
 from .serve import StepFailed, _step, serve_release
-from .store import POINTER_MAX, Store, blob_key, channel_key
+from .store import Store
 from .triton import Triton
 
 

@@ -40,10 +40,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.errors import ReleaseError, UsageError
+from ..core.fsio import write_atomic
+from ..core.names import MANIFEST_FILE, check_path, check_release_id
 from . import lock, manifest
-from .errors import ReleaseError, UsageError
-from .fsio import write_atomic
-from .manifest import MANIFEST_FILE
 
 STATE_FILE = "current.json"
 STAGING_PREFIX = ".staging-"
@@ -150,13 +150,6 @@ def _locked(command: str) -> Callable[[F], F]:
                 return fn(*args, **kwargs)
         return inner  # type: ignore[return-value]
     return wrap
-
-
-def check_release_id(release: str) -> str:
-    ok = bool(release) and release[0].isalnum() and all(c.isalnum() or c in "._-" for c in release)
-    if not ok or len(release) > 100 or not release.isascii():
-        raise UsageError(f"release id {release!r}: use letters, digits, '.', '_' or '-' (starting alphanumeric)")
-    return release
 
 
 def state(releases: Path) -> dict[str, Any]:
@@ -412,7 +405,7 @@ def activate(link: Path, releases: Path, release: str, touch: list[str] | None =
     if not (releases / release).is_dir():
         raise UsageError(f"{releases / release}: no such release on this node")
     for m in touch or []:
-        if "/" in manifest.check_path(m, "--touch", UsageError):
+        if "/" in check_path(m, "--touch", UsageError):
             raise UsageError(f"--touch {m!r}: a model folder name, not a path")
     touched = touch_models(releases / release, touch or [])
     previous = active_release(link, releases)

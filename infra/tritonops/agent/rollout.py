@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import manifest, netio, releases, trust
-from .errors import ReleaseError, StoreError, UsageError
-from .fsio import write_atomic
-from .releases import check_release_id
+from ..core.errors import ReleaseError, StoreError, UsageError
+from ..core.fsio import write_atomic
+from ..core.names import MANIFEST_MAX, check_name, check_release_id
+from . import netio, releases, trust
 from .store import Store, sigv4_headers
 
 MAX_WAVES = 32
@@ -62,17 +62,6 @@ class RolloutError(ReleaseError):
     """A rollout that cannot be followed (names the pointer and the field)."""
 
 
-def check_name(value: Any, where: str, what: str, limit: int = 128,
-               error: type[ReleaseError] = RolloutError) -> str:
-    """An id, agent id or group label: letters, digits, '.', '_', '-' (starting alphanumeric)."""
-    ok = (isinstance(value, str) and 0 < len(value) <= limit and value.isascii() and value[0].isalnum()
-          and all(c.isalnum() or c in "._-" for c in value))
-    if not ok:
-        raise error(f"{where}: {what} {str(value)[:80]!r}: use 1-{limit} letters, digits, '.', '_' or '-' "
-                           "(starting alphanumeric)")
-    return str(value)
-
-
 def parse(doc: Any, where: str) -> dict[str, Any]:
     """A pointer's ``rollout``, checked field by field; RolloutError names the field."""
     if not isinstance(doc, dict):
@@ -80,7 +69,7 @@ def parse(doc: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(doc) - _FIELDS)
     if unknown:
         raise RolloutError(f"{where}: rollout.{unknown[0]}: unknown field (known: {', '.join(sorted(_FIELDS))})")
-    rid = check_name(doc.get("id"), where, "rollout.id")
+    rid = check_name(doc.get("id"), where, "rollout.id", error=RolloutError)
     waves = doc.get("waves")
     if not isinstance(waves, list) or not 0 < len(waves) <= MAX_WAVES:
         raise RolloutError(f"{where}: rollout.waves: expected a list of 1-{MAX_WAVES} waves")
@@ -102,7 +91,7 @@ def parse(doc: Any, where: str) -> dict[str, Any]:
             g = w["groups"]
             if not isinstance(g, list) or not 0 < len(g) <= MAX_GROUPS:
                 raise RolloutError(f"{where}: {f}.groups: expected a list of 1-{MAX_GROUPS} group labels")
-            out_waves.append({"groups": [check_name(x, where, f"{f}.groups label") for x in g]})
+            out_waves.append({"groups": [check_name(x, where, f"{f}.groups label", error=RolloutError) for x in g]})
     wave = doc.get("wave", 0)
     if isinstance(wave, bool) or not isinstance(wave, int) or not 0 <= wave < len(waves):
         raise RolloutError(f"{where}: rollout.wave {wave!r}: expected a wave index 0-{len(waves) - 1}")
@@ -134,8 +123,8 @@ def _previous(p: Any, where: str) -> dict[str, Any]:
     if not isinstance(d, str) or len(d) != 64 or not set(d) <= set("0123456789abcdef"):
         raise RolloutError(f"{where}: rollout.previous.digest {str(d)[:80]!r}: expected a sha256 hex digest")
     n = p["length"]
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= manifest.MANIFEST_MAX:
-        raise RolloutError(f"{where}: rollout.previous.length {str(n)[:40]!r}: expected 1-{manifest.MANIFEST_MAX} "
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MANIFEST_MAX:
+        raise RolloutError(f"{where}: rollout.previous.length {str(n)[:40]!r}: expected 1-{MANIFEST_MAX} "
                            "(the manifest's bytes)")
     return {"release": p["release"], "digest": d, "length": n}
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError
 from . import failures, manifest, releases
-from .errors import ReleaseError
 from .golden import golden_gate
 from .triton import Triton
 

@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .errors import ReleaseError, UsageError
-from .fsio import read_bounded
+from ..core.errors import ReleaseError, UsageError
+from ..core.fsio import read_bounded
 
 SIGNATURE_SUFFIX = ".sig"
 PUBLIC_KEY_MAX = 16 << 10  # bytes: an Ed25519 public key in PEM is 113

@@ -7,20 +7,7 @@ Identity (``AWS_CONTAINER_CREDENTIALS_FULL_URI`` + ``AWS_CONTAINER_AUTHORIZATION
 them: anonymous. Temporary credentials are refreshed before they expire; a failure to get them is a
 ``CredentialsError`` (a StoreError: exit 3, retry later).
 
-A store holds, under one prefix::
-
-    blobs/sha256/<hex>                   every file of every release, once, by content
-    releases/<digest>/manifest.json      the manifest (its sha256 is <digest>): each file's sha256 and
-                                         length, the release id, the channels it may be served on ...
-    releases/<digest>/manifest.json.sigs ... and its signatures (role "release", trust.sign_detached)
-    ids/<release-id>.json                {"release", "digest"}: an id names one content for ever
-    channels/<name>.json                 the pointer, a signed envelope (role "channel", agent.trust):
-                                         {"signed": {"type": "channel", "channel", "version", "expires",
-                                         "release", "digest", "length", "root_version", "history", ...},
-                                         "signatures": [...]}
-    root/<N>.json                        root (keys and thresholds) version N, signed by N-1's root keys
-                                         and its own: nodes follow a rotation without a redeploy
-
+A store's layout (its keys) and the caps and timeouts of its reads are :mod:`tritonops.core.keys`'s.
 Everything but the pointers is immutable. Pointers are read with conditional requests (ETag /
 If-None-Match, Last-Modified / If-Modified-Since; a size+mtime stamp for folders), so an idle poll
 costs one small request that answers 304. Every read is bounded in size (``limit``: a pointer or a
@@ -42,46 +29,12 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.errors import StoreError, TooLong, UsageError
+from ..core.fsio import read_bounded
+from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
+from ..core.names import MANIFEST_MAX
 from . import aws_credentials, netio
 from .aws_credentials import Credentials, sigv4_headers
-from .errors import StoreError, TooLong, UsageError
-from .fsio import read_bounded
-from .manifest import MANIFEST_MAX
-
-POINTER_MAX = 256 << 10
-SIGNATURE_MAX = 64 << 10  # a manifest's signatures: a JSON list of {"keyid", "sig"}, one per signing key
-ROOT_MAX = 512 << 10  # a root document (keys and thresholds), read before it is verified
-METADATA_TIMEOUT = 10.0  # seconds, overall, for a pointer, a manifest or a signature
-BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
-
-
-CHANNEL_MAX = 128  # characters of a channel name (its pointer's file name must fit any store: 255 bytes)
-
-
-def channel_key(channel: str) -> str:
-    if (not channel or not all(c.isalnum() or c in "._-" for c in channel) or channel[0] in ".-"
-            or len(channel) > CHANNEL_MAX or not channel.isascii()):
-        raise UsageError(f"channel {channel[:40]!r}{'...' if len(channel) > 40 else ''}: use letters, digits, "
-                         f"'.', '_' or '-' (1-{CHANNEL_MAX} characters)")
-    return f"channels/{channel}.json"
-
-
-def manifest_key(digest: str) -> str:
-    return f"releases/{digest}/manifest.json"
-
-
-def signatures_key(digest: str) -> str:
-    """The signatures of a release's manifest (role "release")."""
-    return manifest_key(digest) + ".sigs"
-
-
-def root_key(version: int) -> str:
-    """Root (keys and thresholds) version ``version``: what a node fetches to follow a key rotation."""
-    return f"root/{int(version)}.json"
-
-
-def blob_key(sha256: str) -> str:
-    return f"blobs/sha256/{sha256}"
 
 
 class Store:

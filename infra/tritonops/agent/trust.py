@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ReleaseError, UsageError
+from ..core.fsio import read_bounded
 from . import signing
-from .errors import ReleaseError, UsageError
-from .fsio import read_bounded
 
 ROLES = ("root", "release", "channel")  # required in every root
 OPTIONAL_ROLES = ("report",)

@@ -25,8 +25,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tritonops.agent.errors import UsageError
-from tritonops.agent.fsio import read_bounded
+from tritonops.core.errors import UsageError
+from tritonops.core.fsio import read_bounded
 from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.observability.keda import ScalingPolicy, desired_replicas

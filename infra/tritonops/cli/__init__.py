@@ -12,7 +12,7 @@ Each module holds the command functions (argument parsing and printing); the dom
 package (``tritonops.model_repo``, ``tritonops.triton``, ...). ``params`` holds the shared checks on
 command-line values, ``output`` the consoles, ``extras`` the one check that a command's optional
 dependencies (a pyproject extra) are installed; modules needing an extra are imported inside the commands
-that need them, so the base install starts. Every command exits with ``tritonops.agent.exitcodes.ExitCode``,
+that need them, so the base install starts. Every command exits with ``tritonops.core.exitcodes.ExitCode``,
 described once in ``--help`` (the epilog below) and in the README.
 """
 
@@ -23,8 +23,8 @@ from typing import Annotated
 import typer
 
 import tritonops
-from tritonops.agent.exitcodes import HELP as EXIT_HELP
 from tritonops.cli import agent, drift, k8s, load, model_repo, observability, plan, preflight, release, rollout
+from tritonops.core.exitcodes import HELP as EXIT_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, epilog=EXIT_HELP,
                   help="Triton Inference Server infrastructure: validate, release, render, check drift, plan.")

@@ -9,9 +9,9 @@ import typer
 from rich.markup import escape
 
 from tritonops.agent import bundle
-from tritonops.agent.errors import UsageError
 from tritonops.cli.output import console, run_release_op
 from tritonops.cli.params import path
+from tritonops.core.errors import UsageError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
 

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from tritonops import project
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.extras import require, require_program
 from tritonops.cli.params import ProjectDir, folder_to_write, path
+from tritonops.core.exitcodes import ExitCode
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
 from tritonops.drift.run import DEFAULT_PLAYBOOK, run

@@ -19,8 +19,8 @@ from typing import NoReturn
 import typer
 from rich.markup import escape
 
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.output import err_console
+from tritonops.core.exitcodes import ExitCode
 
 # What each extra of pyproject.toml brings that the package imports (import names; tests/unit/cli keeps the
 # extras declared).

@@ -16,9 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonops import project
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.extras import imports
 from tritonops.cli.params import ProjectDir, folder_to_write, path
+from tritonops.core.exitcodes import ExitCode
 from tritonops.k8s.config import STACKS, ConfigError
 
 

@@ -15,15 +15,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.manifest import check_path
 from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import params as cli_params
 from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
 from tritonops.cli.output import err_console, print_json
 from tritonops.cli.params import path as path_arg
+from tritonops.core.errors import ReleaseError
+from tritonops.core.exitcodes import ExitCode
+from tritonops.core.names import check_path
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton import tune as tuner

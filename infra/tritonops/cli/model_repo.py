@@ -9,12 +9,12 @@ import typer
 from rich.markup import escape
 
 from tritonops.agent import manifest as manifests
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.fsio import read_bounded, write_atomic
-from tritonops.agent.manifest import MANIFEST_FILE, MANIFEST_MAX
 from tritonops.cli.output import console, err_console, print_json
 from tritonops.cli.params import path as path_arg
+from tritonops.core.errors import ReleaseError
+from tritonops.core.exitcodes import ExitCode
+from tritonops.core.fsio import read_bounded, write_atomic
+from tritonops.core.names import MANIFEST_FILE, MANIFEST_MAX
 from tritonops.model_repo.validate import Target, UsageError
 from tritonops.model_repo.validate import validate as validate_repo
 

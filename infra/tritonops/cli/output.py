@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tritonops.agent.cli import exit_code
-from tritonops.agent.errors import ReleaseError
+from tritonops.core.errors import ReleaseError
 
 console = Console()
 err_console = Console(stderr=True)

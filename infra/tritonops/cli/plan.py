@@ -16,9 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonops import project
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.capacity import plan as planner
 from tritonops.cli.params import ProjectDir, finite, old_spelling, path
+from tritonops.core.exitcodes import ExitCode
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
 

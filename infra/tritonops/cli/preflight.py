@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from tritonops import project
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.params import ProjectDir, path
+from tritonops.core.exitcodes import ExitCode
 from tritonops.k8s.config import STACKS, ConfigError
 
 

@@ -25,11 +25,11 @@ from rich.table import Table
 
 from tritonops.agent import signing
 from tritonops.agent.cli import exit_code
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.extras import require, require_store
 from tritonops.cli.output import console, err_console, run_release_op
 from tritonops.cli.params import either, finite, old_spelling, path
+from tritonops.core.errors import ReleaseError
+from tritonops.core.exitcodes import ExitCode
 from tritonops.model_repo.validate import Target
 from tritonops.release import canary
 from tritonops.release import model_signature as ms

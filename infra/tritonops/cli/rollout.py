@@ -15,11 +15,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli.extras import require_store
 from tritonops.cli.output import console, run_release_op
 from tritonops.cli.params import path
+from tritonops.core.errors import ReleaseError
+from tritonops.core.exitcodes import ExitCode
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
 

@@ -19,7 +19,7 @@ from typing import Any
 from tritonops import project
 from tritonops.agent import drift as agent_drift
 from tritonops.agent import manifest
-from tritonops.agent.errors import ReleaseError
+from tritonops.core.errors import ReleaseError
 from tritonops.drift.ansible_check import AnsibleRunError, playbook_cmd, run_json
 from tritonops.drift.report import Finding, SourceResult
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 
 from tritonops.agent import drift as agent_drift
-from tritonops.agent.exitcodes import ExitCode
-from tritonops.agent.fsio import write_atomic
+from tritonops.core.exitcodes import ExitCode
+from tritonops.core.fsio import write_atomic
 
 TEXTFILE_NAME = "tritonops_drift.prom"
 SOURCES = ("ansible", "models", "pulumi")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tritonops.agent.errors import ReleaseError
 from tritonops.agent.metadata import unverified as parse_pointer
-from tritonops.agent.store import POINTER_MAX, Store, channel_key
+from tritonops.agent.store import Store
+from tritonops.core.errors import ReleaseError
+from tritonops.core.keys import POINTER_MAX, channel_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
 
 CHECK_ENV = "TRITONOPS_CHANNEL_CHECK"  # "off": the program skips the check

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.rollout import check_name
-from tritonops.agent.store import channel_key
+from tritonops.core.errors import ReleaseError
+from tritonops.core.keys import channel_key
+from tritonops.core.names import check_name
 from tritonops.k8s.budget import check_budget
 from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
 from tritonops.k8s.config import (

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from tritonops import project
-from tritonops.agent.errors import UsageError
-from tritonops.agent.fsio import read_bounded
+from tritonops.core.errors import UsageError
+from tritonops.core.fsio import read_bounded
 from tritonops.k8s.config import MODELS, STACKS, ConfigError, StackConfig, project_name
 from tritonops.k8s.parse import parse_config
 

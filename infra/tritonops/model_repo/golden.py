@@ -15,13 +15,13 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tritonops.agent.fsio import read_bounded
 from tritonops.agent.golden import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
     GOLDEN_MAX_BYTES,
     tensor_data_error,
 )
+from tritonops.core.fsio import read_bounded
 
 # Triton wire datatypes <-> numpy
 NUMPY_DTYPES: dict[str, Any] = {

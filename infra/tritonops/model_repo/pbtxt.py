@@ -19,8 +19,8 @@ from google.protobuf import json_format, text_format
 from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
 
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.fsio import read_bounded
+from tritonops.core.errors import ReleaseError
+from tritonops.core.fsio import read_bounded
 from tritonops.model_repo.spec import ModelSpec
 
 ModelConfig = model_config_pb2.ModelConfig

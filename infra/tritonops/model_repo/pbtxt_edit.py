@@ -21,7 +21,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from tritonops.agent.fsio import write_atomic
+from tritonops.core.fsio import write_atomic
 from tritonops.model_repo.pbtxt import ModelConfig, ModelConfigError, parse_proto
 
 

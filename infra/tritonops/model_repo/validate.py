@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.golden import GOLDEN_FILE
-from tritonops.agent.manifest import check_path, walk_release
+from tritonops.agent.manifest import walk_release
+from tritonops.core.errors import ReleaseError
+from tritonops.core.names import GOLDEN_FILE, check_path
 from tritonops.model_repo import config_rules, pbtxt
 from tritonops.model_repo.golden import Golden, wire_datatype
 from tritonops.model_repo.spec import ModelSpec, Tensor

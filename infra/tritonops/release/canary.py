@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tritonops.agent import netio
-from tritonops.agent.errors import ReleaseError
+from tritonops.core.errors import ReleaseError
 from tritonops.observability import rules as r
 from tritonops.observability.metrics import CANARY, STABLE, TRACK
 

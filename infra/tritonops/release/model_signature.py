@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.agent import manifest
-from tritonops.agent.errors import ReleaseError, UsageError
+from tritonops.core.errors import ReleaseError, UsageError
 
 SIGNATURE_FILE = "model.sig"
 _DIFF = re.compile(r"Hash mismatch for '([^']+)'")

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tritonops.agent import lock, manifest, oci
-from tritonops.agent.errors import StoreError
-from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.agent.store import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX, Store
+from tritonops.agent.store import Store
+from tritonops.core.errors import StoreError
+from tritonops.core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX
+from tritonops.core.names import MANIFEST_FILE
 
 
 class RegistryWriter:

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.agent import manifest, metadata, netio, trust
-from tritonops.agent.errors import ReleaseError, StoreError, UsageError
 from tritonops.agent.metadata import unverified as parse_pointer
-from tritonops.agent.releases import check_release_id
-from tritonops.agent.store import POINTER_MAX, Store, blob_key, channel_key, manifest_key, root_key, signatures_key
+from tritonops.agent.store import Store
+from tritonops.core.errors import ReleaseError, StoreError, UsageError
+from tritonops.core.keys import POINTER_MAX, blob_key, channel_key, manifest_key, root_key, signatures_key
+from tritonops.core.names import MANIFEST_MAX, check_release_id
 from tritonops.release import canary
 from tritonops.release.push import check_repository
 from tritonops.release.writer import Writer
@@ -68,7 +69,7 @@ def latest_root(writer: Writer) -> int:
 def _release_length(writer: Writer, channel: str, release: str, digest: str) -> int:
     """The manifest's length, once it is known to be release ``release`` signed for ``channel``."""
     where = f"{writer.url}/{manifest_key(digest)}"
-    raw = writer.get(manifest_key(digest), limit=manifest.MANIFEST_MAX)
+    raw = writer.get(manifest_key(digest), limit=MANIFEST_MAX)
     doc = manifest.parse_release(raw, where)
     if doc["release"] != release:
         raise ReleaseError(f"{where}: the manifest is release {doc['release']!r}, not {release!r}")

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from tritonops.agent import lock, manifest
-from tritonops.agent.errors import ReleaseError, UsageError
 from tritonops.agent.golden import golden_gate
-from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.agent.releases import STAGING_PREFIX, check_release_id
+from tritonops.agent.releases import STAGING_PREFIX
 from tritonops.agent.triton import Triton
+from tritonops.core.errors import ReleaseError, UsageError
+from tritonops.core.names import MANIFEST_FILE, check_path, check_release_id
 
 STAGE_LOCK_TIMEOUT = 600.0  # seconds a prepare waits for another one staging into the same cache
 
@@ -82,7 +82,7 @@ def check_repository(source: Path, target: str | None = None, config_name: str |
         raise ReleaseError(f"{source}: tritonops validate --target {target or '-'} found "
                            f"{len(report.errors)} error(s):\n  " + "\n  ".join(lines))
     for rel in files:
-        manifest.check_path(rel, str(source))
+        check_path(rel, str(source))
     return files, [f"{f.location()}: {f.message}" for f in report.warnings]
 
 

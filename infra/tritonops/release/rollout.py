@@ -34,9 +34,9 @@ from typing import Any
 
 from tritonops.agent import netio, signing, trust
 from tritonops.agent import rollout as ar
-from tritonops.agent.errors import ReleaseError, StoreError, UsageError
-from tritonops.agent.releases import check_release_id
 from tritonops.agent.store import Store
+from tritonops.core.errors import ReleaseError, StoreError, UsageError
+from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
 
 REPORTS_MAX = 100_000  # reports read per channel
@@ -170,7 +170,7 @@ def _one_report(raw: bytes, key: str, channel: str, where: str, root: trust.Root
                 members: dict[str, bytes | None] | None, now: float | None) -> tuple[str, dict[str, Any]]:
     """(agent id, its report's signed part) once it may count; ReleaseError saying why not otherwise."""
     env = trust.parse_envelope(raw, where, "report")
-    agent = ar.check_name(env["signed"].get("agent"), where, "agent", 253)
+    agent = check_name(env["signed"].get("agent"), where, "agent", 253)
     if key != ar.report_key(channel, agent):
         raise ReleaseError(f"{where}: a report of agent {agent!r} under another agent's name")
     if members is not None and agent not in members:
@@ -201,7 +201,7 @@ def _report_fields(signed: dict[str, Any], where: str) -> None:
     if not isinstance(groups, list) or len(groups) > ar.MAX_GROUPS:
         raise ReleaseError(f"{where}: groups {str(groups)[:40]!r} is not a list of at most {ar.MAX_GROUPS} labels")
     for g in groups:
-        ar.check_name(g, where, "groups label")
+        check_name(g, where, "groups label")
     if "expires" in signed:
         trust.parse_time(signed["expires"], where)
     if type(signed.get("version", 0)) is not int or signed.get("version", 0) < 0:
@@ -300,13 +300,13 @@ def parse_fleet(path: Path) -> Fleet:
         rest = [p for p in parts[1:] if not p.startswith("key=")]
         if len(rest) > 1 or len(key) > 1:
             raise UsageError(f"{where}: expected 'AGENT-ID [GROUP,GROUP] [key=PUBLIC-KEY-FILE]'")
-        groups = [ar.check_name(g, where, "group label") for g in rest[0].split(",")] if rest else []
+        groups = [check_name(g, where, "group label") for g in rest[0].split(",")] if rest else []
         pem = None
         if key:
             file = Path(path).parent / key[0][4:]
             signing.check_public_key(file, f"{where}: key=")
             pem = file.read_bytes()
-        out.append((ar.check_name(parts[0], where, "agent id", 253), groups, pem))
+        out.append((check_name(parts[0], where, "agent id", 253), groups, pem))
     return out
 
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tritonops.agent import lock
-from tritonops.agent.errors import StoreError, UsageError
-from tritonops.agent.store import POINTER_MAX, Store
+from tritonops.agent.store import Store
+from tritonops.core.errors import StoreError, UsageError
+from tritonops.core.keys import POINTER_MAX
 
 SWAP_TRIES = 8  # conditional writes of one pointer before giving up (each after reading it again)
 

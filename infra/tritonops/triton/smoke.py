@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
-from tritonops.agent.golden import GOLDEN_FILE
+from tritonops.core.names import GOLDEN_FILE
 from tritonops.model_repo.golden import Golden, compare
 from tritonops.triton.admin import client_headers
 

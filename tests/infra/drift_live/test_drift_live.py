@@ -33,7 +33,7 @@ import pytest
 import yaml
 from devkit.hosts.podman import CONTAINERS_CONF, podman
 from tritonops.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
-from tritonops.agent.exitcodes import ExitCode
+from tritonops.core.exitcodes import ExitCode
 from tritonops.drift.report import DriftReport
 from tritonops.drift.run import run
 

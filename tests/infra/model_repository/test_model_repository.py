@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from mr_nodeinfo import node_address, node_vars, repository_api, run_agent
 from tritonops.agent import manifest
-from tritonops.agent.manifest import MANIFEST_FILE
-from tritonops.agent.releases import STATE_FILE, check_release_id
+from tritonops.agent.releases import STATE_FILE
+from tritonops.core.names import MANIFEST_FILE, check_release_id
 from tritonops.release import push as rel
 
 

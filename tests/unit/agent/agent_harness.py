@@ -101,7 +101,7 @@ class StoreUnderTest:
                 os.utime(p, (old, old))
 
     def _blob(self, sha256: str) -> Path:
-        from tritonops.agent.store import blob_key
+        from tritonops.core.keys import blob_key
 
         if self.kind == "oci":
             return self.server.blob_path(sha256)  # type: ignore[attr-defined,no-any-return]

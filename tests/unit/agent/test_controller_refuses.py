@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from agent_harness import cli, key_pairs, release_source
 from tritonops.agent import bundle, trust
-from tritonops.agent.store import channel_key
+from tritonops.core.keys import channel_key
 
 ROLES = ("root", "release", "channel")
 

@@ -33,12 +33,13 @@ from typing import Any
 
 import pytest
 from agent_harness import agent_cmd, release_source
-from tritonops.agent import fsio, manifest, pull, releases, signing
+from tritonops.agent import manifest, pull, releases, signing
 from tritonops.agent.cli import main
 from tritonops.agent.golden import golden_gate
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
 from tritonops.agent.triton import Triton
+from tritonops.core import fsio
 from tritonops.release import publish as pub
 
 TIMEOUTS = ["--load-timeout", "5", "--golden-timeout", "5"]

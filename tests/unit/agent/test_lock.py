@@ -22,9 +22,9 @@ import pytest
 from agent_harness import agent_cmd, release_source
 from tritonops.agent import lock, manifest, releases, signing
 from tritonops.agent.cli import main
-from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
+from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 from tritonops.release import push
 

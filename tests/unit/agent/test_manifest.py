@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import manifest
-from tritonops.agent.errors import ReleaseError
+from tritonops.core.errors import ReleaseError
+from tritonops.core.names import MANIFEST_FILE
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -33,7 +34,7 @@ def test_manifest_hashes_every_file_with_stable_json(tmp_path: Path) -> None:
 def test_manifest_ignores_itself_so_writing_it_changes_nothing(tmp_path: Path) -> None:
     root = _tree(tmp_path / "r", {"m/config.pbtxt": "x"})
     before = manifest.tree_files(root)
-    (root / manifest.MANIFEST_FILE).write_text(manifest.text(before))
+    (root / MANIFEST_FILE).write_text(manifest.text(before))
     assert manifest.tree_files(root) == before
     assert manifest.verify(root) == before
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from tritonops.agent import aws_credentials as ac
 from tritonops.agent import cli, manifest, signing, triton
-from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store
 from tritonops.agent.triton import Triton
+from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.release import canary
 from tritonops.release import publish as pub
 

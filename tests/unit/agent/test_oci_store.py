@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from tritonops.agent import oci
-from tritonops.agent.errors import StoreError, UsageError
-from tritonops.agent.store import Store, blob_key
+from tritonops.agent.store import Store
+from tritonops.core.errors import StoreError, UsageError
+from tritonops.core.keys import blob_key
 
 POINTER = b'{"signed": {"type": "channel"}, "signatures": []}'
 FILE = b"model bytes " * 1000

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from agent_harness import moto_releases_bucket, release_source
 from tritonops.agent import bundle, signing
-from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.cli import app
+from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.release import publish as pub
 from tritonops.release.writer import Writer
 from typer.testing import CliRunner

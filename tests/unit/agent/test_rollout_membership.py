@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonops.agent import rollout
-from tritonops.agent.errors import UsageError
 from tritonops.agent.rollout import RolloutError
+from tritonops.core.errors import UsageError
 
 AGENT_IDS = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,40}", fullmatch=True)
 PREV = {"release": "r1", "digest": "a" * 64, "length": 2048}

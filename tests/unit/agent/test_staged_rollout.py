@@ -19,9 +19,9 @@ import pytest
 from agent_harness import release_source
 from tritonops.agent import rollout as ar
 from tritonops.agent import signing
-from tritonops.agent.errors import UsageError
 from tritonops.agent.pull import Agent
 from tritonops.agent.store import Store, sigv4_headers
+from tritonops.core.errors import UsageError
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import signing, trust
-from tritonops.agent.errors import ReleaseError, UsageError
+from tritonops.core.errors import ReleaseError, UsageError
 
 YEAR = 365 * 86400
 

@@ -1,6 +1,6 @@
 """The bad-input table: every command of ``tritonops`` and of the node agent, fed what users get wrong.
 
-Exit codes (infra/tritonops/agent/exitcodes.py): 2 for a bad command line or an unusable input the user named
+Exit codes (infra/tritonops/core/exitcodes.py): 2 for a bad command line or an unusable input the user named
 (missing, empty, binary, a folder or FIFO or device where a file belongs, oversized, malformed, a
 number that is NaN, infinite or out of range, an unknown or hostile name); 1 for findings (a model
 repository with errors, a release refused); 3 when a server or store could not be reached or broke.
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from badinput_runner import Case
+from tritonops.core.names import MANIFEST_FILE
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "model_repository"
@@ -156,7 +157,7 @@ def node(tmp: Path) -> None:
 
     rel = tmp / "releases" / "r0"
     shutil.copytree(tmp / "repo", rel)
-    (rel / manifest.MANIFEST_FILE).write_text(manifest.text(manifest.tree_files(rel)))
+    (rel / MANIFEST_FILE).write_text(manifest.text(manifest.tree_files(rel)))
     releases.activate(tmp / "models", tmp / "releases", "r0")
     releases.mark(tmp / "releases", "r0")
 
@@ -168,7 +169,7 @@ def staged(release: str = "r1") -> Callable[[Path], None]:
 
         st = tmp / "releases" / f".staging-{release}"
         shutil.copytree(tmp / "repo", st)
-        (st / manifest.MANIFEST_FILE).write_text(manifest.text(manifest.tree_files(st)))
+        (st / MANIFEST_FILE).write_text(manifest.text(manifest.tree_files(st)))
     return step
 
 

@@ -21,7 +21,7 @@ import tritonops.k8s.render  # noqa: F401
 from badinput_cases import CASES, ROOT
 from badinput_runner import Case, run, tritonops_command
 from tritonops.agent import bundle
-from tritonops.agent.exitcodes import ExitCode
+from tritonops.core.exitcodes import ExitCode
 
 tritonops_command()
 

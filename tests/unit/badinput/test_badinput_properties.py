@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tritonops.agent import manifest
-from tritonops.agent.errors import ReleaseError, StoreError
 from tritonops.agent.golden import golden_gate, read_golden
-from tritonops.agent.manifest import MANIFEST_FILE
 from tritonops.agent.metadata import unverified as parse_pointer
+from tritonops.core.errors import ReleaseError, StoreError
+from tritonops.core.names import MANIFEST_FILE, check_path
 from tritonops.model_repo.golden import Golden
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,7 +134,7 @@ def test_manifest_parse_accepts_only_safe_paths_and_digests(doc: Any) -> None:
     except ReleaseError:
         return
     for rel, sha in files.items():
-        assert manifest.check_path(rel) == rel and len(sha) == 64
+        assert check_path(rel) == rel and len(sha) == 64
 
 
 @SETTINGS

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli import extras
+from tritonops.core.exitcodes import ExitCode
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "model_repository"

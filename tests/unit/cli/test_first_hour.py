@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli import app
+from tritonops.core.exitcodes import ExitCode
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[3]

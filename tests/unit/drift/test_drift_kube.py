@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from tritonops.agent import kube
-from tritonops.agent.errors import ReleaseError
+from tritonops.core.errors import ReleaseError
 from tritonops.k8s import drift
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config

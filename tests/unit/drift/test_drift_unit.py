@@ -13,10 +13,10 @@ import pytest
 from tritonops.agent import bundle, manifest
 from tritonops.agent import drift as agent_drift
 from tritonops.agent import releases as agent_releases
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import app
+from tritonops.core.errors import ReleaseError
+from tritonops.core.exitcodes import ExitCode
 from tritonops.drift import ansible_check, models, pulumi_check
 from tritonops.drift.report import (
     DriftReport,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from tritonops.agent import rollout
-from tritonops.agent.errors import StoreError
 from tritonops.agent.store import Store
+from tritonops.core.errors import StoreError
 from tritonops.k8s import eks
 
 pytestmark = pytest.mark.integration  # a real server (moto_server) on loopback

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from tritonops.agent import manifest, signing
-from tritonops.agent.store import manifest_key
 from tritonops.cli import app
+from tritonops.core.keys import manifest_key
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.release import canary as c

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from tritonops.agent import manifest, signing
-from tritonops.agent.errors import StoreError
-from tritonops.agent.store import manifest_key
+from tritonops.core.errors import StoreError
+from tritonops.core.keys import manifest_key
 from tritonops.release import publish as pub
 from tritonops.release import writer as writer_module
 

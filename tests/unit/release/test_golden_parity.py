@@ -25,9 +25,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from tritonops.agent.errors import ReleaseError
-from tritonops.agent.golden import GOLDEN_FILE, WIRE_DATATYPES, golden_gate, read_golden
+from tritonops.agent.golden import WIRE_DATATYPES, golden_gate, read_golden
 from tritonops.agent.triton import Triton
+from tritonops.core.errors import ReleaseError
+from tritonops.core.names import GOLDEN_FILE
 from tritonops.model_repo.golden import NUMPY_DTYPES, Golden
 from tritonops.release import push
 
@@ -213,7 +214,7 @@ def test_both_readers_know_the_same_datatypes() -> None:
 def test_golden_file_is_named_once() -> None:
     defs = [str(p.relative_to(ROOT)) for p in (ROOT / "infra").rglob("*.py")
             if re.search(r"^GOLDEN_FILE\s*=", p.read_text(), re.M)]
-    assert defs == ["infra/tritonops/agent/golden.py"]
+    assert defs == ["infra/tritonops/core/names.py"]
 
 
 # --- hypothesis: mutate good files, the readers must still agree ----------------------------------

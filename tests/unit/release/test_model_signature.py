@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from tritonops.agent import signing
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli import app
+from tritonops.core.exitcodes import ExitCode
 from typer.testing import CliRunner
 
 model_signing = pytest.importorskip("model_signing")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tritonops.agent import bundle, manifest
 from tritonops.agent import releases as node_rel
-from tritonops.agent.manifest import MANIFEST_FILE
+from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import push as rel
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"

@@ -1,7 +1,7 @@
 """Every CLI command that talks to Triton, against a server that refuses (403), fails (500) or answers garbage.
 
 A tiny HTTP server on 127.0.0.1 (in this process) plays a broken Triton. Whatever it answers, each command
-ends with the exit code of the table (agent/exitcodes.py) and at most one line of error, never a traceback:
+ends with the exit code of the table (core/exitcodes.py) and at most one line of error, never a traceback:
 ``bench`` and ``tune`` exit 3 (the instrument, the server, failed), ``smoke`` reports failing checks (1).
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.agent.triton import SECRET_ENV
+from tritonops.core.exitcodes import ExitCode
 
 TRITONOPS = Path(sys.executable).parent / "tritonops"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import gpu_check as gc  # tools/ is on pytest's pythonpath
 import pytest
-from tritonops.agent.exitcodes import ExitCode
 from tritonops.cli import app
+from tritonops.core.exitcodes import ExitCode
 from tritonops.triton import server
 from tritonops.versions import NUMPY_VERSION
 from typer.testing import CliRunner

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from tritonops.agent.exitcodes import ExitCode
+from tritonops.core.exitcodes import ExitCode
 
 from devkit.hosts.images import ImageSpec, build_image, image_status
 from devkit.hosts.lab_ssh import lab_public_key

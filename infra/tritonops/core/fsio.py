@@ -1,4 +1,4 @@
-"""Bounded reads and atomic writes: how the agent (and the controller through it) touches files.
+"""Bounded reads and atomic writes: how the agent and the controller touch files.
 
 ``read_bounded`` reads a regular file of at most N bytes, refusing a FIFO, a device, a folder, an
 oversized file (and a symbolic link on request) with an error naming the file, instead of blocking or

@@ -1,8 +1,8 @@
-"""The agent's error classes, one per exit code: every module of the package raises these.
+"""The error classes of every tritonops package (the agent's and the controller's), one per exit code.
 
 ``ReleaseError`` (exit 1) names the file, the field or the step that failed; ``UsageError`` (exit 2) a
 bad argument or an input the user named that cannot be used; ``StoreError`` (exit 3) a store or server
-that did not answer, or answered with something unusable (codes in :mod:`exitcodes`).
+that did not answer, or answered with something unusable (codes in :mod:`tritonops.core.exitcodes`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ class ReleaseError(Exception):
     """A release step failed; the message names the file, the field or the step (exit 1).
 
     ``status`` is the HTTP status of the answer that made it (Triton's, a store's) when one came: what
-    :mod:`failures` reads, with the step and the ``errno`` of an ``OSError`` underneath, to tell a
+    :mod:`tritonops.agent.failures` reads, with the step and the ``errno`` of an ``OSError`` underneath, to tell a
     failure that may pass on retry from one that never will."""
 
     status: int | None = None
