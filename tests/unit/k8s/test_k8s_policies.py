@@ -430,7 +430,7 @@ def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
     import re
     import subprocess
 
-    from tritonops.triton.admin import RESTRICTED_APIS
+    from tritonops.triton.args import RESTRICTED_APIS
     from tritonops.triton.server import TritonNotInstalled, find_install
 
     assert tp.RESTRICTED_APIS == RESTRICTED_APIS

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from tritonops.triton.admin import GRPC_HEADER_PREFIX, RESTRICTED_APIS, client_headers
+from tritonops.triton.admin import GRPC_HEADER_PREFIX, client_headers
+from tritonops.triton.args import RESTRICTED_APIS
 
 ROOT = Path(__file__).resolve().parents[3]
 
