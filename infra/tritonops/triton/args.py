@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Admin APIs that only callers with the header secret may use; inference, health and metadata stay open.
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
@@ -148,3 +149,70 @@ def triton_args(s: TritonSettings) -> list[str]:
         *_memory(s),
         *s.extra_args,
     ]
+
+
+# --- the flat options of the collection's tritonserver_args lookup (the edge role) ------------------
+
+_OPTIONS: dict[str, type] = {
+    "model_repository": str, "backend_directory": str, "model_control_mode": str, "load_models": list,
+    "model_config_name": str, "strict_readiness": bool, "exit_timeout_secs": int,
+    "http_enabled": bool, "http_address": str, "http_port": int,
+    "grpc_enabled": bool, "grpc_address": str, "grpc_port": int,
+    "grpc_server_cert": str, "grpc_server_key": str, "grpc_root_cert": str,
+    "metrics_enabled": bool, "metrics_address": str, "metrics_port": int, "gpu_metrics": bool,
+    "cpu_metrics": bool, "metrics_config": dict, "log_verbose": int, "extra_args": list,
+    "restricted_apis": list, "admin_header": str, "admin_key": str,
+}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _option(name: str, value: object) -> object:
+    """``value`` as option ``name``'s type (booleans and numbers as Ansible's inventory may write them)."""
+    kind = _OPTIONS[name]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise ValueError(f"{name}: {value!r} is not a boolean")
+        return text in _TRUE
+    if kind is int and not isinstance(value, bool):
+        try:
+            return int(str(value))
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is not an integer") from None
+    if kind is list and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    if kind is dict and isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    if kind is str and isinstance(value, str):
+        return value
+    raise ValueError(f"{name}: {value!r} is not a {'list of strings' if kind is list else kind.__name__}")
+
+
+def settings_from_options(options: Mapping[str, object], admin_only: bool = False) -> TritonSettings:
+    """:class:`TritonSettings` from the lookup's options; ValueError names an unknown or mistyped option."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}")
+    o: dict[str, Any] = {k: _option(k, v) for k, v in options.items() if v is not None}
+    if "model_repository" not in o and not admin_only:
+        raise ValueError("model_repository is required")
+    tls = None
+    if o.get("grpc_server_cert") or o.get("grpc_server_key"):
+        tls = GrpcTls(o.get("grpc_server_cert", ""), o.get("grpc_server_key", ""), o.get("grpc_root_cert") or None)
+
+    def listener(name: str) -> Listener:
+        return Listener(o.get(f"{name}_enabled"), o.get(f"{name}_address"), o.get(f"{name}_port"))
+
+    return TritonSettings(
+        model_repository=o.get("model_repository", ""), backend_directory=o.get("backend_directory"),
+        model_control_mode=o.get("model_control_mode"), load_models=o.get("load_models", ()),
+        model_config_name=o.get("model_config_name", ""), strict_readiness=o.get("strict_readiness"),
+        exit_timeout_secs=o.get("exit_timeout_secs"), http=listener("http"), grpc=listener("grpc"),
+        grpc_tls=tls, metrics=listener("metrics"), gpu_metrics=o.get("gpu_metrics"),
+        cpu_metrics=o.get("cpu_metrics"), metrics_config=o.get("metrics_config", {}),
+        log_verbose=o.get("log_verbose"), extra_args=o.get("extra_args", ()),
+        restricted_apis=o.get("restricted_apis", ()), admin_header=o.get("admin_header", ""),
+        admin_key_ref=o.get("admin_key", ""),
+    )
