@@ -18,7 +18,7 @@ import pytest
 from tritonops.agent.triton import DEFAULT_HEADER, SECRET_ENV
 from tritonops.cli import app
 from tritonops.triton import server
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton.args import RESTRICTED
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.integration

@@ -96,14 +96,3 @@ def check_budget(cfg: TritonStackConfig) -> dict[str, list[ServiceBudget]]:
                 f"{b.gpu} share offers {b.capacity_mib} MiB",
             )
     return plan
-
-
-def triton_memory_args(svc: ModelService, budget: ServiceBudget) -> list[str]:
-    """Triton's CUDA/pinned pool sizes and model-load GPU limit, one per device the pod gets."""
-    args = []
-    for dev in range(svc.gpus):
-        args.append(f"--cuda-memory-pool-byte-size={dev}:{svc.memory.cuda_pool_mib * MIB}")
-    args.append(f"--pinned-memory-pool-byte-size={svc.memory.pinned_pool_mib * MIB}")
-    for dev in range(svc.gpus):
-        args.append(f"--model-load-gpu-limit={dev}:{budget.load_limit_fraction}")
-    return args

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tritonops.k8s.budget import ServiceBudget, service_budget, triton_memory_args
+from tritonops.k8s.budget import MIB, ServiceBudget, service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
     GPU_RESOURCE,
@@ -46,7 +46,7 @@ from tritonops.k8s.release_agent import (
 )
 from tritonops.k8s.waits import pod_ready_budget, quantity_mib
 from tritonops.observability.metrics import CANARY, STABLE
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton import args
 
 PRIORITY_CLASS = "triton-serving"
 MODEL_DIR = "/models"
@@ -55,7 +55,8 @@ ADMIN_ENV = "TRITON_ADMIN_KEY"
 # not: the cost is a summary update per request stage and ~35 series per model and pod (no throughput
 # difference beyond run-to-run noise measured on the wheel's CPU tritonserver with a 0.5 ms model),
 # and a flag that followed the canary would restart every stable pod when a canary comes or goes.
-SUMMARY_LATENCIES_ARG = "--metrics-config=summary_latencies=true"
+SUMMARY_LATENCIES = {"summary_latencies": "true"}
+(SUMMARY_LATENCIES_ARG,) = args.metrics_config_args(SUMMARY_LATENCIES)
 
 
 # --- the Triton container ------------------------------------------------------------------------
@@ -69,36 +70,33 @@ def _location(svc: ModelService) -> str:
 
 
 def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget) -> list[str]:
-    header = f"{cfg.admin_api.header}=$({ADMIN_ENV})"  # kubelet expands $(VAR) from the container env
-    args = [
-        "tritonserver",
-        f"--model-repository={_location(svc)}",
-        f"--model-control-mode={svc.model_control_mode}",
-    ]
     if svc.release is not None:
-        args.append("--load-model=*")  # whatever the release holds; the sidecar gates and switches it
-    elif svc.model_control_mode == "explicit":
-        args += [f"--load-model={m.name}" for m in svc.models]
-    if svc.model_control_mode == "poll":
-        args.append(f"--repository-poll-secs={svc.repository_poll_secs}")
-    args += [
-        "--strict-model-config=true",  # every model ships a complete config.pbtxt; no auto-complete
-        "--strict-readiness=true",
-        "--exit-on-error=true",
-        f"--http-port={HTTP_PORT}",
-        f"--grpc-port={GRPC_PORT}",
-        f"--metrics-port={METRICS_PORT}",
-        "--allow-metrics=true",
-        "--allow-gpu-metrics=true",
-        "--allow-cpu-metrics=true",
-        SUMMARY_LATENCIES_ARG,
-        f"--http-restricted-api={RESTRICTED}:{header}",
-        f"--grpc-restricted-protocol={RESTRICTED}:{header}",
-        "--exit-timeout-secs=30",
-        "--log-format=ISO8601",
-        *triton_memory_args(svc, budget),
-    ]
-    return args
+        load: tuple[str, ...] = ("*",)  # whatever the release holds; the sidecar gates and switches it
+    else:
+        load = tuple(m.name for m in svc.models) if svc.model_control_mode == "explicit" else ()
+    return ["tritonserver", *args.triton_args(args.TritonSettings(
+        model_repository=_location(svc),
+        model_control_mode=svc.model_control_mode,
+        load_models=load,
+        repository_poll_secs=svc.repository_poll_secs if svc.model_control_mode == "poll" else None,
+        strict_model_config=True,  # every model ships a complete config.pbtxt; no auto-complete
+        strict_readiness=True,
+        exit_on_error=True,
+        http=args.Listener(port=HTTP_PORT),
+        grpc=args.Listener(port=GRPC_PORT),
+        metrics=args.Listener(enabled=True, port=METRICS_PORT),
+        gpu_metrics=True,
+        cpu_metrics=True,
+        metrics_config=SUMMARY_LATENCIES,
+        restricted_apis=args.RESTRICTED_APIS,
+        admin_header=cfg.admin_api.header,
+        admin_key_ref=f"$({ADMIN_ENV})",  # kubelet expands $(VAR) from the container env
+        exit_timeout_secs=30,
+        log_format="ISO8601",
+        cuda_memory_pool_bytes=(svc.memory.cuda_pool_mib * MIB,) * svc.gpus,
+        pinned_memory_pool_bytes=svc.memory.pinned_pool_mib * MIB,
+        model_load_gpu_limit=(budget.load_limit_fraction,) * svc.gpus,
+    ))]
 
 
 def _probe(path: str, period: int, failures: int, timeout: int = 3) -> Obj:

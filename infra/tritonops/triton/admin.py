@@ -1,7 +1,7 @@
-"""Triton's restricted admin APIs: which ones a hardened server locks, and how clients unlock them.
+"""Triton's restricted admin APIs: how clients unlock them.
 
-Used by the Kubernetes builders (server args), the smoke check and the edge tooling (client headers),
-so the names and the gRPC metadata prefix live in one place.
+Used by the smoke check, bench, tune and the edge tooling (client headers), so the header's key and the
+gRPC metadata prefix live in one place; which APIs a server locks is ``tritonops.triton.args.RESTRICTED_APIS``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from typing import Literal
 
 from tritonops.agent.triton import DEFAULT_HEADER, SECRET_ENV
 
-# Admin APIs that only callers with the header secret may use; inference, health and metadata stay open.
-RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
-RESTRICTED = ",".join(RESTRICTED_APIS)
 # Triton checks gRPC metadata under this prefix: the HTTP header `k` is `triton-grpc-protocol-k` over gRPC.
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 

@@ -35,6 +35,7 @@ from types import FrameType
 
 import tritonclient.http as httpclient
 
+from tritonops.triton.args import Listener, TritonSettings, triton_args
 from tritonops.versions import NUMPY_VERSION
 
 
@@ -237,20 +238,17 @@ def start(
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tritonops-server-"))
     backends = install.backend_dir(workdir / "backends")
     ports = [free_port() for _ in range(3)]
-    args = [
-        str(install.binary),
-        f"--model-repository={Path(repository).absolute()}",  # a symlink stays one (release switches)
-        f"--backend-directory={backends}",
-        "--http-address=127.0.0.1",
-        "--grpc-address=127.0.0.1",
-        f"--http-port={ports[0]}",
-        f"--grpc-port={ports[1]}",
-        f"--metrics-port={ports[2]}",
-        f"--model-control-mode={model_control_mode}",
-        "--exit-on-error=false" if model_control_mode == "explicit" else "--exit-on-error=true",
-        *[f"--load-model={m}" for m in load_models],
-        *extra_args,
-    ]
+    args = [str(install.binary), *triton_args(TritonSettings(
+        model_repository=str(Path(repository).absolute()),  # a symlink stays one (release switches)
+        backend_directory=str(backends),
+        model_control_mode=model_control_mode,
+        load_models=tuple(load_models),
+        exit_on_error=model_control_mode != "explicit",
+        http=Listener(address="127.0.0.1", port=ports[0]),
+        grpc=Listener(address="127.0.0.1", port=ports[1]),
+        metrics=Listener(address="127.0.0.1", port=ports[2]),  # loopback, as HTTP and gRPC
+        extra_args=tuple(extra_args),
+    ))]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(install.libs), env.get("LD_LIBRARY_PATH")]))
     # The Python backend stub imports numpy/onnxruntime from the interpreter that runs us.

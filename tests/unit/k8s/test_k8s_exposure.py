@@ -22,7 +22,7 @@ from tritonops.k8s.config import ConfigError, PlatformConfig, TritonStackConfig
 from tritonops.k8s.parse import GATEWAY_MAX_MODELS, parse_config
 from tritonops.k8s.render import build, render
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
-from tritonops.triton.admin import RESTRICTED_APIS
+from tritonops.triton.args import RESTRICTED_APIS
 
 Obj = dict[str, Any]
 

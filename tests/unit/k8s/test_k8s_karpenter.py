@@ -28,7 +28,7 @@ CRDS = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8
 ENVS = pytest.mark.parametrize("env", envs("cluster-aws"))
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
-import tritonops_policy as tp  # noqa: E402
+import policy_cluster as pcl  # noqa: E402
 
 
 @functools.cache
@@ -290,12 +290,12 @@ def test_chart_is_pinned_and_wired_to_queue_and_role(env: str) -> None:
 
 class _Args:
     def __init__(self, props: dict[str, Any]) -> None:
-        self.resource_type, self.props, self.name = tp.NODE_POOL, props, "np"
+        self.resource_type, self.props, self.name = pcl.NODE_POOL, props, "np"
 
 
 def _violations(props: dict[str, Any]) -> list[str]:
     found: list[str] = []
-    tp.validate_gpu_node_pool_bounds(_Args(props), lambda msg, urn=None: found.append(msg))
+    pcl.validate_gpu_node_pool_bounds(_Args(props), lambda msg, urn=None: found.append(msg))
     return found
 
 

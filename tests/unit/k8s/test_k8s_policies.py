@@ -20,6 +20,8 @@ from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
+import policy_common as pc  # noqa: E402
+import policy_workloads as pw  # noqa: E402
 import tritonops_policy as tp  # noqa: E402
 
 OPTS = PolicyResourceOptions(
@@ -80,10 +82,10 @@ def run_policies(resources: list[PolicyResource], env: str = "dev") -> dict[str,
 def test_committed_stacks_have_zero_violations(env: str) -> None:
     """Every committed stack (found, not listed) passes the pack with the config of its tier."""
     resources = _resources(env)
-    assert any(tp.is_triton_workload(r.resource_type, r.props) for r in resources)
+    assert any(pc.is_triton_workload(r.resource_type, r.props) for r in resources)
     tier = load_stack_config("triton", env).tier
     assert all(r.props["metadata"]["labels"][TIER_LABEL] == tier
-               for r in resources if tp.is_triton_workload(r.resource_type, r.props))
+               for r in resources if pc.is_triton_workload(r.resource_type, r.props))
     assert run_policies(resources, pack_config_for(env)) == {}
 
 
@@ -134,7 +136,7 @@ def _container(props: dict[str, Any]) -> dict[str, Any]:
     return props["spec"]["template"]["spec"]["containers"][0]
 
 
-DEP = tp.DEPLOYMENT
+DEP = pc.DEPLOYMENT
 
 
 @pytest.mark.parametrize(
@@ -171,15 +173,15 @@ DEP = tp.DEPLOYMENT
                 p["spec"]["template"]["spec"].pop("topologySpreadConstraints"),
             ),
         ),
-        ("triton-high-availability", tp.SCALED_OBJECT, lambda p: p["spec"].update({"minReplicaCount": 1})),
-        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"].pop("fallback")),
-        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"]["fallback"].pop("behavior")),
-        ("scaledobject-fallback", tp.SCALED_OBJECT, lambda p: p["spec"]["triggers"][0].update({"metricType": "Value"})),
-        ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": ""})),
-        ("helm-chart-pinned", tp.HELM_RELEASE, lambda p: p.update({"version": "^75.0.0"})),
+        ("triton-high-availability", pc.SCALED_OBJECT, lambda p: p["spec"].update({"minReplicaCount": 1})),
+        ("scaledobject-fallback", pc.SCALED_OBJECT, lambda p: p["spec"].pop("fallback")),
+        ("scaledobject-fallback", pc.SCALED_OBJECT, lambda p: p["spec"]["fallback"].pop("behavior")),
+        ("scaledobject-fallback", pc.SCALED_OBJECT, lambda p: p["spec"]["triggers"][0].update({"metricType": "Value"})),
+        ("helm-chart-pinned", pc.HELM_RELEASE, lambda p: p.update({"version": ""})),
+        ("helm-chart-pinned", pc.HELM_RELEASE, lambda p: p.update({"version": "^75.0.0"})),
         (
             "triton-pdb-coverage",
-            tp.PDB,
+            pc.PDB,
             lambda p: p["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "someone-else"}),
         ),
     ],
@@ -203,7 +205,7 @@ def test_policy_fires(policy: str, typ: str, mutation: Any) -> None:
 )
 def test_network_policy_of_a_service_fires(policy: str, mutation: Any) -> None:
     env = "prod"
-    broken = _mutate(_resources(env), tp.NETWORK_POLICY, mutation, name="triton-vision")
+    broken = _mutate(_resources(env), pc.NETWORK_POLICY, mutation, name="triton-vision")
     found = run_policies(broken, env)
     assert set(found) == {policy}, found
     assert len(found[policy]) >= 1
@@ -215,7 +217,7 @@ def test_an_allow_all_policy_does_not_count() -> None:
     env = "prod"
     resources = _resources(env)
     for spec in ({"podSelector": {}, "ingress": [{}]}, {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}):
-        extra = _resource(tp.NETWORK_POLICY, {"metadata": {"name": "allow-all", "namespace": "triton"}, "spec": spec})
+        extra = _resource(pc.NETWORK_POLICY, {"metadata": {"name": "allow-all", "namespace": "triton"}, "spec": spec})
         found = run_policies([*resources, extra], env)
         assert set(found) == {"triton-network-policy-coverage"}, found
         assert all("triton/allow-all allows all" in m for m in found["triton-network-policy-coverage"])
@@ -231,7 +233,7 @@ def test_default_deny_isolates_a_service_without_its_own_policy() -> None:
     direct = run_program("triton", env, overrides={"modelServices": direct_prod_services()})
     resources = [_resource(r.typ, as_ints(r.inputs), r.name) for r in direct.resources]
     broken = _mutate(
-        resources, tp.NETWORK_POLICY, lambda p: p["spec"]["podSelector"]["matchLabels"].update(other),
+        resources, pc.NETWORK_POLICY, lambda p: p["spec"]["podSelector"]["matchLabels"].update(other),
         name="triton-vision",
     )
     assert run_policies(broken, env) == {}
@@ -244,7 +246,7 @@ def test_default_deny_isolates_a_service_without_its_own_policy() -> None:
 
 
 def test_missing_pdb_and_network_policy_fire() -> None:
-    resources = [r for r in _resources("prod") if r.resource_type not in (tp.PDB, tp.NETWORK_POLICY)]
+    resources = [r for r in _resources("prod") if r.resource_type not in (pc.PDB, pc.NETWORK_POLICY)]
     found = run_policies(resources, "prod")
     assert set(found) == {"triton-pdb-coverage", "triton-network-policy-coverage", "namespace-default-deny"}
     assert len(found["triton-pdb-coverage"]) == 2  # one per Triton Deployment
@@ -280,10 +282,10 @@ def test_non_triton_deployments_are_ignored() -> None:
 
 
 def test_image_pinned() -> None:
-    assert tp.image_pinned("nvcr.io/nvidia/tritonserver:24.10-py3")
-    assert tp.image_pinned("registry:5000/triton@sha256:" + "0" * 64)
-    assert not tp.image_pinned("registry:5000/triton")
-    assert not tp.image_pinned("triton:latest")
+    assert pw.image_pinned("nvcr.io/nvidia/tritonserver:24.10-py3")
+    assert pw.image_pinned("registry:5000/triton@sha256:" + "0" * 64)
+    assert not pw.image_pinned("registry:5000/triton")
+    assert not pw.image_pinned("triton:latest")
 
 
 def test_policies_are_kebab_case_with_explicit_levels() -> None:
@@ -309,12 +311,12 @@ def test_agent_containers_are_not_triton_servers() -> None:
     """Same image, but no GPU and no /v2/health probes needed: only the server is a Triton container."""
     from tritonops.k8s import release_agent
 
-    assert tp.AGENT_FILE == release_agent.AGENT_KEY
+    assert pc.AGENT_FILE == release_agent.AGENT_KEY
     # stable and canary (sorted: the engine registers resources concurrently, in no fixed order)
     deps = sorted((r for r in _resources("dev") if r.resource_type == DEP), key=lambda r: r.props["metadata"]["name"])
     assert [d.props["metadata"]["name"] for d in deps] == ["triton-vision", "triton-vision-canary"]
-    assert [[c["name"] for c in tp._triton_containers(d.props)] for d in deps] == [["triton"]] * 2
-    assert [[c["name"] for c in tp._all_containers(d.props)] for d in deps] == [
+    assert [[c["name"] for c in pc.triton_containers(d.props)] for d in deps] == [["triton"]] * 2
+    assert [[c["name"] for c in pc.all_containers(d.props)] for d in deps] == [
         ["release-sync", "triton", "release-agent"]
     ] * 2
 
@@ -351,8 +353,8 @@ def test_dev_canary_passes_without_a_pdb_of_its_own() -> None:
     resources = _resources("dev")
     (canary,) = [r for r in resources if _is_canary(r)]
     labels = canary.props["spec"]["template"]["metadata"]["labels"]
-    pdbs = [r for r in resources if r.resource_type == tp.PDB]
-    assert pdbs and not any(tp._selects(p.props["spec"]["selector"], labels) for p in pdbs)
+    pdbs = [r for r in resources if r.resource_type == pc.PDB]
+    assert pdbs and not any(pc.selects(p.props["spec"]["selector"], labels) for p in pdbs)
     assert run_policies(resources, "dev") == {}
 
 
@@ -414,26 +416,26 @@ def test_restricted_apis_fire(mutation: Any) -> None:
 
 def test_restricted_groups_parse_both_spellings() -> None:
     groups = "model-repository,model-config:k=v"
-    assert tp.restricted_groups([f"--http-restricted-api={groups}"], "--http-restricted-api") == {
+    assert pw.restricted_groups([f"--http-restricted-api={groups}"], "--http-restricted-api") == {
         "model-repository", "model-config"
     }
-    assert tp.restricted_groups(["--grpc-restricted-protocol", groups], "--grpc-restricted-protocol") == {
+    assert pw.restricted_groups(["--grpc-restricted-protocol", groups], "--grpc-restricted-protocol") == {
         "model-repository", "model-config"
     }
-    assert tp.restricted_groups(["--http-restricted-api=trace:=v"], "--http-restricted-api") == set()
+    assert pw.restricted_groups(["--http-restricted-api=trace:=v"], "--http-restricted-api") == set()
 
 
 def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
-    """The pack's list (it does not import the package) is the package's, and every group Triton's own
-    `tritonserver --help` can restrict is either on it or routed (health, metadata, inference)."""
+    """The pack checks the builder's list (it imports it from tritonops.triton.args), and every group Triton's
+    own `tritonserver --help` can restrict is either on it or routed (health, metadata, inference)."""
     import os
     import re
     import subprocess
 
-    from tritonops.triton.admin import RESTRICTED_APIS
+    from tritonops.triton.args import RESTRICTED_APIS, RESTRICTED_FLAGS
     from tritonops.triton.server import TritonNotInstalled, find_install
 
-    assert tp.RESTRICTED_APIS == RESTRICTED_APIS
+    assert pw.RESTRICTED_APIS is RESTRICTED_APIS and pw.RESTRICTED_FLAGS is RESTRICTED_FLAGS
     try:
         install = find_install()
     except TritonNotInstalled as exc:
@@ -441,7 +443,7 @@ def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
     env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": str(install.libs)}
     proc = subprocess.run([str(install.binary), "--help"], capture_output=True, text=True, timeout=60, env=env)
     out = proc.stdout + proc.stderr
-    assert all(flag in out for flag in tp.RESTRICTED_FLAGS)
+    assert all(flag in out for flag in pw.RESTRICTED_FLAGS)
     allowed = re.findall(r"Allowed (?:APIs|protocols):\s*([a-z,\s-]+)", out)
     assert len(allowed) == 2
     for text in allowed:
@@ -461,7 +463,7 @@ def test_default_deny_must_deny() -> None:
     def open_up(p: dict[str, Any]) -> None:
         p["spec"]["ingress"] = [{"from": [{"podSelector": {}}]}]
 
-    found = run_policies(_mutate(_resources("prod"), tp.NETWORK_POLICY, open_up, name="default-deny"), "prod")
+    found = run_policies(_mutate(_resources("prod"), pc.NETWORK_POLICY, open_up, name="default-deny"), "prod")
     assert set(found) == {"namespace-default-deny"}, found
     missing = [r for r in _resources("prod") if r.props.get("metadata", {}).get("name") != "default-deny"]
     assert set(run_policies(missing, "prod")) == {"namespace-default-deny"}
@@ -471,13 +473,13 @@ def test_default_deny_must_deny() -> None:
 def test_pod_security_restricted_is_enforced(level: str | None) -> None:
     def relabel(p: dict[str, Any]) -> None:
         if level is None:
-            p["metadata"]["labels"].pop(tp.POD_SECURITY_ENFORCE)
+            p["metadata"]["labels"].pop(pc.POD_SECURITY_ENFORCE)
         else:
-            p["metadata"]["labels"][tp.POD_SECURITY_ENFORCE] = level
+            p["metadata"]["labels"][pc.POD_SECURITY_ENFORCE] = level
 
-    found = run_policies(_mutate(_resources("prod"), tp.NAMESPACE, relabel, name="triton"), "prod")
+    found = run_policies(_mutate(_resources("prod"), pc.NAMESPACE, relabel, name="triton"), "prod")
     assert set(found) == {"namespace-pod-security-restricted"}, found
-    no_ns = [r for r in _resources("prod") if r.resource_type != tp.NAMESPACE]
+    no_ns = [r for r in _resources("prod") if r.resource_type != pc.NAMESPACE]
     assert run_policies(no_ns, "prod")["namespace-pod-security-restricted"] == [
         "namespace triton: Triton runs in a namespace the stack does not create"
     ]

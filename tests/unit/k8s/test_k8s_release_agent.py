@@ -24,7 +24,7 @@ from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.required import user_secrets
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton.args import RESTRICTED
 
 # --- pull mode: the release agent in the pod -----------------------------------------------------
 

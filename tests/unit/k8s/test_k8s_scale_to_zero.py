@@ -29,7 +29,9 @@ from tritonops.observability import keda
 DATA = Path(__file__).parent / "data" / "keda"
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
-import tritonops_policy as tp  # noqa: E402
+import policy_cluster as pcl  # noqa: E402
+import policy_common as pc  # noqa: E402
+import policy_workloads as pw  # noqa: E402
 
 OPTS = PolicyResourceOptions(
     protect=False, ignore_changes=[], delete_before_replace=None, aliases=[], additional_secret_outputs=[],
@@ -230,7 +232,7 @@ def test_gpu_query_selects_the_deployments_pods_only() -> None:
 
 def _violations(validate: Any, obj: dict[str, Any], config: dict[str, Any]) -> list[str]:
     found: list[str] = []
-    args = ResourceValidationArgs(tp.SCALED_OBJECT, obj, "urn:x", obj["metadata"]["name"], OPTS, None, config)
+    args = ResourceValidationArgs(pc.SCALED_OBJECT, obj, "urn:x", obj["metadata"]["name"], OPTS, None, config)
     validate(args, lambda msg, urn=None: found.append(msg))
     return found
 
@@ -241,19 +243,19 @@ PROD_HA = {"requireHighAvailability": True, "minReplicas": 2}
 def test_policy_allows_prod_scale_to_zero_only_with_consent() -> None:
     cfg = _cfg("prod", _zero("prod"))
     so = scaling.scaled_object(cfg, cfg.model_services[0])
-    assert _violations(tp.validate_high_availability, so, PROD_HA) == []
+    assert _violations(pw.validate_high_availability, so, PROD_HA) == []
     so["metadata"].pop("annotations")
-    (msg,) = _violations(tp.validate_high_availability, so, PROD_HA)
-    assert tp.ALLOW_SCALE_TO_ZERO in msg
-    assert tp.ALLOW_SCALE_TO_ZERO == scaling.SCALE_TO_ZERO_ANNOTATION
+    (msg,) = _violations(pw.validate_high_availability, so, PROD_HA)
+    assert pc.ALLOW_SCALE_TO_ZERO in msg
+    assert pc.ALLOW_SCALE_TO_ZERO == scaling.SCALE_TO_ZERO_ANNOTATION
 
 
 def test_policy_refuses_scale_to_zero_without_a_wake_trigger() -> None:
     cfg = _cfg("dev")
     so = scaling.scaled_object(cfg, cfg.model_services[0])
-    assert _violations(tp.validate_scaled_object_wake_up, so, {}) == []
-    assert _violations(tp.validate_scaled_object_fallback, so, {}) == []
-    assert tp.WAKE_METRICS == (keda.INGRESS_REQUESTS,)
+    assert _violations(pcl.validate_scaled_object_wake_up, so, {}) == []
+    assert _violations(pcl.validate_scaled_object_fallback, so, {}) == []
+    assert pc.WAKE_METRICS == (keda.INGRESS_REQUESTS,)
     so["spec"]["triggers"] = [t for t in so["spec"]["triggers"] if t["name"] != "wake"]
-    (msg,) = _violations(tp.validate_scaled_object_wake_up, so, {})
+    (msg,) = _violations(pcl.validate_scaled_object_wake_up, so, {})
     assert "never wake" in msg

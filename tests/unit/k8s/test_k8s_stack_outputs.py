@@ -11,6 +11,7 @@ import copy
 import re
 import runpy
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -91,15 +92,22 @@ def test_stack_runtime_makes_its_own_venv(stack: str) -> None:
     assert doc["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
 
 
-def test_the_policy_pack_makes_its_own_venv_and_needs_only_pulumi_policy() -> None:
+def test_the_policy_pack_makes_its_own_venv_and_needs_pulumi_policy_and_the_builders_module() -> None:
+    """The pack installs pulumi-policy and the package at the project's version, of which it imports only
+    tritonops.triton.args (standard library only: the restricted-API list every Triton is built with)."""
     pack = STACKS_DIR.parent / "policies" / "tritonops"
     doc = yaml.safe_load((pack / "PulumiPolicy.yaml").read_text())
     assert doc["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
     lines = (pack / "requirements.txt").read_text().splitlines()
-    assert [Requirement(x).name for x in lines if x.strip() and not x.startswith("#")] == ["pulumi-policy"]
-    imports = {line.split()[1].split(".")[0] for f in pack.glob("*.py") for line in f.read_text().splitlines()
+    reqs = [Requirement(x) for x in lines if x.strip() and not x.startswith("#")]
+    assert [(r.name, r.extras) for r in reqs] == [("pulumi-policy", set()), (PYPROJECT["project"]["name"], set())]
+    assert str(reqs[1].specifier) == f"=={PYPROJECT['project']['version']}"
+    imports = {line.split()[1] for f in pack.glob("*.py") for line in f.read_text().splitlines()
                if line.startswith(("import ", "from "))}
-    assert "tritonops" not in imports
+    assert {m for m in imports if m.split(".")[0] == "tritonops"} == {"tritonops.triton.args"}
+    builder = (STACKS_DIR.parent / "infra" / "tritonops" / "triton" / "args.py").read_text()
+    assert {line.split()[1].split(".")[0] for line in builder.splitlines()
+            if line.startswith(("import ", "from "))} <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 @pytest.mark.parametrize("stack", STACKS)

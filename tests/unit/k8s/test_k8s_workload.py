@@ -19,7 +19,7 @@ from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton.args import RESTRICTED
 
 # --- Triton Deployment ---------------------------------------------------------------------------
 

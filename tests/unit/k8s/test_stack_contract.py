@@ -40,7 +40,7 @@ app.command("noop")(lambda: None)  # two commands: typer keeps the `render` subc
 
 PACK = ROOT / "policies" / "tritonops"
 sys.path.insert(0, str(PACK))
-import tritonops_policy as tp  # noqa: E402
+import policy_common as pc  # noqa: E402
 
 
 def test_every_stack_has_committed_files_and_staging_is_one() -> None:
@@ -465,9 +465,9 @@ def test_the_builders_label_the_tier_the_pack_reads() -> None:
     prod = load_stack_config("triton", "prod")
     assert isinstance(prod, TritonStackConfig)
     dep = workload.deployment(prod, prod.model_services[0])
-    assert dep["metadata"]["labels"][TIER_LABEL] == "production" and tp.is_production(dep)
+    assert dep["metadata"]["labels"][TIER_LABEL] == "production" and pc.is_production(dep)
     renamed = prod.model_copy(update={"environment": "dev", "tier": "non-production"})
-    assert not tp.is_production(workload.deployment(renamed, renamed.model_services[0]))
+    assert not pc.is_production(workload.deployment(renamed, renamed.model_services[0]))
     plat = load_stack_config("platform", "staging")
     assert isinstance(plat, PlatformConfig)
     assert platform.labels(plat)[TIER_LABEL] == "non-production"

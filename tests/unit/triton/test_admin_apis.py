@@ -1,18 +1,9 @@
-"""The restricted admin APIs and the gRPC header prefix are defined once (tritonops.triton.admin)."""
+"""The gRPC header prefix is defined once (tritonops.triton.admin); the restricted admin APIs once too
+(tritonops.triton.args; the role reads them through its lookup: test_command_line.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-from tritonops.triton.admin import GRPC_HEADER_PREFIX, RESTRICTED_APIS, client_headers
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def test_edge_role_restricts_the_same_apis_as_kubernetes() -> None:
-    defaults = yaml.safe_load((ROOT / "roles/triton_server/defaults/main.yml").read_text())
-    assert tuple(defaults["triton_server_restricted_apis"]) == RESTRICTED_APIS
+from tritonops.triton.admin import GRPC_HEADER_PREFIX, client_headers
 
 
 def test_grpc_headers_get_the_prefix_once() -> None:
