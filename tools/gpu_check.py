@@ -3,7 +3,7 @@
 On a machine with an NVIDIA GPU it:
 
 1. starts the nvidia-pytriton wheel's ``tritonserver`` with a GPU model and the memory flags the pods
-   get from the budget (``tritonops.k8s.budget.triton_memory_args``), and runs the golden inference;
+   get from the budget (``tritonops.k8s.stacks.triton.budget.triton_memory_args``), and runs the golden inference;
 2. scrapes Triton's ``/metrics`` for the ``nv_gpu_*`` series of every GPU nvidia-smi lists;
 3. runs every GPU dashboard panel query and every GPU alert query (those reading ``nv_gpu_*`` or
    ``DCGM_*``, selected from ``tritonops.observability``) against a real Prometheus scraping that Triton;
@@ -129,9 +129,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from tritonclient.grpc import model_config_pb2
-from tritonops.k8s import budget as b
 from tritonops.k8s.catalog import GPU_FAMILIES, GpuFamily
 from tritonops.k8s.config import ModelService, NodePoolRef, ServedModel, TritonStackConfig
+from tritonops.k8s.stacks.triton import budget as b
 from tritonops.model_repo import pbtxt
 from tritonops.observability import dashboards as d
 from tritonops.observability import metrics as m

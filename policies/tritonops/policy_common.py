@@ -19,11 +19,11 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 GPU = "nvidia.com/gpu"
 HEALTH = {"startupProbe": "/v2/health/", "readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
-AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.release_agent.AGENT_KEY
+AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.stacks.triton.release_agent.AGENT_KEY
 TRACK = "track"  # tritonops.k8s.labels.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-# Scale to zero (tritonops.k8s.scaling.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
+# Scale to zero (tritonops.k8s.stacks.triton.scaling.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
 # prod's explicit consent, and the wake-up signal that exists while no Triton pod runs.
 ALLOW_SCALE_TO_ZERO = "tritonops.io/allow-scale-to-zero"
 WAKE_METRICS = ("nginx_ingress_controller_requests",)

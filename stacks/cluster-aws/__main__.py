@@ -1,7 +1,7 @@
-"""Pulumi program of the cluster-aws stack: all logic lives in tritonops.k8s (see infra/tritonops/k8s/stacks.py)."""
+"""Pulumi program of the cluster-aws stack: all logic lives in tritonops.k8s (see infra/tritonops/k8s/programs.py)."""
 
 from pathlib import Path
 
-from tritonops.k8s.stacks import run
+from tritonops.k8s.programs import run
 
 run(Path(__file__).parent)

@@ -32,7 +32,7 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 from tritonops.agent import metrics as agent_metrics
-from tritonops.k8s.workload import SUMMARY_LATENCIES_ARG
+from tritonops.k8s.stacks.triton.workload import SUMMARY_LATENCIES_ARG
 from tritonops.observability import dashboards as d
 from tritonops.observability import keda
 from tritonops.observability import metrics as m

@@ -4,7 +4,7 @@ release agent process as its sidecar, and steady inference load spread over the 
 moto_server (the moto[server] package) on 127.0.0.1 is a plainly named stand-in for AWS S3; the agents
 reach it through a small TCP relay that the test can cut, to play an S3 outage. The agents run the
 shipped zipapp (``tritonops agent build``) with the argv the Kubernetes pod runs
-(``tritonops.k8s.triton.release_agent_args``). Steps, one test each, in order:
+(``tritonops.k8s.stacks.triton.release_agent.release_agent_args``). Steps, one test each, in order:
 
 1. release 2 is published: every replica serves it within poll interval + load time, 0 failed requests;
 2. a release whose golden check fails: every replica stays on release 2, 0 failed requests, the failure
@@ -197,7 +197,7 @@ class Fleet:
 
 def _agent_argv(command: str, agent: Path, link: Path, releases: Path, triton_url: str, port: int, relay: Relay,
                 trusted: Path, cache: Path) -> list[str]:
-    from tritonops.k8s.release_agent import release_agent_args
+    from tritonops.k8s.stacks.triton.release_agent import release_agent_args
 
     return [sys.executable, "-I", str(agent), *release_agent_args(
         command, STORE, "stable", str(link), str(releases), [str(trusted)],

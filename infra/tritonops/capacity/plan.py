@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tritonops.core.errors import UsageError
 from tritonops.core.fsio import read_bounded
-from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import TritonStackConfig
+from tritonops.k8s.stacks.triton.budget import service_budget
 from tritonops.observability.keda import ScalingPolicy, desired_replicas
 
 INPUT_MAX_BYTES = 1 << 20

@@ -94,10 +94,10 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
 
 
 def _check_channels(stack: str, env: str, stacks_dir: Path) -> None:
-    """Each pull-mode channel of the triton stack file exists in its store (tritonops.k8s.bootstrap)."""
-    from tritonops.k8s.bootstrap import check_channels
+    """Each pull-mode channel of the triton stack file exists in its store (tritonops.k8s.stacks.triton.bootstrap)."""
     from tritonops.k8s.config import TritonStackConfig
     from tritonops.k8s.stack_file import load_stack_config, stack_file
+    from tritonops.k8s.stacks.triton.bootstrap import check_channels
 
     if stack != "triton":
         raise ConfigError("--check-channels", f"only the triton stack has release channels (not {stack!r})")

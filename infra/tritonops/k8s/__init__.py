@@ -1,9 +1,10 @@
 """Kubernetes side: pure builders of Kubernetes objects, thin Pulumi components, stack programs.
 
-Configuration: ``config`` (the pydantic models and ``ConfigError``), ``parse`` (the rules across
-fields), ``stack_file`` (reading ``Pulumi.<env>.yaml``). Builders return plain dicts and never import
-Pulumi, so ``tritonops render`` writes the very objects ``pulumi up`` creates: for the triton stack
-``labels``, ``workload``, ``release_agent``, ``exposure``, ``scaling``, ``monitoring`` and ``drift``,
-assembled by ``triton``; ``platform``, ``eks`` and ``karpenter`` for the others. ``components`` and
-``stacks`` hold the Pulumi side.
+Grouped by what it builds. At the top, what all three stacks share: the config models (``config``)
+and their parser (``parse``, ``keys``), stack files (``stack_file``, ``contract``), ``labels``,
+``catalog``, ``waits``, ``helm`` and ``gitops``, ``render`` (with ``rendered`` and ``programs``), the
+Pulumi engine side (``engine``), the cluster contract and ``preflight``. ``stacks.<stack>`` holds each
+stack's builders, its rules across config fields (``checks``) and its program (``program``);
+``components`` holds one Pulumi ComponentResource per module. Builders return plain dicts and never
+import Pulumi, so ``tritonops render`` writes the very objects ``pulumi up`` creates.
 """

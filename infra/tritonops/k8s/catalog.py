@@ -1,6 +1,6 @@
 """GPU instance families on AWS and what one GPU of each offers.
 
-The memory budget (``tritonops.k8s.budget``) and the node-pool validation both read this table, so an
+The memory budget (``tritonops.k8s.stacks.triton.budget``) and the node-pool validation both read this table, so an
 instance type outside it is refused before anything is created.
 """
 

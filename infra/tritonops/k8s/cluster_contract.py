@@ -37,9 +37,9 @@ from tritonops.k8s.config import (
     project_name,
 )
 from tritonops.k8s.contract import Problem, locate
-from tritonops.k8s.eks import EBS_CSI_ADDON
 from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL, name_of
 from tritonops.k8s.stack_file import load_stack_config, stack_envs, stack_file
+from tritonops.k8s.stacks.cluster_aws.eks import EBS_CSI_ADDON
 from tritonops.versions import GATEWAY_API_VERSION, INGRESS_NGINX_CHART_VERSION
 
 Obj = dict[str, Any]
@@ -445,7 +445,7 @@ def _platform(stack: str, objs: list[Obj], cluster: Cluster) -> Iterator[Problem
 
 def check(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]:
     """Every object the stack renders against the contract and the cluster's other stacks; [] when clean."""
-    from tritonops.k8s.stacks import render_set
+    from tritonops.k8s.programs import render_set
 
     path = stack_file(stack, env, stacks_dir)
     cfg = load_stack_config(stack, env, stacks_dir)

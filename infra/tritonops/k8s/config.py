@@ -310,7 +310,7 @@ class MemoryConfig(_Cfg):
 
 
 class Autoscaling(_Cfg):
-    """KEDA's ScaledObject of a model service (``tritonops.k8s.scaling.scaled_object``).
+    """KEDA's ScaledObject of a model service (``tritonops.k8s.stacks.triton.scaling.scaled_object``).
 
     ``minReplicas: 0`` (scale to zero) needs a wake-up signal that exists while no Triton pod runs:
     ingress-nginx's request counter for the service's Ingresses (``ingress.mode: ingress``). KEDA

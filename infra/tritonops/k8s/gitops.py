@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tritonops.k8s.platform import HelmRelease
+from tritonops.k8s.helm import HelmRelease
 
 Obj = dict[str, Any]
 HELM_RELEASE_API = "helm.toolkit.fluxcd.io/v2"

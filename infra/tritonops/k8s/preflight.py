@@ -30,8 +30,9 @@ from tritonops.k8s.config import StackConfig, TritonStackConfig, project_name
 from tritonops.k8s.contract import locate
 from tritonops.k8s.kubeapi import METADATA_ONLY, Client
 from tritonops.k8s.labels import name_of
+from tritonops.k8s.programs import render_set
+from tritonops.k8s.rendered import RenderSet
 from tritonops.k8s.stack_file import load_stack_config, stack_file
-from tritonops.k8s.stacks import RenderSet, render_set
 
 Obj = dict[str, Any]
 ZERO_DIGEST = re.compile(r"@sha256:0{64}$")

@@ -29,8 +29,9 @@ import yaml
 from tritonops.k8s.config import ConfigError, project_name
 from tritonops.k8s.contract import missing_user_values
 from tritonops.k8s.gitops import flux_objects
+from tritonops.k8s.programs import render_set
+from tritonops.k8s.rendered import RenderSet
 from tritonops.k8s.stack_file import load_stack_config, stack_file
-from tritonops.k8s.stacks import RenderSet, render_set
 
 
 def _dump(doc: Any) -> str:

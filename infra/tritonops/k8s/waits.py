@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from tritonops.k8s.labels import GPU_RESOURCE, TRACK_LABEL, Obj
-from tritonops.k8s.release_agent import AGENT_GOLDEN_TIMEOUT_S
+from tritonops.k8s.stacks.triton.release_agent import AGENT_GOLDEN_TIMEOUT_S
 from tritonops.observability.metrics import CANARY
 
 SKIP_AWAIT = "pulumi.com/skipAwait"

@@ -1,4 +1,4 @@
-"""Triton's command line, built once: the pods (``tritonops.k8s.workload``), ``tritonops serve`` and the
+"""Triton's command line, built once: the pods (``tritonops.k8s.stacks.triton.workload``), ``tritonops serve`` and the
 tests (``tritonops.triton.server``) and the edge role (the ``tritonops.triton.tritonserver_args`` lookup
 behind ``roles/triton_server/templates/tritonserver-args.j2``) all call :func:`triton_args`.
 

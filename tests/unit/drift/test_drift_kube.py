@@ -23,9 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from tritonops.agent import kube
 from tritonops.core.errors import ReleaseError
-from tritonops.k8s import drift
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.stacks.triton import drift
 
 TOKEN = "unit-test.sa-token-9f3e"
 DIGEST_A, DIGEST_B = "a" * 64, "b" * 64
@@ -56,7 +56,7 @@ def rendered() -> dict[str, Any]:
     Deployment and one of the canary's."""
     cfg = _cfg("dev")
     svc = next(s for s in cfg.model_services if s.release is not None)
-    from tritonops.k8s.workload import deployment
+    from tritonops.k8s.stacks.triton.workload import deployment
 
     expected = drift.expected_pods(cfg, svc)
     stable, canary = expected["deployments"]

@@ -22,10 +22,10 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
-from tritonops.k8s.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 from tritonops.k8s.config import TritonStackConfig, project_name
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.triton.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS_DIR = ROOT / "stacks"
@@ -225,7 +225,7 @@ def run_program(
 ) -> Mocks:
     """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns.
     ``secrets``: set the SECRETS of the stack, less the keys in ``omit``. ``check_channels``: let the
-    triton program read its release stores (tritonops.k8s.bootstrap; off here: the stores of the
+    triton program read its release stores (tritonops.k8s.stacks.triton.bootstrap; off here: the stores of the
     committed files are not reachable from tests)."""
     mocks = mocks if mocks is not None else Mocks()
     set_mocks(mocks, project_name(stack), env)
@@ -234,7 +234,7 @@ def run_program(
 
     @pulumi.runtime.test
     def program() -> Any:
-        import tritonops.k8s.stacks as stacks
+        import tritonops.k8s.programs as stacks
 
         created: dict[str, Any] = {}
         original = stacks.run

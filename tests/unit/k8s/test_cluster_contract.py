@@ -140,7 +140,7 @@ def test_the_cluster_stack_name_forms() -> None:
 def test_the_stack_reference_name_is_backend_neutral() -> None:
     """``<project>/<stack>`` gets the organization the program runs under: the literal ``organization`` on a
     self-managed backend, the user's organization on Pulumi Cloud; a full name is kept."""
-    from tritonops.k8s.stacks import stack_reference_name
+    from tritonops.k8s.engine import stack_reference_name
 
     assert stack_reference_name("tritonops-cluster-aws/dev", "organization") == "organization/tritonops-cluster-aws/dev"
     assert stack_reference_name("tritonops-cluster-aws/dev", "acme") == "acme/tritonops-cluster-aws/dev"

@@ -8,10 +8,12 @@ import json
 
 import pytest
 from k8s_harness import as_ints, committed, envs, triton_config
-from tritonops.k8s import eks, outputs, platform
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError, PlatformConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.cluster_aws import eks
+from tritonops.k8s.stacks.platform import charts as platform
+from tritonops.k8s.stacks.triton import outputs
 
 
 def _addons(env: str) -> dict[str, dict]:

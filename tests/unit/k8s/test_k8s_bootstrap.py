@@ -1,7 +1,7 @@
 """The triton stack refuses to create pull-mode pods whose channel nobody published to.
 
 Against moto_server on 127.0.0.1 (the stand-in for AWS S3): the dev stack, its store pointed at the
-local S3, is run as the Pulumi program (mocks) and through :func:`tritonops.k8s.bootstrap.check_channels`
+local S3, is run as the Pulumi program (mocks) and through :func:`tritonops.k8s.stacks.triton.bootstrap.check_channels`
 before and after ``tritonops release publish`` (the library call the CLI makes) moves its channels.
 """
 
@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from k8s_harness import ROOT, Mocks, run_program
 from tritonops.agent import signing
-from tritonops.k8s import bootstrap, render
+from tritonops.k8s import render
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
+from tritonops.k8s.programs import render_set
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.k8s.stacks import render_set
+from tritonops.k8s.stacks.triton import bootstrap
 from tritonops.release import publish as pub
 
 pytestmark = pytest.mark.integration  # moto_server, a real S3 stand-in process

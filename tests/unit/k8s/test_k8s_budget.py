@@ -1,14 +1,14 @@
-"""The GPU memory budget (tritonops.k8s.budget): figures, overflow, time-slicing."""
+"""The GPU memory budget (tritonops.k8s.stacks.triton.budget): figures, overflow, time-slicing."""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
-from tritonops.k8s.budget import BudgetError, budgets, check_budget
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.triton.budget import BudgetError, budgets, check_budget
 
 
 def _triton(env: str = "prod") -> TritonStackConfig:

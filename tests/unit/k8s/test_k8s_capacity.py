@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from k8s_harness import as_ints, committed, envs, triton_config
 from tritonops import versions
-from tritonops.k8s import autoscaler, eks, karpenter, triton, waits
+from tritonops.k8s import waits
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError
 from tritonops.k8s.labels import GPU_RESOURCE
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.cluster_aws import autoscaler, eks, karpenter
+from tritonops.k8s.stacks.triton import objects as triton
 
 
 def _pods(env: str) -> list[tuple[str, dict[str, Any]]]:

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from k8s_harness import STACK_FILES, STACKS_DIR, envs
 from tritonops.k8s.config import STACKS, ConfigError, config_keys
-from tritonops.k8s.eks import node_pools_summary
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.cluster_aws.eks import node_pools_summary
 
 
 def _own(stack: str, env: str) -> dict[str, Any]:

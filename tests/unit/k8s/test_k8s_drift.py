@@ -1,4 +1,4 @@
-"""The drift CronJob (tritonops.k8s.drift) runs the agent's `check` from the namespace's ConfigMap."""
+"""The drift CronJob (tritonops.k8s.stacks.triton.drift) runs the agent's `check` from the namespace's ConfigMap."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.agent.cli import parser as agent_parser
-from tritonops.k8s import drift, release_agent, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.stacks.triton import drift, release_agent, workload
+from tritonops.k8s.stacks.triton import objects as triton
 
 
 def _triton(env: str = "prod") -> TritonStackConfig:

@@ -1,4 +1,4 @@
-"""EKS specs (tritonops.k8s.eks): cluster, node groups, kubeconfig, IRSA and S3 read policies."""
+"""EKS specs (tritonops.k8s.stacks.cluster_aws.eks): cluster, node groups, kubeconfig, IRSA and S3 read policies."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import yaml
 from k8s_harness import user_stacks
 from tritonops import versions
-from tritonops.k8s import eks
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.stacks.cluster_aws import eks
 
 # --- EKS -----------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import pytest
 from tritonops.agent import rollout
 from tritonops.agent.store import Store
 from tritonops.core.errors import StoreError
-from tritonops.k8s import eks
+from tritonops.k8s.stacks.cluster_aws import eks
 
 pytestmark = pytest.mark.integration  # a real server (moto_server) on loopback
 

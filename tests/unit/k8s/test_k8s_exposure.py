@@ -16,13 +16,16 @@ from typing import Any
 import pytest
 import yaml
 from k8s_harness import Mocks, direct_prod_services, run_program
-from tritonops.k8s import exposure, platform, release_agent, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, PlatformConfig, TritonStackConfig
-from tritonops.k8s.parse import GATEWAY_MAX_MODELS, parse_config
+from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build, render
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
-from tritonops.triton.args import RESTRICTED_APIS
+from tritonops.k8s.stacks.platform import charts as platform
+from tritonops.k8s.stacks.triton import exposure, release_agent, workload
+from tritonops.k8s.stacks.triton import objects as triton
+from tritonops.k8s.stacks.triton.checks import GATEWAY_MAX_MODELS
+from tritonops.triton.admin import RESTRICTED_APIS
 
 Obj = dict[str, Any]
 
@@ -415,7 +418,7 @@ def test_restricted_groups_are_the_admin_apis() -> None:
         ({"ip": "10.0.12.34"}, 443, True),  # the API server (EKS: control-plane ENIs in the subnets)
         ({"ip": "10.0.12.34"}, 6443, True),
         ({"ip": "10.0.12.34"}, 22, False),
-        ({"ns": "triton", "pod": SERVER}, release_agent.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.drift)
+        ({"ns": "triton", "pod": SERVER}, release_agent.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.stacks.triton.drift)
     ],
 )
 def test_the_drift_check_reaches_the_kube_api_and_the_agents(dst: Obj, port: int, allowed: bool) -> None:

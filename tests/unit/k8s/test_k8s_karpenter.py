@@ -15,13 +15,14 @@ import pytest
 import yaml
 from k8s_harness import ROOT, as_ints, committed, envs, k8s_objects, user_stacks
 from tritonops import versions
-from tritonops.k8s import karpenter, workload
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError
-from tritonops.k8s.eks import node_labels
 from tritonops.k8s.parse import parse_config
+from tritonops.k8s.programs import render_set
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
-from tritonops.k8s.stacks import render_set
+from tritonops.k8s.stacks.cluster_aws import karpenter
+from tritonops.k8s.stacks.cluster_aws.eks import node_labels
+from tritonops.k8s.stacks.triton import workload
 
 DATA = Path(__file__).parent / "data" / "karpenter"
 CRDS = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8s.aws_ec2nodeclasses.yaml"}
@@ -207,7 +208,7 @@ def test_stack_creates_the_same_nodepools_render_writes(env: str) -> None:
 @ENVS
 def test_system_pool_stays_managed_and_karpenter_pools_get_no_node_group(env: str) -> None:
     mocks = committed("cluster-aws", env)
-    # <cluster>-<pool>-<6 hex of the inputs that replace it> (tritonops.k8s.eks._named)
+    # <cluster>-<pool>-<6 hex of the inputs that replace it> (tritonops.k8s.stacks.cluster_aws.eks._named)
     groups = {g.inputs["nodeGroupName"][:-7] for g in mocks.of_type("aws:eks/nodeGroup:NodeGroup")}
     cfg = load_stack_config("cluster-aws", env)
     assert isinstance(cfg, ClusterAwsConfig)
@@ -354,7 +355,7 @@ def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
 
 
 def test_karpenter_args_refuse_a_cluster_without_karpenter_pools() -> None:
-    from tritonops.k8s.karpenter_stack import KarpenterArgs
+    from tritonops.k8s.components.karpenter import KarpenterArgs
 
     raw = copy.deepcopy(read_stack_file("cluster-aws", "dev")[0])
     pool = raw["gpuNodePools"][0]

@@ -1,4 +1,4 @@
-"""The platform stack's releases (tritonops.k8s.platform): GPU Operator, monitoring, Alertmanager, KEDA."""
+"""The platform stack's releases (tritonops.k8s.stacks.platform.charts): GPU Operator, monitoring, Alertmanager, KEDA."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 from tritonops import versions
-from tritonops.k8s import platform
 from tritonops.k8s.config import ConfigError, PlatformConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.platform import charts as platform
 
 
 def _platform(env: str = "prod") -> PlatformConfig:

@@ -309,7 +309,7 @@ def _sidecar(props: dict[str, Any]) -> dict[str, Any]:
 
 def test_agent_containers_are_not_triton_servers() -> None:
     """Same image, but no GPU and no /v2/health probes needed: only the server is a Triton container."""
-    from tritonops.k8s import release_agent
+    from tritonops.k8s.stacks.triton import release_agent
 
     assert pc.AGENT_FILE == release_agent.AGENT_KEY
     # stable and canary (sorted: the engine registers resources concurrently, in no fixed order)

@@ -4,8 +4,8 @@ registered under Pulumi mocks) names only objects that exist on its cluster.
 What exists: the objects of every stack file deployed to the same cluster (cluster-aws's stack file,
 and the platform and triton files whose ``cluster.clusterStack`` names it), the entries of their
 ``secrets-required.yaml`` (as ``tritonops render`` writes it), the CRDs of the charts the stacks install
-(tritonops.k8s.refs.CHART_KINDS, checked against the charts' CRD test data) and what Kubernetes itself
-provides (tritonops.k8s.refs.KUBERNETES_PROVIDED: each namespace's ``default`` ServiceAccount, the
+(k8s_refs.CHART_KINDS, checked against the charts' CRD test data) and what Kubernetes itself
+provides (k8s_refs.KUBERNETES_PROVIDED: each namespace's ``default`` ServiceAccount, the
 system PriorityClasses). A dangling reference fails with the object and the field.
 """
 
@@ -15,14 +15,15 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import k8s_refs as refs
 import pytest
 import yaml
 from k8s_harness import STACKS_DIR, committed, k8s_objects, user_stacks
-from tritonops.k8s import refs, render
+from tritonops.k8s import render
 from tritonops.k8s.config import project_name
 from tritonops.k8s.parse import parse_config
+from tritonops.k8s.programs import render_set
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
-from tritonops.k8s.stacks import render_set
 
 Obj = dict[str, Any]
 DATA = Path(__file__).parent / "data"
@@ -330,7 +331,7 @@ def test_chart_kinds_cover_every_chart_the_stacks_install(render_root: Path) -> 
     charts |= {c for s, e in STACK_FILES for c in registered(s, e)[1]}
     assert charts, "no Helm release rendered"
     assert charts <= set(refs.CHART_KINDS), f"charts without a kinds entry: {charts - set(refs.CHART_KINDS)}"
-    with pytest.raises(KeyError, match="not in tritonops.k8s.refs.CHART_KINDS"):
+    with pytest.raises(KeyError, match="not in k8s_refs.CHART_KINDS"):
         refs.provided_by_charts(["some-other-chart"])
 
 

@@ -1,4 +1,4 @@
-"""Pull mode (tritonops.k8s.release_agent): the release agent's init container, sidecar, volumes and
+"""Pull mode (tritonops.k8s.stacks.triton.release_agent): the release agent's init container, sidecar, volumes and
 ConfigMap in the Triton pod, and the agent's own argv."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from k8s_harness import ROOT, container_args, direct_config, triton_config
 from tritonops.agent import manifest, releases, signing
 from tritonops.agent.bundle import build_bytes
 from tritonops.agent.cli import parser as agent_parser
-from tritonops.k8s import exposure, monitoring, release_agent, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
-from tritonops.k8s.required import user_secrets
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.triton.args import RESTRICTED
+from tritonops.k8s.stacks.triton import exposure, monitoring, release_agent, workload
+from tritonops.k8s.stacks.triton import objects as triton
+from tritonops.k8s.stacks.triton.required import user_secrets
+from tritonops.triton.admin import RESTRICTED
 
 # --- pull mode: the release agent in the pod -----------------------------------------------------
 

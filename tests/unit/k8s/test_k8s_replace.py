@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from k8s_harness import Captured, Mocks, committed, envs, run_program
 from pydantic.alias_generators import to_camel
-from tritonops.k8s import eks
 from tritonops.k8s.stack_file import read_stack_file
+from tritonops.k8s.stacks.cluster_aws import eks
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 # AWS resources the stacks name themselves (the name input), and the one that may keep it: the cluster.

@@ -19,11 +19,11 @@ import yaml
 from k8s_harness import ROOT, envs, strict_schema
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from tritonops import versions
-from tritonops.k8s import exposure, scaling
 from tritonops.k8s.config import PRODUCTION, ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
+from tritonops.k8s.stacks.triton import exposure, scaling
 from tritonops.observability import keda
 
 DATA = Path(__file__).parent / "data" / "keda"

@@ -24,11 +24,12 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from pulumi.runtime.settings import get_root_resource
 from pulumi.runtime.sync_await import _sync_await
-from tritonops.k8s import labels, outputs
+from tritonops.k8s import labels
 from tritonops.k8s.config import ConfigError, project_name
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import read_stack_file
+from tritonops.k8s.stacks.triton import outputs
 
 STACKS = ("cluster-aws", "platform", "triton")
 ENVS = pytest.mark.parametrize("env", ["dev", "prod"])
@@ -299,7 +300,7 @@ def test_render_writes_the_reader_placeholder_and_the_stack_the_real_arn() -> No
         IRSA: "arn:aws:iam::<account-id>:role/tritonops-prod-model-reader"
     }
     arns = {k: v["arn"] for k, v in cluster_outputs("organization/tritonops-cluster-aws/prod")["modelReaders"].items()}
-    from tritonops.k8s.stacks import render_set
+    from tritonops.k8s.programs import render_set
 
     objs = render_set("triton", "prod", _config("triton", "prod"), arns).objects
     (sa,) = [o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "triton-vision"]
@@ -385,7 +386,7 @@ def test_karpenter_resources_depend_on_the_chart_release(monkeypatch: pytest.Mon
 
 
 def test_triton_service_args_need_the_readers_arn_and_only_then() -> None:
-    from tritonops.k8s.components import TritonServiceArgs
+    from tritonops.k8s.components.triton_service import TritonServiceArgs
 
     prod, dev = _config("triton", "prod"), _config("triton", "dev")
     reader = next(s for s in prod.model_services if s.model_reader)

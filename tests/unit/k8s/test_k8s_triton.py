@@ -1,4 +1,4 @@
-"""A model service's objects as the assembler (tritonops.k8s.triton) puts them together: Service, PDB,
+"""A model service's objects as the assembler (tritonops.k8s.stacks.triton.objects) puts them together: Service, PDB,
 NetworkPolicy, ServiceAccount, ScaledObject, routes, the namespace's objects, and canary tracks."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from k8s_harness import container, direct_config, triton_config
 from tritonops.agent.cli import parser as agent_parser
-from tritonops.k8s import drift, exposure, monitoring, scaling, triton, workload
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
+from tritonops.k8s.stacks.triton import drift, exposure, monitoring, scaling, workload
+from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.observability.keda import prometheus_trigger
 from tritonops.observability.rules import rule_groups
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT
-from tritonops.k8s import exposure, triton, workload
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
+from tritonops.k8s.stacks.triton import exposure, workload
+from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.triton.server import TritonNotInstalled, TritonServer, find_install, start
 
 # A real tritonserver and moto_server on loopback: the integration tier, kept next to the k8s tests.

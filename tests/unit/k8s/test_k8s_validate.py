@@ -8,11 +8,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from k8s_harness import committed, envs, k8s_objects
-from tritonops.k8s import exposure, release_agent, triton, workload
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import read_stack_file
+from tritonops.k8s.stacks.triton import exposure, release_agent, workload
+from tritonops.k8s.stacks.triton import objects as triton
 
 LATEST = kubernetes_validate.latest_version()
 VERSIONS = ["1.30.0", LATEST]

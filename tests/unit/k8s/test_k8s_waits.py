@@ -12,7 +12,8 @@ import pytest
 import typer
 from k8s_harness import STACK_FILES, STACKS_DIR, as_ints, committed, k8s_objects, triton_config
 from tritonops.cli.k8s import render as render_cmd
-from tritonops.k8s import triton, waits
+from tritonops.k8s import waits
+from tritonops.k8s.stacks.triton import objects as triton
 from typer.testing import CliRunner
 
 AWAITED = {

@@ -1,4 +1,4 @@
-"""The server pods of a model service (tritonops.k8s.workload): Triton's container and arguments, the
+"""The server pods of a model service (tritonops.k8s.stacks.triton.workload): Triton's container and arguments, the
 Deployment's scheduling, hardening and rollout, and selectors that match only the server pods."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from k8s_harness import container, container_args, direct_config, triton_config
 from tritonops.k8s import labels as k8s_labels
-from tritonops.k8s import triton, workload
-from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.triton.args import RESTRICTED
+from tritonops.k8s.stacks.triton import objects as triton
+from tritonops.k8s.stacks.triton import workload
+from tritonops.k8s.stacks.triton.budget import service_budget
+from tritonops.triton.admin import RESTRICTED
 
 # --- Triton Deployment ---------------------------------------------------------------------------
 

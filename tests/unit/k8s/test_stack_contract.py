@@ -26,11 +26,14 @@ from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program, user_s
 from pulumi.automation import ProjectSettings
 from pydantic import TypeAdapter
 from tritonops.cli.k8s import render as render_cmd
-from tritonops.k8s import contract, karpenter, platform, workload
+from tritonops.k8s import contract
 from tritonops.k8s.config import MODELS, STACKS, ClusterAwsConfig, ConfigError, PlatformConfig, TritonStackConfig
 from tritonops.k8s.labels import TIER_LABEL
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.cluster_aws import karpenter
+from tritonops.k8s.stacks.platform import charts as platform
+from tritonops.k8s.stacks.triton import workload
 from typer.testing import CliRunner
 
 runner = CliRunner()

@@ -16,9 +16,9 @@ from typing import Any
 from tritonops import versions
 from tritonops.k8s.catalog import KARPENTER_AMI_FAMILIES, gpu_family, instance_family
 from tritonops.k8s.config import PRODUCTION, ClusterAwsConfig, GpuNodePoolConfig
-from tritonops.k8s.eks import node_labels, tags
+from tritonops.k8s.helm import HelmRelease
 from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL
-from tritonops.k8s.platform import HelmRelease
+from tritonops.k8s.stacks.cluster_aws.eks import node_labels, tags
 
 Obj = dict[str, Any]
 

@@ -6,8 +6,8 @@ The queries come from ``tritonops.observability.keda`` (one source for Kubernete
 from __future__ import annotations
 
 from tritonops.k8s.config import ModelService, TritonStackConfig
-from tritonops.k8s.exposure import ingresses
 from tritonops.k8s.labels import Obj, name_of, object_meta
+from tritonops.k8s.stacks.triton.exposure import ingresses
 from tritonops.observability import keda
 from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
 

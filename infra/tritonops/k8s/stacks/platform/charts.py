@@ -1,19 +1,19 @@
 """Pure builders for the platform stack: the GPU Operator, kube-prometheus-stack and KEDA.
 
-Each chart is a :class:`HelmRelease` (pinned chart, repository, namespace, values as data) plus the
+Each chart is a :class:`tritonops.k8s.helm.HelmRelease` (pinned chart, repository, namespace, values as data) plus the
 plain objects around it (namespaces, the time-slicing ConfigMap, the Alertmanager config and Grafana
 admin Secrets).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from tritonops import versions
 from tritonops.k8s.config import PRODUCTION, PlatformConfig
+from tritonops.k8s.helm import HelmRelease
 from tritonops.k8s.labels import TIER_LABEL
 
 Obj = dict[str, Any]
@@ -23,16 +23,6 @@ ALERTMANAGER_SECRET = "alertmanager-tritonops"
 SECRETS_KEY = "alertmanagerSecrets"  # secret config object: secretKey -> webhook URL / routing key
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"  # secret config value: Grafana's admin password
 GRAFANA_USER_KEY, GRAFANA_SECRET_PASSWORD_KEY = "admin-user", "admin-password"  # keys of the Secret
-
-
-@dataclass(frozen=True)
-class HelmRelease:
-    name: str
-    chart: str
-    version: str
-    repo: str
-    namespace: str
-    values: Obj = field(default_factory=dict)
 
 
 def labels(cfg: PlatformConfig) -> dict[str, str]:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError, ModelService, TritonStackConfig, project_name
-from tritonops.k8s.exposure import hosts
 from tritonops.k8s.labels import GRPC_PORT, HTTP_PORT, METRICS_PORT, name_of, track_name
+from tritonops.k8s.stacks.triton.exposure import hosts
 from tritonops.observability.metrics import CANARY, STABLE
 
 Obj = dict[str, Any]

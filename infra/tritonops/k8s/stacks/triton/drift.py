@@ -1,6 +1,6 @@
 """Drift CronJob for a Triton model service: is the live Triton serving what the stack says, as it says?
 
-Pure builders (dicts), added to each model service's objects by ``tritonops.k8s.triton.service_objects``,
+Pure builders (dicts), added to each model service's objects by ``tritonops.k8s.stacks.triton.objects.service_objects``,
 so ``pulumi up`` and ``tritonops render`` create the same objects. Every run of the release agent's
 ``check`` command (``infra/tritonops/agent/drift.py``, the same code the edge nodes' timer runs, from the agent
 zipapp in the namespace's ``tritonops-agent`` ConfigMap):
@@ -24,7 +24,6 @@ import json
 from typing import Any
 
 from tritonops.agent.triton import SECRET_ENV
-from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
     GRPC_PORT,
@@ -38,8 +37,9 @@ from tritonops.k8s.labels import (
     selector,
     track_selector,
 )
-from tritonops.k8s.release_agent import AGENT_PATH, AGENT_PORT, agent_mount, agent_volume
-from tritonops.k8s.workload import deployment
+from tritonops.k8s.stacks.triton.budget import service_budget
+from tritonops.k8s.stacks.triton.release_agent import AGENT_PATH, AGENT_PORT, agent_mount, agent_volume
+from tritonops.k8s.stacks.triton.workload import deployment
 from tritonops.observability.metrics import CANARY, STABLE
 
 Obj = dict[str, Any]
@@ -73,7 +73,7 @@ def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
         "triton",
         "--host",
         f"{cfg.environment}/{cfg.namespace}/{name_of(svc)}",
-        # The pods' admin APIs are restricted (tritonops.k8s.workload.triton_args), over HTTP and gRPC.
+        # The pods' admin APIs are restricted (tritonops.k8s.stacks.triton.workload.triton_args), over HTTP and gRPC.
         "--restricted",
         "--grpc",
         f"{host}:{GRPC_PORT}",

@@ -1,4 +1,4 @@
-"""Every reference a set of Kubernetes objects makes to other objects, and what resolves them.
+"""Every reference a set of Kubernetes objects makes to other objects, and what resolves them (a test helper).
 
 Pure (no Pulumi): the input is the objects as ``tritonops render`` writes them and as the stack
 programs register them (plain dicts). :func:`references` lists, for each object, what it names:
@@ -345,7 +345,7 @@ def provided_by_charts(charts: Iterable[str]) -> list[Provided]:
     out = []
     for chart in charts:
         if chart not in CHART_KINDS:
-            raise KeyError(f"chart {chart!r}: its custom kinds are not in tritonops.k8s.refs.CHART_KINDS")
+            raise KeyError(f"chart {chart!r}: its custom kinds are not in k8s_refs.CHART_KINDS")
         out += [Provided(Target(CRD, None, f"{g}/{k}"), None, f"chart {chart}") for g, k in sorted(CHART_KINDS[chart])]
     return out
 

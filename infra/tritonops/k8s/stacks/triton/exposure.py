@@ -24,7 +24,7 @@ from tritonops.k8s.labels import (
     selector,
     track_name,
 )
-from tritonops.k8s.release_agent import AGENT_PORT
+from tritonops.k8s.stacks.triton.release_agent import AGENT_PORT
 from tritonops.observability.metrics import CANARY, STABLE
 
 
@@ -261,7 +261,7 @@ def default_deny_policy(cfg: TritonStackConfig) -> Obj:
 def namespace_egress_policy(cfg: TritonStackConfig) -> Obj:
     """What every pod of the namespace may reach: the cluster DNS, and the namespace's Triton servers'
     HTTP and gRPC ports (in-namespace callers, e.g. the drift check; the servers' policy admits them).
-    The drift check's paths to the agents' port are its own (``tritonops.k8s.drift``)."""
+    The drift check's paths to the agents' port are its own (``tritonops.k8s.stacks.triton.drift``)."""
     dns = cfg.network_policy.dns
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -290,7 +290,7 @@ def namespace_egress_policy(cfg: TritonStackConfig) -> Obj:
 
 
 KUBE_API_EGRESS = "kube-api-egress"
-KUBE_API_CLIENTS = {"app.kubernetes.io/component": "drift-check"}  # infra/tritonops/k8s/drift.py's pods list pods
+KUBE_API_CLIENTS = {"app.kubernetes.io/component": "drift-check"}  # drift.py's pods list pods
 
 
 def kube_api_egress_policy(cfg: TritonStackConfig) -> Obj:

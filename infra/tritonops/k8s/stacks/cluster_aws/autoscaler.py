@@ -1,12 +1,12 @@
 """cluster-autoscaler for the managed GPU node groups of the cluster-aws stack, as data.
 
-Karpenter pools grow up to their NodePool ``limits`` (tritonops.k8s.karpenter); an EKS managed node
+Karpenter pools grow up to their NodePool ``limits`` (tritonops.k8s.stacks.cluster_aws.karpenter); an EKS managed node
 group only moves within ``minSize..maxSize`` when something sets its desired size. Without it a
 service's KEDA ``maxReplicaCount`` ends at the group's desired size (prod vision: 3 of 10). EKS tags
 the groups' Auto Scaling groups for auto-discovery (``k8s.io/cluster-autoscaler/<cluster>: owned``)
 and the controller reads a group's labels and taints from ``eks:DescribeNodegroup``, so a group at
 zero still scales up for a pod that needs its GPUs. Pure data: the stack creates the IRSA role and
-the release (tritonops.k8s.stacks).
+the release (tritonops.k8s.stacks.cluster_aws.program).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 from tritonops import versions
 from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
+from tritonops.k8s.helm import HelmRelease
 from tritonops.k8s.labels import NODE_POOL_LABEL, Obj
-from tritonops.k8s.platform import HelmRelease
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"

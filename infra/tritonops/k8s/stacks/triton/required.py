@@ -21,7 +21,7 @@ from typing import Any
 
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.labels import name_of
-from tritonops.k8s.release_agent import REPORT_KEY, trusted_keys_config_maps
+from tritonops.k8s.stacks.triton.release_agent import REPORT_KEY, trusted_keys_config_maps
 
 Obj = dict[str, Any]
 
@@ -68,7 +68,7 @@ def user_secrets(cfg: TritonStackConfig) -> list[Obj]:
             )
         tk = rel.trusted_keys
         if tk.public_keys is not None or (tk.config_map is not None and tk.config_map in created):
-            continue  # the stack creates the ConfigMap (tritonops.k8s.release_agent.trusted_keys_config_maps)
+            continue  # the stack creates the ConfigMap (release_agent.trusted_keys_config_maps)
         files = " ".join(f"--from-file={k}=./{k}" for k in tk.keys)
         if tk.config_map:
             add(

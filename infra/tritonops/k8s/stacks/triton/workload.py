@@ -3,8 +3,8 @@ Service per track, PodDisruptionBudget, and the PriorityClass they run at.
 
 Canary (``release.canary``): a second Deployment ``triton-<svc>-canary`` runs the same pod on the
 canary channel, with ``canary.replicas`` pods, behind its own Service (``tritonops.k8s.labels``
-explains the ``track`` label that keeps the two apart). Autoscaling is ``tritonops.k8s.scaling``;
-the release agent's containers are ``tritonops.k8s.release_agent``.
+explains the ``track`` label that keeps the two apart). Autoscaling is ``tritonops.k8s.stacks.triton.scaling``;
+the release agent's containers are ``tritonops.k8s.stacks.triton.release_agent``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tritonops.k8s.budget import MIB, ServiceBudget, service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
     GPU_RESOURCE,
@@ -33,7 +32,8 @@ from tritonops.k8s.labels import (
     track_name,
     track_selector,
 )
-from tritonops.k8s.release_agent import (
+from tritonops.k8s.stacks.triton.budget import MIB, ServiceBudget, service_budget
+from tritonops.k8s.stacks.triton.release_agent import (
     AGENT_PORT,
     AGENT_PORT_NAME,
     AGENT_SHA_ANNOTATION,

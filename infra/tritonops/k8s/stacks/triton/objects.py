@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from tritonops.k8s import waits
-from tritonops.k8s.budget import service_budget
 from tritonops.k8s.config import ModelService, TritonStackConfig
-from tritonops.k8s.drift import drift_objects
-from tritonops.k8s.exposure import (
+from tritonops.k8s.labels import Obj, canary_of, labels, object_meta
+from tritonops.k8s.stacks.triton.budget import service_budget
+from tritonops.k8s.stacks.triton.drift import drift_objects
+from tritonops.k8s.stacks.triton.exposure import (
     default_deny_policy,
     gateway_routes,
     ingresses,
@@ -25,11 +26,10 @@ from tritonops.k8s.exposure import (
     namespace_egress_policy,
     network_policy,
 )
-from tritonops.k8s.labels import Obj, canary_of, labels, object_meta
-from tritonops.k8s.monitoring import dashboards_config_map, prometheus_rule, service_monitor
-from tritonops.k8s.release_agent import agent_config_map, trusted_keys_config_maps
-from tritonops.k8s.scaling import scaled_object
-from tritonops.k8s.workload import (
+from tritonops.k8s.stacks.triton.monitoring import dashboards_config_map, prometheus_rule, service_monitor
+from tritonops.k8s.stacks.triton.release_agent import agent_config_map, trusted_keys_config_maps
+from tritonops.k8s.stacks.triton.scaling import scaled_object
+from tritonops.k8s.stacks.triton.workload import (
     deployment,
     pod_disruption_budget,
     priority_class,
@@ -66,7 +66,7 @@ def service_objects(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = N
         objs += ingresses(cfg, svc)
     elif cfg.ingress.mode == "gateway":
         objs += gateway_routes(cfg, svc)
-    objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.drift)
+    objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.stacks.triton.drift)
     return waits.annotate(objs)  # pulumi.com/skipAwait where readiness is the canary gate's
 
 

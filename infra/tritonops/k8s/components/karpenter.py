@@ -1,4 +1,5 @@
-"""The Karpenter component of the cluster-aws stack: thin, every value comes from tritonops.k8s.karpenter."""
+"""The Karpenter component of the cluster-aws stack: thin, every value comes from
+tritonops.k8s.stacks.cluster_aws.karpenter."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from tritonops.k8s import eks, karpenter
-from tritonops.k8s.components import apply_objects
+from tritonops.k8s.components.base import apply_objects
 from tritonops.k8s.config import ClusterAwsConfig
+from tritonops.k8s.stacks.cluster_aws import eks, karpenter
 
 NODE_POLICIES = (*eks.NODE_POLICIES, f"{eks.AWS_POLICY}/AmazonSSMManagedInstanceCore")
 

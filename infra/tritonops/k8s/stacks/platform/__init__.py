@@ -1,0 +1,1 @@
+"""The platform stack: the GPU Operator, kube-prometheus-stack and KEDA charts."""
