@@ -1,7 +1,7 @@
 """Live: ``bench``, ``tune`` and ``smoke`` against a Triton hardened as the triton_server role hardens it.
 
 The server runs with the role's restricted APIs (``--http-restricted-api`` and ``--grpc-restricted-protocol``
-over every API of ``triton.admin.RESTRICTED_APIS``, header ``triton-admin-key``): the model configuration,
+over every API of ``triton.args.RESTRICTED_APIS``, header ``triton-admin-key``): the model configuration,
 the statistics and the repository API need the admin key. The tools take it as the roles hand it out, from
 a file (``--admin-key-file``) or the release agent's variable (``TRITONOPS_ADMIN_SECRET``); without it
 they stop with one line and exit 3, before any load.

@@ -25,7 +25,7 @@ from tritonops.k8s.stacks.platform import charts as platform
 from tritonops.k8s.stacks.triton import exposure, release_agent, workload
 from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.k8s.stacks.triton.checks import GATEWAY_MAX_MODELS
-from tritonops.triton.admin import RESTRICTED_APIS
+from tritonops.triton.args import RESTRICTED_APIS
 
 Obj = dict[str, Any]
 

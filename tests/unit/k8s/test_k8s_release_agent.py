@@ -25,7 +25,7 @@ from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import exposure, monitoring, release_agent, workload
 from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.k8s.stacks.triton.required import user_secrets
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton.args import RESTRICTED
 
 # --- pull mode: the release agent in the pod -----------------------------------------------------
 

@@ -20,7 +20,7 @@ from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.k8s.stacks.triton import workload
 from tritonops.k8s.stacks.triton.budget import service_budget
-from tritonops.triton.admin import RESTRICTED
+from tritonops.triton.args import RESTRICTED
 
 # --- Triton Deployment ---------------------------------------------------------------------------
 
