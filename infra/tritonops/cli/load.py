@@ -23,6 +23,7 @@ from tritonops.cli import params as cli_params
 from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
 from tritonops.cli.output import err_console, print_json
+from tritonops.cli.params import JsonReport
 from tritonops.cli.params import path as path_arg
 from tritonops.model_repo import pbtxt
 from tritonops.triton import bench, perf_analyzer
@@ -147,7 +148,7 @@ def bench_cmd(
     ] = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
 ) -> None:
     """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
 
@@ -338,7 +339,7 @@ def smoke(
     ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
     cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
     key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
 ) -> None:
     """Live, ready, every model READY, golden inference within tolerance, metrics served.
 
