@@ -12,6 +12,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .metadata import REASONS
+
 Labels = tuple[tuple[str, str], ...]
 
 HELP = {
@@ -32,8 +34,8 @@ HELP = {
     "tritonops_release_store_requests_total": ("counter", "Requests sent to the store."),
     "tritonops_release_metadata_expired": ("gauge", "1 when the channel's signed pointer has expired (freeze: "
                                                     "nothing new is applied, the gated release serves)."),
-    "tritonops_release_metadata_rejected_total": ("counter", "Signed metadata refused, by reason (rollback, "
-                                                             "expired, channel, relabel, signature, length, store)."),
+    "tritonops_release_metadata_rejected_total": ("counter", "Signed metadata refused, by reason "
+                                                             f"({', '.join(REASONS)})."),
     "tritonops_release_rollout_targeted": ("gauge", "1 when the channel's rollout (or no rollout) takes this "
                                                     "target, 0 when it waits for a later wave (wave: its first; "
                                                     "previous: the release before the rollout that it serves "

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from tritonops.agent import bundle
 from tritonops.cli.output import console, run_release_op
-from tritonops.cli.params import path
+from tritonops.cli.params import AsJson, path
 from tritonops.core.errors import UsageError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-side release agent.")
@@ -19,7 +19,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="The node-sid
 @app.command("build")
 def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent (one file, a zipapp)",
                                                   parser=path)],
-              as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False) -> None:
+              as_json: AsJson = False) -> None:
     """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
     def build() -> dict:
         if out.is_dir() or (out.exists() and not out.is_file()):

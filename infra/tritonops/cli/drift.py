@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from tritonops import project
 from tritonops.cli.extras import require, require_program
-from tritonops.cli.params import ProjectDir, folder_to_write, path
+from tritonops.cli.params import JsonReport, ProjectDir, folder_to_write, path
 from tritonops.core.exitcodes import ExitCode
 from tritonops.drift.models import PROBE_PLAYBOOK
 from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
@@ -81,7 +81,7 @@ def drift_cmd(
         Path | None, typer.Option(help="Also write the Markdown summary to this file (CI step summaries)",
                                   parser=path)
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
     project_dir: ProjectDir = None,
 ) -> None:

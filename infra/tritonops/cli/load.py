@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +19,7 @@ from tritonops.cli import params as cli_params
 from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
 from tritonops.cli.output import err_console, print_json
+from tritonops.cli.params import JsonReport
 from tritonops.cli.params import path as path_arg
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
@@ -128,26 +128,28 @@ def bench_cmd(
     protocol: Annotated[
         str | None, typer.Option(help="http or grpc (default: --url's scheme, else http)")
     ] = None,
-    mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = "closed",
-    concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = 4,
-    rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = 100.0,
+    mode: Annotated[str, typer.Option(help="closed (concurrency) or open (Poisson rate)")] = BenchConfig.mode,
+    concurrency: Annotated[int, typer.Option(help="Closed loop: requests in flight")] = BenchConfig.concurrency,
+    rate: Annotated[float, typer.Option(help="Open loop: mean requests per second")] = BenchConfig.rate,
     requests: Annotated[
         int | None, typer.Option(help="Measure this many requests (default: as many as --duration allows)")
     ] = None,
-    duration: Annotated[float, typer.Option(help="Measurement time budget in seconds", callback=_DURATION)] = 10.0,
-    batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = 1,
+    duration: Annotated[
+        float, typer.Option(help="Measurement time budget in seconds", callback=_DURATION)
+    ] = BenchConfig.max_seconds,
+    batch_size: Annotated[int, typer.Option(help="Batch size per request (batching models)")] = BenchConfig.batch_size,
     engine: Annotated[
         str, typer.Option(help="perf_analyzer (Triton's load generator, the reference) or python (asyncio)")
     ] = "perf_analyzer",
     stability: Annotated[
         float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
-    ] = 10.0,
+    ] = BenchConfig.stability_pct,
     allow_host: Annotated[
         list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
     ] = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
 ) -> None:
     """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
 
@@ -207,29 +209,41 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _int_text(values: tuple[int, ...]) -> str:
+    """A default of comma-separated integers as the option takes it (the inverse of :func:`_int_list`)."""
+    return ",".join(map(str, values))
+
+
+_TUNE = tuner.TuneConfig  # tune's defaults, each one written once (TuneConfig)
+
+
 def tune_cmd(
     model: Annotated[str, typer.Argument(help="Model name (loaded, explicit mode)", callback=_model_name)],
     repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
     url: Annotated[
         str, typer.Option(help="Triton HTTP endpoint: host:port or http://HOST:PORT", callback=_endpoint)
     ] = "127.0.0.1:8000",
-    budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = 50.0,
-    concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = 16,
+    budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = _TUNE.budget_ms,
+    concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = _TUNE.concurrency,
     requests: Annotated[
         int | None, typer.Option(help="Requests measured per setting (default: as many as --duration allows)")
-    ] = None,
-    duration: Annotated[float, typer.Option(help="Measurement time budget per setting (s)", callback=_DURATION)] = 5.0,
-    engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = "perf_analyzer",
+    ] = _TUNE.max_requests,
+    duration: Annotated[
+        float, typer.Option(help="Measurement time budget per setting (s)", callback=_DURATION)
+    ] = _TUNE.max_seconds,
+    engine: Annotated[str, typer.Option(help="perf_analyzer (the reference) or python")] = _TUNE.engine,
     stability: Annotated[
         float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
-    ] = 10.0,
-    instances: Annotated[str, typer.Option(help="Instance counts to try", callback=_ints(1))] = "1,2",
+    ] = _TUNE.stability_pct,
+    instances: Annotated[
+        str, typer.Option(help="Instance counts to try", callback=_ints(1))
+    ] = _int_text(_TUNE.instance_counts),
     delays: Annotated[
         str, typer.Option(help="max_queue_delay_microseconds values to try", callback=_ints(0))
-    ] = "0,500,2000",
+    ] = _int_text(_TUNE.queue_delays_us),
     search: Annotated[
         str, typer.Option(help="climb (one dimension at a time, kept when it gains) or grid (every setting)")
-    ] = "climb",
+    ] = _TUNE.search,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
@@ -262,20 +276,27 @@ def tune_cmd(
         raise typer.BadParameter("tune reloads models through Triton's HTTP repository API: give http://HOST:PORT",
                                  param_hint="'--url'")
     config_path = repository / model / "config.pbtxt"
+    spec, cfg = _tune_config(config_path, lambda: tuner.TuneConfig(
+        url=url, model=model, budget_ms=budget_ms, concurrency=concurrency, max_requests=requests,
+        max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
+        instance_counts=tuple(_int_list(instances)), queue_delays_us=tuple(_int_list(delays)),
+        search=search, headers=admin))  # type: ignore[arg-type]
+    result = _tune_run(cfg, spec, progress=not as_json)
+    _tune_report(result, cfg, config_path, plot_path or Path(f"tune-{model}.png"), write, as_json)
+
+
+def _tune_config(config_path: Path,
+                 settings: Callable[[], tuner.TuneConfig]) -> tuple[pbtxt.ModelSpec, tuner.TuneConfig]:
+    """The model's configuration and tune's settings, checked before any request is sent: an unusable
+    config.pbtxt or setting exits 2, a Triton that does not answer (or a missing engine) exits 3."""
     try:
         spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
-        if not (math.isfinite(budget_ms) and budget_ms > 0):
-            raise ValueError(f"budget-ms: must be a finite number > 0, got {budget_ms}")
-        load = BenchConfig(url=url, model=model, concurrency=concurrency, max_requests=requests,
-                           max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
-                           headers=admin)
-        if search not in ("climb", "grid"):
-            raise ValueError(f"search: must be climb or grid, got {search!r}")
-        space = tuner.Space(spec.max_batch_size or 0, tuple(_int_list(instances)), tuple(_int_list(delays)))
+        cfg = settings()
+        cfg.space(spec.max_batch_size or 0)
         require("tune", "obs")  # the plot (matplotlib), perf_analyzer's CUDA runtime: before any request
-        bench.check_target(url)
-        bench.preflight(load)
-        if load.engine == "perf_analyzer":
+        bench.check_target(cfg.url)
+        bench.preflight(cfg.load)
+        if cfg.engine == "perf_analyzer":
             perf_analyzer.find()
     except (ValueError, pbtxt.ModelConfigError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
@@ -283,23 +304,34 @@ def tune_cmd(
     except (bench.ServerError, perf_analyzer.PerfAnalyzerError) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(ExitCode.FAILED) from None
-    with _progress(not as_json) as progress:
-        task = progress.add_task(f"tune {model} ({search})", total=len(space.grid()) if search == "grid" else None)
+    return spec, cfg
+
+
+def _tune_run(cfg: tuner.TuneConfig, spec: pbtxt.ModelSpec, progress: bool) -> tuner.TuneResult:
+    """The search, one progress line per trial on stderr; a refused or garbled answer mid-search exits 3."""
+    total = len(cfg.space(spec.max_batch_size or 0).grid()) if cfg.search == "grid" else None
+    with _progress(progress) as bar:
+        task = bar.add_task(f"tune {cfg.model} ({cfg.search})", total=total)
 
         def on_trial(t: tuner.Trial) -> None:
-            progress.advance(task)
-            progress.console.print(
+            bar.advance(task)
+            bar.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
                 f"  {t.measured}" + (f" +-{t.report.spread:.0%}" if t.report.spread else "")
                 + ("" if t.error_free else f"  errors {t.report.errors} {t.failure}"),
                 highlight=False, markup=False)
 
         try:
-            result = tuner.tune(url, spec, space, load, budget_ms, search=search, on_trial=on_trial)  # type: ignore[arg-type]
+            return tuner.run(cfg, spec, on_trial=on_trial)
         except bench.ServerError as e:  # a refused or garbled answer mid-search (a reload, the statistics)
             console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
             raise typer.Exit(ExitCode.FAILED) from None
-    png = tuner.plot(result, plot_path or Path(f"tune-{model}.png"))
+
+
+def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: Path, plot_path: Path,
+                 write: bool, as_json: bool) -> None:
+    """Plot every trial, write the recommendation (when there is one and ``write``), print, and exit 0 or 1."""
+    png = tuner.plot(result, plot_path)
     out = result.to_dict()
     out["plot"] = str(png)
     if result.best and write:  # never when the search is incomplete (then there is no best)
@@ -312,13 +344,13 @@ def tune_cmd(
         if result.best:
             best = result.best.report
             c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
-                    f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {budget_ms:g} ms)")
+                    f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {cfg.budget_ms:g} ms)")
             if write:
                 c.print(f"wrote {config_path}")
         elif result.incomplete:
             c.print(f"[red]no recommendation: {escape(result.incomplete)}[/]", soft_wrap=True)
         else:
-            c.print(f"[red]no setting kept p95 within {budget_ms:g} ms without errors[/]")
+            c.print(f"[red]no setting kept p95 within {cfg.budget_ms:g} ms without errors[/]")
         c.print(f"plot: {png}")
     raise typer.Exit(ExitCode.OK if result.best else ExitCode.FINDINGS)
 
@@ -338,7 +370,7 @@ def smoke(
     ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
     cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,
     key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS", parser=path_arg)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
 ) -> None:
     """Live, ready, every model READY, golden inference within tolerance, metrics served.
 

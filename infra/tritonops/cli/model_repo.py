@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from tritonops.agent import manifest as manifests
 from tritonops.cli.output import console, err_console, print_json
+from tritonops.cli.params import JsonReport
 from tritonops.cli.params import path as path_arg
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
@@ -29,7 +30,7 @@ def validate(
         int | None, typer.Option(min=0, help="GPUs the target has: instance groups may use ids 0..N-1 "
                                  "(default: what --target implies: cpu 0, jetson 1, gpu unchecked)")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable report")] = False,
+    as_json: JsonReport = False,
 ) -> None:
     """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
     try:

@@ -1,4 +1,5 @@
-"""Checks on command-line values that every ``tritonops`` command module shares (typer parsers and callbacks).
+"""What every ``tritonops`` command module shares about its options: checks on command-line values (typer
+parsers and callbacks) and the option types (``Annotated`` aliases) that more than one command takes.
 
 click turns an empty argument into ``Path("")``, which is the current folder, and accepts ``nan`` and
 ``inf`` for a float even with a range; these refuse both as usage errors (exit 2) naming the option.
@@ -54,6 +55,20 @@ def folder_to_write(value: Path | None) -> Path | None:
 ProjectDir = Annotated[Path | None, typer.Option(
     "--project-dir", envvar=ENV_VAR, parser=path, show_envvar=True,
     help="Project folder holding stacks/, ansible/ and roles/ (default: the current directory)")]
+
+
+# The release store (--store) of the release commands: optional in the type, as --to is its old spelling
+# (cli.release._store requires one of the two). The rollout commands take it as a plain required option.
+Store = Annotated[str | None, typer.Option(
+    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, oci://REGISTRY/REPO (credentials: "
+                     "TRITONOPS_REGISTRY_AUTH or ~/.docker/config.json), or the folder an HTTP mirror serves")]
+RolloutStore = Annotated[str, typer.Option(
+    "--store", help="Where releases live: s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
+S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
+AgentUrl = Annotated[list[str] | None, typer.Option(
+    "--agent-url", help="A release agent's /metrics URL, http(s)://HOST:PORT/metrics (repeatable)")]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+JsonReport = Annotated[bool, typer.Option("--json", help="Machine-readable report")]
 
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from tritonops.agent import signing
 from tritonops.agent.cli import exit_code
 from tritonops.cli.extras import require, require_store
 from tritonops.cli.output import console, err_console, run_release_op
-from tritonops.cli.params import either, finite, old_spelling, path
+from tritonops.cli.params import AgentUrl, AsJson, S3Endpoint, Store, either, finite, old_spelling, path
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.model_repo.validate import Target
@@ -39,13 +39,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Publish signed model releases to a store and move channel pointers.")
 
 
-# --store (the agent's name for it too); --to is its old spelling, kept for one release.
-Store = Annotated[str | None, typer.Option(
-    "--store", help="Where releases live (required): s3://BUCKET/PREFIX, oci://REGISTRY/REPO (credentials: "
-                     "TRITONOPS_REGISTRY_AUTH or ~/.docker/config.json), or the folder an HTTP mirror serves")]
+# --to: the old spelling of --store (the agent's name for it too), kept for one release.
 OldStore = Annotated[str | None, old_spelling("--to", "--store")]
-S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
-AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
 # The keys that sign a channel pointer (role "channel"): repeatable, for a threshold of several.
 Keys = Annotated[list[Path] | None, typer.Option(
     "--key", help="A private signing key (repeatable: a threshold of several); default release-signing.key",
@@ -384,8 +379,7 @@ def root_rotate_cmd(
 def status_cmd(
     channel: Annotated[list[str], typer.Option(help="A channel to show (repeatable)")],
     store: Store = None,
-    agent_url: Annotated[list[str] | None, typer.Option(
-        "--agent-url", help="A release agent's /metrics URL, http(s)://HOST:PORT/metrics (repeatable)")] = None,
+    agent_url: AgentUrl = None,
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
     to: OldStore = None,

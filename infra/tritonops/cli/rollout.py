@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tritonops.cli.extras import require_store
 from tritonops.cli.output import console, run_release_op
-from tritonops.cli.params import path
+from tritonops.cli.params import AgentUrl, AsJson, RolloutStore, S3Endpoint, path
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.release import publish as pub
@@ -26,13 +26,7 @@ from tritonops.release import rollout as ro
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Staged rollouts: a channel's release to a share of the fleet, wave by wave, on evidence.")
 
-Store = Annotated[str, typer.Option(
-    "--store", help="Where releases live: s3://BUCKET/PREFIX, or the folder an HTTP mirror serves")]
 Channel = Annotated[str, typer.Option(help="The channel the rollout moves")]
-S3Endpoint = Annotated[str | None, typer.Option(help="An S3-compatible endpoint URL (default: AWS)")]
-AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
-AgentUrl = Annotated[list[str] | None, typer.Option(
-    "--agent-url", help="A release agent's /metrics URL, http(s)://HOST:PORT/metrics (repeatable)")]
 Fleet = Annotated[Path | None, typer.Option(
     help="The agents that must report: one per line, 'AGENT-ID [GROUP,GROUP] [key=REPORT-PUBLIC-KEY]' (a report "
          "counts only when its listed agent's key signed it; agents not listed are not counted)", parser=path)]
@@ -79,7 +73,7 @@ def unattributed(out: dict[str, Any]) -> None:
 def start_cmd(
     channel: Channel,
     release: Annotated[str, typer.Option(help="A published release id (tritonops release publish --release)")],
-    store: Store,
+    store: RolloutStore,
     waves: Annotated[str, typer.Option(
         help="The waves, in order: percentages of the fleet and group waves (lab+qa), e.g. 10,50,100")] = "10,50,100",
     groups: Annotated[str | None, typer.Option(help="A first wave of these groups (comma-separated labels)")] = None,
@@ -108,7 +102,7 @@ def start_cmd(
 @app.command("advance")
 def advance_cmd(
     channel: Channel,
-    store: Store,
+    store: RolloutStore,
     agent_url: AgentUrl = None,
     fleet: Fleet = None,
     report_key: ReportKey = None,
@@ -148,7 +142,7 @@ def advance_cmd(
 @app.command("status")
 def status_cmd(
     channel: Channel,
-    store: Store,
+    store: RolloutStore,
     agent_url: AgentUrl = None,
     fleet: Fleet = None,
     report_key: ReportKey = None,

@@ -47,95 +47,126 @@ class PanelSpec:
 
 
 def _panels(policy: ScalingPolicy, job: str) -> dict[str, tuple[str, list[PanelSpec]]]:
-    w = "$__rate_interval"
+    """Each dashboard's file name, title and panels."""
     return {
-        "triton-traffic.json": ("Triton / Traffic", [
-            PanelSpec("Requests per second", "reqps", (
-                Query(f"{r.SUCCESS_RATE}{{{MODEL}}}", "{{model}} success"),
-                Query(f"sum by (model) ({r.FAILURES_RATE}{{{MODEL}}})", "{{model}} failed"),
-            ), "Successful and failed inference requests per second (each request may carry a batch)."),
-            PanelSpec("Inferences per second", "ops", (
-                Query(f"{r.INFERENCES_RATE}{{{MODEL}}}", "{{model}}"),
-            ), "Inferences (batch items) per second: nv_inference_count."),
-            PanelSpec("Pending requests", "short", (
-                Query(f"sum by (model) ({m.PENDING}{{{MODEL}}})", "{{model}}"),
-            ), "Requests waiting for a backend (nv_inference_pending_request_count), all replicas."),
-            PanelSpec("End-to-end request time (server)", "s", (
-                Query(f"{r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
-            ), "Average request duration inside Triton: rate(request_duration_us) / rate(request_success)."),
-        ]),
-        "triton-latency.json": ("Triton / Latency breakdown", [
-            PanelSpec("Average time per request, by phase", "s", (
-                Query(f"{r.QUEUE_SECONDS}{{{MODEL}}}", "{{model}} queue"),
-                Query(f"{r.COMPUTE_INPUT_SECONDS}{{{MODEL}}}", "{{model}} compute input"),
-                Query(f"{r.COMPUTE_INFER_SECONDS}{{{MODEL}}}", "{{model}} compute infer"),
-                Query(f"{r.COMPUTE_OUTPUT_SECONDS}{{{MODEL}}}", "{{model}} compute output"),
-            ), "Queue and compute phases per successful request (counter rate ratios).", True),
-            PanelSpec("Queue share of server time", "percentunit", (
-                Query(f"{r.QUEUE_SECONDS}{{{MODEL}}} / {r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
-            ), "Fraction of server-side time spent waiting in the scheduler queue."),
-            PanelSpec("End-to-end request time (server)", "s", (
-                Query(f"{r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
-            )),
-        ]),
-        "triton-batching.json": ("Triton / Batching", [
-            PanelSpec("Batch efficiency (inferences per execution)", "short", (
-                Query(f"{r.BATCH_EFFICIENCY}{{{MODEL}}}", "{{model}}"),
-            ), "nv_inference_count / nv_inference_exec_count: 1 means no batching happens."),
-            PanelSpec("Inferences and executions per second", "ops", (
-                Query(f"{r.INFERENCES_RATE}{{{MODEL}}}", "{{model}} inferences"),
-                Query(f"{r.EXECUTIONS_RATE}{{{MODEL}}}", "{{model}} executions"),
-            )),
-            PanelSpec("Requests per execution", "short", (
-                Query(
-                    f"sum by (model) (rate({m.REQUEST_SUCCESS}{{{MODEL}}}[{w}])) "
-                    f"/ sum by (model) (rate({m.EXEC_COUNT}{{{MODEL}}}[{w}]))",
-                    "{{model}}",
-                ),
-            ), "How many client requests the dynamic batcher merges into one model execution."),
-        ]),
-        "triton-failures.json": ("Triton / Failures", [
-            PanelSpec("Failure ratio by reason", "percentunit", (
-                Query(f"{r.FAILURE_RATIO_BY_REASON}{{{MODEL}}}", "{{model}} {{reason}}"),
-            ), "REJECTED (queue full / timeout), CANCELED (client), BACKEND (model error), OTHER.", True),
-            PanelSpec("Failures per second by reason", "reqps", (
-                Query(f"{r.FAILURES_RATE}{{{MODEL}}}", "{{model}} {{reason}}"),
-            ), stacked=True),
-            PanelSpec("Failure ratio", "percentunit", (
-                Query(f"{r.FAILURE_RATIO}{{{MODEL}}}", "{{model}}"),
-            )),
-        ]),
-        "triton-gpu-cpu.json": ("Triton / GPU and CPU", [
-            PanelSpec("GPU utilisation", "percentunit", (
-                Query(f"{m.GPU_UTILIZATION}", "{{instance}} {{gpu_uuid}}"),
-            ), "Absent on CPU-only servers and on Jetson (use the tegrastats exporter there)."),
-            PanelSpec("GPU memory used", "percentunit", (
-                Query(f"{m.GPU_MEMORY_USED} / {m.GPU_MEMORY_TOTAL}", "{{instance}} {{gpu_uuid}}"),
-            )),
-            PanelSpec("GPU power", "watt", (
-                Query(f"{m.GPU_POWER}", "{{instance}} {{gpu_uuid}}"),
-            )),
-            PanelSpec("CPU utilisation", "percentunit", (
-                Query(f"{m.CPU_UTILIZATION}", "{{instance}}"),
-            )),
-            PanelSpec("CPU memory used", "bytes", (
-                Query(f"{m.CPU_MEMORY_USED}", "{{instance}}"),
-            )),
-        ]),
-        "triton-replicas.json": ("Triton / Replicas", [
-            PanelSpec("Replicas serving", "short", (
-                Query(f"{r.REPLICAS_UP}{{job=\"{job}\"}}", "up"),
-            ), "Triton replicas Prometheus scrapes successfully."),
-            PanelSpec("Desired replicas (autoscaler formula, before bounds)", "short", (
-                Query(f"{r.JOB_DESIRED_REPLICAS}{{job=\"{job}\"}}", "all models"),
-                Query(f"{r.DESIRED_REPLICAS}{{{MODEL}}}", "{{model}}"),
-            ), f"ceil(sum(avg_over_time(pending[{policy.window}])) / {policy.threshold:g}); the "
-               f"ScaledObject bounds it to [{policy.min_replicas}, {policy.max_replicas}]."),
-            PanelSpec("Pending requests per replica", "short", (
-                Query(f"{r.PENDING_PER_REPLICA}{{{MODEL}}}", "{{model}}"),
-            ), f"The autoscaler targets {policy.threshold:g} per replica."),
-        ]),
+        "triton-traffic.json": ("Triton / Traffic", _traffic_panels()),
+        "triton-latency.json": ("Triton / Latency breakdown", _latency_panels()),
+        "triton-batching.json": ("Triton / Batching", _batching_panels()),
+        "triton-failures.json": ("Triton / Failures", _failure_panels()),
+        "triton-gpu-cpu.json": ("Triton / GPU and CPU", _gpu_cpu_panels()),
+        "triton-replicas.json": ("Triton / Replicas", _replica_panels(policy, job)),
     }
+
+
+def _traffic_panels() -> list[PanelSpec]:
+    """Requests, inferences, pending requests and request time."""
+    return [
+        PanelSpec("Requests per second", "reqps", (
+            Query(f"{r.SUCCESS_RATE}{{{MODEL}}}", "{{model}} success"),
+            Query(f"sum by (model) ({r.FAILURES_RATE}{{{MODEL}}})", "{{model}} failed"),
+        ), "Successful and failed inference requests per second (each request may carry a batch)."),
+        PanelSpec("Inferences per second", "ops", (
+            Query(f"{r.INFERENCES_RATE}{{{MODEL}}}", "{{model}}"),
+        ), "Inferences (batch items) per second: nv_inference_count."),
+        PanelSpec("Pending requests", "short", (
+            Query(f"sum by (model) ({m.PENDING}{{{MODEL}}})", "{{model}}"),
+        ), "Requests waiting for a backend (nv_inference_pending_request_count), all replicas."),
+        PanelSpec("End-to-end request time (server)", "s", (
+            Query(f"{r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
+        ), "Average request duration inside Triton: rate(request_duration_us) / rate(request_success)."),
+    ]
+
+
+def _latency_panels() -> list[PanelSpec]:
+    """Where a request's time goes: queue and compute phases."""
+    return [
+        PanelSpec("Average time per request, by phase", "s", (
+            Query(f"{r.QUEUE_SECONDS}{{{MODEL}}}", "{{model}} queue"),
+            Query(f"{r.COMPUTE_INPUT_SECONDS}{{{MODEL}}}", "{{model}} compute input"),
+            Query(f"{r.COMPUTE_INFER_SECONDS}{{{MODEL}}}", "{{model}} compute infer"),
+            Query(f"{r.COMPUTE_OUTPUT_SECONDS}{{{MODEL}}}", "{{model}} compute output"),
+        ), "Queue and compute phases per successful request (counter rate ratios).", True),
+        PanelSpec("Queue share of server time", "percentunit", (
+            Query(f"{r.QUEUE_SECONDS}{{{MODEL}}} / {r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
+        ), "Fraction of server-side time spent waiting in the scheduler queue."),
+        PanelSpec("End-to-end request time (server)", "s", (
+            Query(f"{r.REQUEST_SECONDS}{{{MODEL}}}", "{{model}}"),
+        )),
+    ]
+
+
+def _batching_panels() -> list[PanelSpec]:
+    """How well the dynamic batcher merges requests into executions."""
+    w = "$__rate_interval"
+    return [
+        PanelSpec("Batch efficiency (inferences per execution)", "short", (
+            Query(f"{r.BATCH_EFFICIENCY}{{{MODEL}}}", "{{model}}"),
+        ), "nv_inference_count / nv_inference_exec_count: 1 means no batching happens."),
+        PanelSpec("Inferences and executions per second", "ops", (
+            Query(f"{r.INFERENCES_RATE}{{{MODEL}}}", "{{model}} inferences"),
+            Query(f"{r.EXECUTIONS_RATE}{{{MODEL}}}", "{{model}} executions"),
+        )),
+        PanelSpec("Requests per execution", "short", (
+            Query(
+                f"sum by (model) (rate({m.REQUEST_SUCCESS}{{{MODEL}}}[{w}])) "
+                f"/ sum by (model) (rate({m.EXEC_COUNT}{{{MODEL}}}[{w}]))",
+                "{{model}}",
+            ),
+        ), "How many client requests the dynamic batcher merges into one model execution."),
+    ]
+
+
+def _failure_panels() -> list[PanelSpec]:
+    """Failed requests, by reason."""
+    return [
+        PanelSpec("Failure ratio by reason", "percentunit", (
+            Query(f"{r.FAILURE_RATIO_BY_REASON}{{{MODEL}}}", "{{model}} {{reason}}"),
+        ), "REJECTED (queue full / timeout), CANCELED (client), BACKEND (model error), OTHER.", True),
+        PanelSpec("Failures per second by reason", "reqps", (
+            Query(f"{r.FAILURES_RATE}{{{MODEL}}}", "{{model}} {{reason}}"),
+        ), stacked=True),
+        PanelSpec("Failure ratio", "percentunit", (
+            Query(f"{r.FAILURE_RATIO}{{{MODEL}}}", "{{model}}"),
+        )),
+    ]
+
+
+def _gpu_cpu_panels() -> list[PanelSpec]:
+    """GPU and CPU utilisation, memory and power."""
+    return [
+        PanelSpec("GPU utilisation", "percentunit", (
+            Query(f"{m.GPU_UTILIZATION}", "{{instance}} {{gpu_uuid}}"),
+        ), "Absent on CPU-only servers and on Jetson (use the tegrastats exporter there)."),
+        PanelSpec("GPU memory used", "percentunit", (
+            Query(f"{m.GPU_MEMORY_USED} / {m.GPU_MEMORY_TOTAL}", "{{instance}} {{gpu_uuid}}"),
+        )),
+        PanelSpec("GPU power", "watt", (
+            Query(f"{m.GPU_POWER}", "{{instance}} {{gpu_uuid}}"),
+        )),
+        PanelSpec("CPU utilisation", "percentunit", (
+            Query(f"{m.CPU_UTILIZATION}", "{{instance}}"),
+        )),
+        PanelSpec("CPU memory used", "bytes", (
+            Query(f"{m.CPU_MEMORY_USED}", "{{instance}}"),
+        )),
+    ]
+
+
+def _replica_panels(policy: ScalingPolicy, job: str) -> list[PanelSpec]:
+    """Replicas serving and what the autoscaler's formula asks for."""
+    return [
+        PanelSpec("Replicas serving", "short", (
+            Query(f"{r.REPLICAS_UP}{{job=\"{job}\"}}", "up"),
+        ), "Triton replicas Prometheus scrapes successfully."),
+        PanelSpec("Desired replicas (autoscaler formula, before bounds)", "short", (
+            Query(f"{r.JOB_DESIRED_REPLICAS}{{job=\"{job}\"}}", "all models"),
+            Query(f"{r.DESIRED_REPLICAS}{{{MODEL}}}", "{{model}}"),
+        ), f"ceil(sum(avg_over_time(pending[{policy.window}])) / {policy.threshold:g}); the "
+           f"ScaledObject bounds it to [{policy.min_replicas}, {policy.max_replicas}]."),
+        PanelSpec("Pending requests per replica", "short", (
+            Query(f"{r.PENDING_PER_REPLICA}{{{MODEL}}}", "{{model}}"),
+        ), f"The autoscaler targets {policy.threshold:g} per replica."),
+    ]
 
 
 def panel_specs(policy: ScalingPolicy | None = None, job: str = "triton") -> dict[str, list[PanelSpec]]:

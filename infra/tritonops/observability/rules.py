@@ -217,8 +217,12 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
 
 def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
     s = s or RuleSettings()
+    return [*_availability_alerts(s), *_request_alerts(s), *_gpu_alerts(s), *_scaling_alerts(s)]
+
+
+def _availability_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """Triton or one of its models stopped serving."""
     job = f'job="{s.job}"'
-    max_r = s.scaling.max_replicas
     return [
         _alert(
             "TritonDown",
@@ -250,6 +254,12 @@ def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 4. In explicit mode, reload: `curl -XPOST http://HOST:8000/v2/repository/models/MODEL/load`.
 """,
         ),
+    ]
+
+
+def _request_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """Requests fail, wait in the queue, or pile up per replica."""
+    return [
         _alert(
             "TritonFailureRatioHigh",
             f"{FAILURE_RATIO} > {s.failure_ratio}",
@@ -293,6 +303,12 @@ def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 4. Shed load at the client or gateway before queues time out (REJECTED failures follow).
 """,
         ),
+    ]
+
+
+def _gpu_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """A GPU idle while requests queue, or with no headroom left (utilisation, memory)."""
+    return [
         _alert(
             "TritonGpuUtilizationLowWhileQueueing",
             f"avg by (instance) ({m.GPU_UTILIZATION}) < {s.gpu_low_utilization} "
@@ -332,6 +348,13 @@ def alert_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
 3. Fewer instances per GPU, smaller max_batch_size, or move a model to another GPU/node.
 """,
         ),
+    ]
+
+
+def _scaling_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """The autoscaler held at its maximum replicas."""
+    max_r = s.scaling.max_replicas
+    return [
         _alert(
             "TritonScalerAtMaxReplicas",
             f"{JOB_DESIRED_REPLICAS} > {max_r}",

@@ -383,6 +383,96 @@ class _Client:
         await self.client.close()
 
 
+@dataclass
+class _Tally:
+    """What one python-engine run has sent and counted so far; :meth:`one` sends one request."""
+
+    client: _Client
+    inputs: list[Any]
+    on_done: Callable[[int], None] | None
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    sent: int = 0
+    stopped_by: str = "count"
+
+    def done(self) -> None:
+        if self.on_done:
+            self.on_done(1)
+
+    async def one(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            await self.client.infer(self.inputs)
+        except Exception as e:  # noqa: BLE001 - every failure is counted by kind
+            self.errors[error_kind(e)] += 1
+        else:
+            self.latencies.append(time.perf_counter() - t0)
+        self.done()
+
+
+async def _closed_loop(cfg: BenchConfig, run: _Tally, limit: float, deadline: float,
+                       should_stop: Callable[[], bool] | None) -> None:
+    """``cfg.concurrency`` workers, each sending its next request when the last one is answered."""
+    async def worker() -> None:
+        while True:
+            if run.sent >= limit:
+                return
+            if time.perf_counter() >= deadline:
+                run.stopped_by = "time"
+                return
+            if should_stop is not None and should_stop():
+                run.stopped_by = "caller"
+                return
+            run.sent += 1
+            await run.one()
+
+    await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+
+
+async def _open_loop(cfg: BenchConfig, run: _Tally, limit: float, start: float, deadline: float,
+                     should_stop: Callable[[], bool] | None) -> None:
+    """Poisson arrivals at ``cfg.rate``, answered or not; past MAX_IN_FLIGHT a request counts as client_overload."""
+    rng = random.Random(cfg.seed)
+    in_flight: set[asyncio.Task[None]] = set()
+    next_at = start
+    while run.sent < limit:
+        next_at += rng.expovariate(cfg.rate)
+        if next_at >= deadline:
+            run.stopped_by = "time"
+            break
+        if should_stop is not None and should_stop():
+            run.stopped_by = "caller"
+            break
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        run.sent += 1
+        if len(in_flight) >= MAX_IN_FLIGHT:
+            run.errors["client_overload"] += 1
+            run.done()
+            continue
+        task = asyncio.create_task(run.one())
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    if in_flight:
+        await asyncio.wait(in_flight, timeout=cfg.request_timeout_s + 1)
+
+
+async def _settled_stats(client: _Client, cfg: BenchConfig, before: dict[str, Any],
+                         answered: int) -> dict[str, Any]:
+    """The server's statistics once they count the ``answered`` requests (or after 2 s).
+
+    Triton records a request's statistics when it releases the request, which can be just after the
+    client has its response: wait (briefly) until the server has counted them all.
+    """
+    after = await client.stats()
+    settle = time.perf_counter() + 2.0
+    while breakdown(before, after, cfg.model).requests < answered and time.perf_counter() < settle:
+        await asyncio.sleep(0.05)
+        after = await client.stats()
+    return after
+
+
 async def _run_python(
     cfg: BenchConfig,
     model_config: dict[str, Any],
@@ -392,85 +482,27 @@ async def _run_python(
     client = _Client(cfg)
     limit = cfg.max_requests if cfg.max_requests is not None else math.inf
     try:
-        inputs = client.inputs(model_config, np.random.default_rng(cfg.seed))
+        run = _Tally(client, client.inputs(model_config, np.random.default_rng(cfg.seed)), on_done)
         before = await client.stats()
-        latencies: list[float] = []
-        errors: Counter[str] = Counter()
-        sent = 0
         start = time.perf_counter()
         deadline = start + cfg.max_seconds
-        stopped_by = "count"
-
-        async def one() -> None:
-            t0 = time.perf_counter()
-            try:
-                await client.infer(inputs)
-            except Exception as e:  # noqa: BLE001 - every failure is counted by kind
-                errors[error_kind(e)] += 1
-            else:
-                latencies.append(time.perf_counter() - t0)
-            if on_done:
-                on_done(1)
-
         if cfg.mode == "closed":
-
-            async def worker() -> None:
-                nonlocal sent, stopped_by
-                while True:
-                    if sent >= limit:
-                        return
-                    if time.perf_counter() >= deadline:
-                        stopped_by = "time"
-                        return
-                    if should_stop is not None and should_stop():
-                        stopped_by = "caller"
-                        return
-                    sent += 1
-                    await one()
-
-            await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+            await _closed_loop(cfg, run, limit, deadline, should_stop)
         else:
-            rng = random.Random(cfg.seed)
-            in_flight: set[asyncio.Task[None]] = set()
-            next_at = start
-            while sent < limit:
-                next_at += rng.expovariate(cfg.rate)
-                if next_at >= deadline:
-                    stopped_by = "time"
-                    break
-                if should_stop is not None and should_stop():
-                    stopped_by = "caller"
-                    break
-                delay = next_at - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                sent += 1
-                if len(in_flight) >= MAX_IN_FLIGHT:
-                    errors["client_overload"] += 1
-                    if on_done:
-                        on_done(1)
-                    continue
-                task = asyncio.create_task(one())
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-            if in_flight:
-                await asyncio.wait(in_flight, timeout=cfg.request_timeout_s + 1)
+            await _open_loop(cfg, run, limit, start, deadline, should_stop)
         elapsed = time.perf_counter() - start
-        # Triton records a request's statistics when it releases the request, which can be just
-        # after the client has its response: wait (briefly) until the server has counted them all.
-        after = await client.stats()
-        settle = time.perf_counter() + 2.0
-        while breakdown(before, after, cfg.model).requests < len(latencies) and time.perf_counter() < settle:
-            await asyncio.sleep(0.05)
-            after = await client.stats()
+        after = await _settled_stats(client, cfg, before, len(run.latencies))
     finally:
         await client.close()
-    p50, p95, p99, mean, mx = _percentiles(latencies)
-    server = breakdown(before, after, cfg.model)
-    ok = len(latencies)
+    return _python_report(cfg, run, elapsed, breakdown(before, after, cfg.model))
+
+
+def _python_report(cfg: BenchConfig, run: _Tally, elapsed: float, server: ServerBreakdown) -> BenchReport:
+    p50, p95, p99, mean, mx = _percentiles(run.latencies)
+    ok = len(run.latencies)
     return BenchReport(
         config=_config(cfg),
-        sent=sent,
+        sent=run.sent,
         succeeded=ok,
         elapsed_s=elapsed,
         throughput_rps=ok / elapsed if elapsed > 0 else 0.0,
@@ -480,9 +512,9 @@ async def _run_python(
         p99_ms=p99,
         mean_ms=mean,
         max_ms=mx,
-        errors=dict(sorted(errors.items())),
+        errors=dict(sorted(run.errors.items())),
         server=server,
-        stopped_by=stopped_by,
+        stopped_by=run.stopped_by,
     )
 
 

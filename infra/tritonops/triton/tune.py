@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +40,7 @@ from google.protobuf import json_format
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
-from tritonops.triton.load_config import BenchConfig
+from tritonops.triton.load_config import BenchConfig, Engine
 
 Search = Literal["climb", "grid"]
 # A setting must beat another by more than this fraction of throughput to count as better: below it,
@@ -73,13 +73,20 @@ class Setting:
         return f"batching pref={pref} delay={self.max_queue_delay_us}us, {self.instances} inst"
 
 
+# The instance counts and queue delays (microseconds) searched unless told otherwise.
+INSTANCE_COUNTS = (1, 2)
+QUEUE_DELAYS_US = (0, 500, 2000)
+# Requests sent to each setting after its reload, before it is measured.
+WARMUP_REQUESTS = 50
+
+
 @dataclass(frozen=True)
 class Space:
     """What the tuner may change: dynamic batching (a model with a batch dimension), instances, delays."""
 
     max_batch_size: int
-    instance_counts: tuple[int, ...] = (1, 2)
-    queue_delays_us: tuple[int, ...] = (0, 500, 2000)
+    instance_counts: tuple[int, ...] = INSTANCE_COUNTS
+    queue_delays_us: tuple[int, ...] = QUEUE_DELAYS_US
 
     def __post_init__(self) -> None:
         if not self.instance_counts or min(self.instance_counts) < 1:
@@ -104,6 +111,48 @@ class Space:
             for pref in ((), (self.max_batch_size,)):
                 grid += [Setting(True, n, pref, delay) for delay in self.delays]
         return grid
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """What one tune run is (the settings of ``tritonops tune``, one default each), checked when made.
+
+    :attr:`load` is the :class:`BenchConfig` each setting is measured with; :meth:`space` what is searched
+    for a model of a given max batch size; :func:`run` tunes with it.
+    """
+
+    url: str  # host:port of Triton's HTTP endpoint (tune reloads models through its repository API)
+    model: str
+    budget_ms: float = 50.0  # the p95 latency a recommendation must keep
+    # 16, not bench's 4: dynamic batching gains only when requests wait together, and with 4 in flight a
+    # batch never holds more than 4; 16 lets the batcher fill batches that show what it is worth.
+    concurrency: int = 16
+    max_requests: int | None = None  # per setting; None: only max_seconds bounds each measurement
+    max_seconds: float = 5.0  # measurement time budget per setting
+    engine: Engine = "perf_analyzer"  # the reference
+    stability_pct: float = BenchConfig.stability_pct
+    instance_counts: tuple[int, ...] = INSTANCE_COUNTS
+    queue_delays_us: tuple[int, ...] = QUEUE_DELAYS_US
+    search: Search = "climb"
+    warmup_requests: int = WARMUP_REQUESTS
+    # The admin header for the restricted APIs (BenchConfig.headers): a secret, never in repr().
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.budget_ms) and self.budget_ms > 0):  # --budget-ms, as the CLI names it
+            raise ValueError(f"budget-ms: must be a finite number > 0, got {self.budget_ms}")
+        _ = self.load  # BenchConfig checks the load's own bounds
+        if self.search not in ("climb", "grid"):
+            raise ValueError(f"search: must be climb or grid, got {self.search!r}")
+
+    @property
+    def load(self) -> BenchConfig:
+        return BenchConfig(url=self.url, model=self.model, concurrency=self.concurrency,
+                           max_requests=self.max_requests, max_seconds=self.max_seconds, engine=self.engine,
+                           stability_pct=self.stability_pct, headers=self.headers)
+
+    def space(self, max_batch_size: int) -> Space:
+        return Space(max_batch_size, self.instance_counts, self.queue_delays_us)
 
 
 def _margin(min_gain: float, *trials: Trial) -> float:
@@ -396,7 +445,7 @@ def tune(
     budget_ms: float,
     *,
     search: Search = "climb",
-    warmup_requests: int = 50,
+    warmup_requests: int = WARMUP_REQUESTS,
     on_trial: Callable[[Trial], None] | None = None,
     restore: bool = True,
     run: Callable[[BenchConfig], bench.BenchReport] = bench.run,
@@ -447,6 +496,12 @@ def tune(
             _reload(http_url, load, spec)
     done = list(trials.values())
     return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done), incomplete or "")
+
+
+def run(cfg: TuneConfig, spec: ModelSpec, on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+    """:func:`tune` ``spec`` (the model's repository configuration) as ``cfg`` says."""
+    return tune(cfg.url, spec, cfg.space(spec.max_batch_size or 0), cfg.load, cfg.budget_ms, search=cfg.search,
+                warmup_requests=cfg.warmup_requests, on_trial=on_trial)
 
 
 # The top-level fields a setting decides; write_recommendation changes these and nothing else.

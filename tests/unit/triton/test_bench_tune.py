@@ -489,3 +489,35 @@ def test_bench_refuses_a_scheme_it_cannot_measure(url: str, message: str) -> Non
     result = CliRunner().invoke(app, ["bench", "m", "--url", url])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_tune_config_holds_tunes_settings_and_checks_them() -> None:
+    cfg = tune.TuneConfig(url="127.0.0.1:8000", model="m", instance_counts=(1, 4), headers=(("h", "secret"),))
+    assert (cfg.concurrency, cfg.budget_ms, cfg.search, cfg.engine) == (16, 50.0, "climb", "perf_analyzer")
+    assert cfg.load == BenchConfig(url="127.0.0.1:8000", model="m", concurrency=16, max_requests=None,
+                                   max_seconds=5.0, engine="perf_analyzer", headers=(("h", "secret"),))
+    assert cfg.space(8) == tune.Space(8, (1, 4), (0, 500, 2000))
+    assert "secret" not in repr(cfg)
+    for bad, message in (({"budget_ms": float("nan")}, "budget-ms"), ({"search": "random"}, "search"),
+                         ({"concurrency": 0}, "concurrency"), ({"max_seconds": 0.0}, "max_seconds")):
+        with pytest.raises(ValueError, match=message):
+            tune.TuneConfig(url="127.0.0.1:8000", model="m", **bad)  # type: ignore[arg-type]
+
+
+def test_the_tune_command_takes_its_defaults_from_tune_config() -> None:
+    """One default per setting: the CLI's are TuneConfig's (bench's BenchConfig's), not literals of their own."""
+    import typer
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    defaults = {p.name: p.default for p in commands["tune"].params}
+    cfg = tune.TuneConfig(url="u", model="m")
+    assert {k: defaults[k] for k in ("budget_ms", "concurrency", "requests", "duration", "engine", "stability",
+                                     "instances", "delays", "search")} == {
+        "budget_ms": cfg.budget_ms, "concurrency": cfg.concurrency, "requests": cfg.max_requests,
+        "duration": cfg.max_seconds, "engine": cfg.engine, "stability": cfg.stability_pct,
+        "instances": ",".join(map(str, cfg.instance_counts)), "delays": ",".join(map(str, cfg.queue_delays_us)),
+        "search": cfg.search}
+    bench_defaults = {p.name: p.default for p in commands["bench"].params}
+    load = BenchConfig(url="u", model="m")
+    assert (bench_defaults["concurrency"], bench_defaults["rate"], bench_defaults["duration"],
+            bench_defaults["stability"]) == (load.concurrency, load.rate, load.max_seconds, load.stability_pct)
