@@ -270,7 +270,7 @@ class ReleaseSource(_Cfg):
     the agent's models link instead of ``--model-repository=s3://...``.
     """
 
-    store: str  # s3://BUCKET/PREFIX or http(s)://MIRROR/PATH (what `tritonops release publish` wrote)
+    store: str  # s3://BUCKET/PREFIX, http(s)://MIRROR/PATH or oci://REGISTRY/REPO (`tritonops release publish`)
     channel: str
     trusted_keys: TrustedKeys
     # The store's name its signed root carries (`tritonops release root init --name NAME`): the agents run
@@ -300,6 +300,12 @@ class ReleaseSource(_Cfg):
     groups: list[str] = []
     reports: bool = False
     report_key_secret: str | None = None
+    # An oci:// store (tritonops.k8s.registry_source): a Secret of type kubernetes.io/dockerconfigjson
+    # the agents read the registry's credentials from, and a ConfigMap whose key ca.crt is the CA bundle
+    # the registry's certificate is checked with (default: the system's). An ECR registry without an auth
+    # Secret is read with the service's modelReader role (IRSA: ecr:GetAuthorizationToken, ...).
+    registry_auth_secret: str | None = None
+    registry_ca_config_map: str | None = None
 
 
 class MemoryConfig(_Cfg):

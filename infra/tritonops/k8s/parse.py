@@ -33,6 +33,7 @@ from tritonops.k8s.config import (
     TrustedKeys,
     project_name,
 )
+from tritonops.k8s.registry_source import check_store_url
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -255,12 +256,7 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
     """A model service's release source: the store, channel and keys the agent will be started with."""
     rel: ReleaseSource = svc.release
     parts = urlsplit(rel.store)
-    if parts.scheme not in ("s3", "http", "https") or not parts.netloc:
-        raise ConfigError(
-            _key("triton", (*loc, "store")),
-            f"{rel.store!r}: a pod pulls from s3://BUCKET/PREFIX or http(s)://MIRROR/PATH",
-            source,
-        )
+    check_store_url(svc, loc, source, _key, _check_object_name)  # the scheme; an oci:// store's fields
     try:
         channel_key(rel.channel)
     except ReleaseError as exc:
