@@ -18,6 +18,7 @@ The NetworkPolicy lets the pods reach the registry's port (443, or the URL's own
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +49,22 @@ def ecr_region(store: str) -> str | None:
         return None
     m = ECR_HOST.fullmatch(urlsplit(store).netloc)
     return m.group(2) if m else None
+
+
+def ecr_read_policy(stores: list[str]) -> str:
+    """The modelReader role's ECR statements for ``stores`` (``oci://`` on ECR): a token, and pulls of
+    those repositories only (no push, no other repository)."""
+    arns = []
+    for store in stores:
+        host, repo = split_url(store)
+        m = ECR_HOST.fullmatch(host)
+        if m is None:
+            raise ValueError(f"{store}: not an ECR registry (ACCOUNT.dkr.ecr.REGION.amazonaws.com)")
+        partition = "aws-cn" if host.endswith(".cn") else "aws"
+        arns.append(f"arn:{partition}:ecr:{m.group(2)}:{m.group(1)}:repository/{repo}")
+    statements = [{"Effect": "Allow", "Action": [ECR_ACTIONS[0]], "Resource": ["*"]},
+                  {"Effect": "Allow", "Action": list(ECR_ACTIONS[1:]), "Resource": sorted(set(arns))}]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
 def check_store_url(svc: Any, loc: Loc, source: str | None, key: Callable[[str, Loc], str],

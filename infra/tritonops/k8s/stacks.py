@@ -26,6 +26,7 @@ from tritonops.k8s.config import (
 )
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.platform import HelmRelease
+from tritonops.k8s.registry_source import ecr_read_policy
 
 Obj = dict[str, Any]
 ADMIN_TOKEN_KEY = "adminApiToken"
@@ -95,6 +96,7 @@ def render_set(stack: str, env: str, cfg: StackConfig, reader_arns: Mapping[str,
                     "name": r.role_name,
                     "trust": f"IRSA (cluster OIDC): system:serviceaccount:{r.namespace}:{r.service_account}",
                     "policy": json.loads(eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports)),
+                    **({"ecrPolicy": json.loads(ecr_read_policy(r.ecr_stores))} if r.ecr_stores else {}),
                 },
             }
             for r in cfg.model_readers
@@ -312,6 +314,8 @@ def cluster_aws_program() -> dict[str, Any]:
                              opts=pulumi.ResourceOptions(delete_before_replace=True))  # a fixed name
         aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
                           policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
+        if r.ecr_stores:  # oci:// release stores on ECR
+            aws.iam.RolePolicy(f"reader-{r.role_name}-ecr", role=role_.id, policy=ecr_read_policy(r.ecr_stores))
         readers[r.role_name] = role_
     from tritonops.k8s.components import ReleaseBucket
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from k8s_harness import ROOT
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.agent.oci import Registry
@@ -164,3 +165,32 @@ def test_check_config_names_file_line_and_key(tmp_path: Path) -> None:
     assert (f"{path}:{line}: tritonops-triton:modelServices[0].release.region: only for an s3:// store"
             in " ".join(res.stderr.split())), res.stderr
     assert "Traceback" not in res.output
+
+
+def test_the_ecr_policy_pulls_the_named_repositories_only() -> None:
+    doc = json.loads(registry_source.ecr_read_policy([ECR, ECR, "oci://111122223333.dkr.ecr.cn-north-1.amazonaws.com.cn/m"]))
+    token, pull = doc["Statement"]
+    assert (token["Action"], token["Resource"]) == (["ecr:GetAuthorizationToken"], ["*"])  # ECR scopes it to nothing
+    assert pull["Action"] == ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]  # no push, no listing
+    assert pull["Resource"] == ["arn:aws-cn:ecr:cn-north-1:111122223333:repository/m",
+                                "arn:aws:ecr:eu-west-1:111122223333:repository/tritonops/vision"]
+
+
+def test_cluster_aws_gives_a_model_reader_its_ecr_policy() -> None:
+    """cluster-aws modelReaders[].ecrStores: the reader role gets ecr_read_policy as a second inline policy."""
+    from k8s_harness import run_program
+
+    readers = yaml.safe_load((ROOT / "stacks/cluster-aws/Pulumi.dev.yaml").read_text())["config"][
+        "tritonops-cluster-aws:modelReaders"]
+    readers = [{**readers[0], "ecrStores": [ECR]}, *readers[1:]]
+    mocks = run_program("cluster-aws", "dev", overrides={"modelReaders": readers})
+    policies = {p.name: p for p in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("reader-")}
+    ecr = policies[f"reader-{readers[0]['roleName']}-ecr"]
+    assert json.loads(ecr.inputs["policy"]) == json.loads(registry_source.ecr_read_policy([ECR]))
+    assert [n for n in policies if n.endswith("-ecr")] == [f"reader-{readers[0]['roleName']}-ecr"]
+    with pytest.raises(ConfigError, match="ecrStores"):
+        parse_config("cluster-aws", {**_cluster_raw(), "modelReaders": [{**readers[0], "ecrStores": [STORE]}]})
+
+
+def _cluster_raw() -> dict[str, Any]:
+    return dict(read_stack_file("cluster-aws", "dev")[0])
