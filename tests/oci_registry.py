@@ -36,8 +36,8 @@ class Registry:
         return self.data / "docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (it is its own CA)."""
+def _certificate(folder: Path, address: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for ``address`` (it is its own CA)."""
     import ipaddress
 
     from cryptography import x509
@@ -51,7 +51,7 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]),
                            critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
@@ -70,21 +70,22 @@ def _bcrypt(password: str) -> str:
     return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))  # cost 4: the registry checks it per request
 
 
-def _free_port() -> int:
+def _free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def running(folder: Path) -> Iterator[Registry]:
+def running(folder: Path, address: str = "127.0.0.1") -> Iterator[Registry]:
+    """The registry on ``address`` (the kube-play test: the Podman bridge's gateway, which its pods reach)."""
     exe = shutil.which("docker-registry")
     if exe is None:
         raise RuntimeError("docker-registry is not installed (apt-get install docker-registry; make apt)")
-    crt, key = _certificate(folder)
+    crt, key = _certificate(folder, address)
     (folder / "htpasswd").write_text(f"{USER}:{_bcrypt(PASSWORD)}\n")
-    port = _free_port()
-    host = f"127.0.0.1:{port}"
+    port = _free_port(address)
+    host = f"{address}:{port}"
     config = {"version": 0.1, "log": {"level": "error", "accesslog": {"disabled": True}},
               "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True}},
               "http": {"addr": host, "secret": "tests-only", "tls": {"certificate": str(crt), "key": str(key)}},

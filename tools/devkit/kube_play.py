@@ -41,6 +41,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -65,6 +67,15 @@ PLAYED_LABEL = "io.tritonops.kube-play"
 
 class PlayError(HostsError):
     """The rendered pod could not be planned or played; the message names the object and field."""
+
+
+def unmet() -> str | None:
+    """Why this machine cannot play a pod (a reason to skip), or None."""
+    if shutil.which("podman") is None or os.geteuid() != 0:
+        return "needs root and podman (make apt)"
+    if shutil.which("catatonit") is None:
+        return "needs catatonit, kube play's pause process (make apt)"
+    return None
 
 
 @dataclass
@@ -131,8 +142,12 @@ def _trusted_dir(c: Obj) -> str | None:
 
 
 def plan(store_url: str, trusted_keys: Mapping[str, bytes], *, image: str = IMAGE, stack: str = "triton",
-         env: str = "dev", service: str = "vision", stacks_dir: Path | None = None) -> PodPlan:
-    """Render ``stack``/``env`` and take the stable Deployment of ``service`` with the ConfigMaps it mounts."""
+         env: str = "dev", service: str = "vision", stacks_dir: Path | None = None,
+         user_objects: Mapping[str, Mapping[str, str]] | None = None) -> PodPlan:
+    """Render ``stack``/``env`` and take the stable Deployment of ``service`` with the ConfigMaps it mounts.
+
+    ``user_objects``: name -> data of the Secrets and ConfigMaps the pod mounts that the user creates
+    (secrets-required.yaml: an oci:// store's registry auth Secret and CA ConfigMap)."""
     from tritonops.k8s.render import build
 
     objects = build(stack, env, stacks_dir).objects
@@ -177,6 +192,7 @@ def plan(store_url: str, trusted_keys: Mapping[str, bytes], *, image: str = IMAG
                 keys_volume = m["name"]
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     for vol in spec.get("volumes", []):
+        _secret_volume_as_config_map(vol, out)
         cm = vol.get("configMap")
         if not cm:
             continue
@@ -194,12 +210,57 @@ def plan(store_url: str, trusted_keys: Mapping[str, bytes], *, image: str = IMAG
                                    f"{'the stack' + chr(39) + 's keys' if rendered else '(not rendered)'}"
                                    f" -> the caller's {', '.join(items)}")
             out.config_maps.append(doc)
+        elif rendered is None and cm["name"] in (user_objects or {}):
+            assert user_objects is not None
+            out.config_maps.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm["name"]},
+                                    "data": dict(user_objects[cm["name"]])})
         elif rendered is None:
             raise PlayError(f"Deployment {name}: volume {vol['name']} mounts ConfigMap {cm['name']}, which "
                             f"{where} does not create")
         else:
             out.config_maps.append(copy.deepcopy(rendered))
     return out
+
+
+def _secret_volume_as_config_map(vol: Obj, out: PodPlan) -> None:
+    """Podman 4.3's kube play panics on a ``secret`` volume (VolumeFromSecret without a secrets manager):
+    it plays as a configMap volume of the same name and items (its data from ``user_objects``)."""
+    sec = vol.pop("secret", None)
+    if sec is None:
+        return
+    vol["configMap"] = {"name": sec["secretName"], **({"items": sec["items"]} if "items" in sec else {})}
+    out.substituted.append(f"volume {vol['name']}: Secret {sec['secretName']} -> a ConfigMap of the same name and "
+                           "items (podman 4.3 kube play panics on secret volumes)")
+
+
+def registry_stacks(dest: Path, store: str, auth_secret: str, ca_config_map: str, *, env: str = "dev",
+                    service: str = "vision", poll_seconds: int = 5) -> Path:
+    """A copy of the project's stacks/ in ``dest`` whose ``service`` pulls the ``oci://`` ``store`` with the
+    registry auth Secret and CA ConfigMap named (its s3-only fields dropped); ``plan(stacks_dir=...)`` it."""
+    from tritonops.project import stacks_dir
+
+    out = dest / "stacks"
+    shutil.copytree(stacks_dir(), out, ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    path = out / "triton" / f"Pulumi.{env}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    (svc,) = [s for s in doc["config"]["tritonops-triton:modelServices"] if s["name"] == service]
+    rel = svc["release"]
+    for s3_only in ("region", "credentialsSecret", "s3Endpoint", "reports", "reportKeySecret"):
+        rel.pop(s3_only, None)
+    rel.update(store=store, registryAuthSecret=auth_secret, registryCaConfigMap=ca_config_map,
+               pollSeconds=poll_seconds)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def bridge_gateway(network: str = "podman") -> str:
+    """The host's address on a Podman network: a server bound there is reachable from the pods."""
+    res = podman(["network", "inspect", network])
+    subnets = [s for n in json.loads(res.stdout) for s in n.get("subnets") or []]
+    gateways = [str(s["gateway"]) for s in subnets if s.get("gateway") and ":" not in str(s["gateway"])]
+    if not gateways:
+        raise PlayError(f"podman network {network}: no IPv4 gateway")
+    return gateways[0]
 
 
 # --- podman secrets ------------------------------------------------------------------------------

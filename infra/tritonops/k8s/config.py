@@ -10,7 +10,7 @@ models; the rules across fields are ``tritonops.k8s.parse``; reading the file is
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -23,6 +23,8 @@ STACKS = ("cluster-aws", "platform", "triton")
 # strict policies.
 Tier = Literal["production", "non-production"]
 PRODUCTION: Tier = "production"
+# oci://ACCOUNT.dkr.ecr.REGION.amazonaws.com[.cn]/REPO (tritonops.agent.oci.ECR_HOST and its repository names)
+ECR_STORE = r"^oci://\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9]+([._/-][a-z0-9]+)*$"
 
 
 def project_name(stack: str) -> str:
@@ -114,6 +116,9 @@ class ModelReader(_Cfg):
     prefix: str = ""
     # Its release agents write rollout status reports (--report): s3:PutObject on <prefix>/reports/* only.
     reports: bool = False
+    # oci:// stores on ECR its agents read (the triton stack's release.store, same text): the role may get
+    # ECR tokens and pull those repositories only (tritonops.k8s.registry_source.ecr_read_policy).
+    ecr_stores: list[Annotated[str, Field(pattern=ECR_STORE)]] = []
 
 
 class ClusterAwsConfig(_Cfg):
@@ -270,7 +275,7 @@ class ReleaseSource(_Cfg):
     the agent's models link instead of ``--model-repository=s3://...``.
     """
 
-    store: str  # s3://BUCKET/PREFIX or http(s)://MIRROR/PATH (what `tritonops release publish` wrote)
+    store: str  # s3://BUCKET/PREFIX, http(s)://MIRROR/PATH or oci://REGISTRY/REPO (`tritonops release publish`)
     channel: str
     trusted_keys: TrustedKeys
     # The store's name its signed root carries (`tritonops release root init --name NAME`): the agents run
@@ -300,6 +305,12 @@ class ReleaseSource(_Cfg):
     groups: list[str] = []
     reports: bool = False
     report_key_secret: str | None = None
+    # An oci:// store (tritonops.k8s.registry_source): a Secret of type kubernetes.io/dockerconfigjson
+    # the agents read the registry's credentials from, and a ConfigMap whose key ca.crt is the CA bundle
+    # the registry's certificate is checked with (default: the system's). An ECR registry without an auth
+    # Secret is read with the service's modelReader role (IRSA: ecr:GetAuthorizationToken, ...).
+    registry_auth_secret: str | None = None
+    registry_ca_config_map: str | None = None
 
 
 class MemoryConfig(_Cfg):

@@ -53,14 +53,6 @@ ADMIN_HEADER = "triton-admin-key"
 FIGURES: dict[str, str] = {}
 
 
-def _missing() -> str | None:
-    if shutil.which("podman") is None or os.geteuid() != 0:
-        return "needs root and podman (make apt)"
-    if shutil.which("catatonit") is None:
-        return "needs catatonit, kube play's pause process (make apt)"
-    return None
-
-
 @dataclass
 class Load:
     """Golden inferences on mlp against the pod's Triton, one thread, until stopped."""
@@ -151,7 +143,7 @@ def _urlopen(url: str, data: bytes | None = None, headers: dict[str, str] | None
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Played]:
-    if why := _missing():
+    if why := kp.unmet():
         pytest.skip(why)
     built = time.monotonic()
     triton_image.build()

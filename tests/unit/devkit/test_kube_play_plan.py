@@ -8,6 +8,7 @@ trusted key's data and the restart policy substituted. No Podman needed.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -88,3 +89,22 @@ def test_the_yaml_is_the_config_maps_then_the_deployment(pod: kp.PodPlan) -> Non
     assert [d["kind"] for d in docs] == ["ConfigMap"] * len(pod.config_maps) + ["Deployment"]
     assert pod.volume_names() == [v.get("configMap", {}).get("name", v["name"]) for v in pod.pod_spec["volumes"]
                                   if "emptyDir" in v or "configMap" in v]
+
+
+def test_a_registry_pod_mounts_the_users_auth_and_ca_as_config_maps(tmp_path: Path) -> None:
+    """An oci:// store: the CA ConfigMap and the auth Secret the user creates play from ``user_objects``; the
+    Secret volume becomes a ConfigMap volume of the same name and items (podman 4.3 panics on secret volumes)."""
+    store = "oci://10.88.0.1:5000/tritonops/vision"
+    stacks = kp.registry_stacks(tmp_path, store, "vision-registry", "vision-registry-ca")
+    users = {"vision-registry": {".dockerconfigjson": '{"auths": {}}'}, "vision-registry-ca": {"ca.crt": "PEM"}}
+    pod = kp.plan(store, {"release.pub": KEY}, stacks_dir=stacks, user_objects=users)
+    assert pod.agent_arg("--store", "release-sync") == store and pod.agent_arg("--interval") == "5"
+    vols = {v["name"]: v for v in pod.pod_spec["volumes"]}
+    assert "secret" not in vols["registry-auth"]
+    assert vols["registry-auth"]["configMap"] == {"name": "vision-registry",
+                                                  "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}
+    maps = {m["metadata"]["name"]: m.get("data") for m in pod.config_maps}
+    assert maps["vision-registry"] == users["vision-registry"] and maps["vision-registry-ca"] == {"ca.crt": "PEM"}
+    assert any(s.startswith("volume registry-auth: Secret vision-registry -> a ConfigMap") for s in pod.substituted)
+    with pytest.raises(kp.PlayError, match="mounts ConfigMap vision-registry-ca, which"):
+        kp.plan(store, {"release.pub": KEY}, stacks_dir=stacks, user_objects={"vision-registry": {}})

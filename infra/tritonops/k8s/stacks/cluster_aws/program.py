@@ -9,6 +9,7 @@ from typing import Any
 
 from tritonops.k8s.config import ClusterAwsConfig
 from tritonops.k8s.engine import pulumi_config
+from tritonops.k8s.registry_source import ecr_read_policy
 from tritonops.k8s.rendered import RenderSet
 from tritonops.k8s.stacks.cluster_aws import autoscaler, buckets, eks, karpenter
 from tritonops.k8s.stacks.triton import outputs
@@ -26,6 +27,7 @@ def render(out: RenderSet, cfg: ClusterAwsConfig) -> RenderSet:
                 "name": r.role_name,
                 "trust": f"IRSA (cluster OIDC): system:serviceaccount:{r.namespace}:{r.service_account}",
                 "policy": json.loads(eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports)),
+                **({"ecrPolicy": json.loads(ecr_read_policy(r.ecr_stores))} if r.ecr_stores else {}),
             },
         }
         for r in cfg.model_readers
@@ -92,6 +94,8 @@ def _reader_roles(cfg: ClusterAwsConfig, oidc_arn: Any, issuer: Any, tags: dict[
                              opts=pulumi.ResourceOptions(delete_before_replace=True))  # a fixed name
         aws.iam.RolePolicy(f"reader-{r.role_name}-s3", role=role_.id,
                           policy=eks.s3_read_policy(r.bucket, r.prefix, reports=r.reports))
+        if r.ecr_stores:  # oci:// release stores on ECR
+            aws.iam.RolePolicy(f"reader-{r.role_name}-ecr", role=role_.id, policy=ecr_read_policy(r.ecr_stores))
         readers[r.role_name] = role_
     return readers
 

@@ -17,6 +17,7 @@ from tritonops.core.names import check_name
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import PRODUCTION, ConfigError, ModelRepository, ReleaseSource, TrustedKeys
 from tritonops.k8s.keys import check_dns_label, check_object_name, config_key
+from tritonops.k8s.registry_source import check_store_url
 from tritonops.k8s.stacks.triton.budget import check_budget
 
 _OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
@@ -71,6 +72,7 @@ def _check_model_reader(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: 
 def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
     """A model service's release source: the store, channel and keys the agent will be started with."""
     rel: ReleaseSource = svc.release
+    check_store_url(svc, loc, source)  # the scheme; an oci:// store's fields
     _check_store(cfg, rel, loc, source)
     _check_trusted_keys(rel.trusted_keys, loc, source)
     _check_s3_options(rel, loc, source)
@@ -87,14 +89,7 @@ def _check_release(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str |
 
 
 def _check_store(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
-    """The store's URL, the channel's name, and the store name tier production needs."""
-    parts = urlsplit(rel.store)
-    if parts.scheme not in ("s3", "http", "https") or not parts.netloc:
-        raise ConfigError(
-            config_key("triton", (*loc, "store")),
-            f"{rel.store!r}: a pod pulls from s3://BUCKET/PREFIX or http(s)://MIRROR/PATH",
-            source,
-        )
+    """The channel's name, and the store name tier production needs."""
     try:
         channel_key(rel.channel)
     except ReleaseError as exc:

@@ -172,7 +172,7 @@ def _metrics_ports(svc: ModelService) -> list[int]:
     return [METRICS_PORT, AGENT_PORT] if svc.release is not None else [METRICS_PORT]
 
 
-_DEFAULT_PORTS = {"https": 443, "s3": 443, "http": 80}
+_DEFAULT_PORTS = {"https": 443, "s3": 443, "http": 80, "oci": 443}  # oci: the registry speaks https
 _LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")  # the node's instance metadata service
 
 

@@ -31,6 +31,7 @@ from tritonops.k8s.labels import (
     object_meta,
     require_canary,
 )
+from tritonops.k8s.registry_source import registry_env, registry_mounts, registry_volumes
 from tritonops.observability.metrics import CANARY, STABLE
 
 AGENT_CONFIG_MAP = "tritonops-agent"  # one per namespace: the pods' agent and the drift CronJobs
@@ -207,7 +208,7 @@ def _agent_env(cfg: TritonStackConfig, svc: ModelService, admin: bool) -> list[O
         ):
             ref: Obj = {"name": rel.credentials_secret, "key": name, **({"optional": True} if optional else {})}
             env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
-    return env
+    return env + registry_env(rel)
 
 
 def _agent_mounts(svc: ModelService, pull: bool) -> list[Obj]:
@@ -222,7 +223,7 @@ def _agent_mounts(svc: ModelService, pull: bool) -> list[Obj]:
         mounts.append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
     if pull and svc.release.report_key_secret:
         mounts.append({"name": "report-key", "mountPath": REPORT_KEY_DIR, "readOnly": True})
-    return mounts
+    return mounts + registry_mounts(svc.release)
 
 
 def _agent_container(cfg: TritonStackConfig, svc: ModelService, command: str, track: str = STABLE) -> Obj:
@@ -295,7 +296,7 @@ def release_volumes(svc: ModelService) -> list[Obj]:
         items = [{"key": REPORT_KEY, "path": REPORT_KEY}]
         volumes.append({"name": "report-key",
                         "secret": {"secretName": rel.report_key_secret, "items": items, "defaultMode": 0o440}})
-    return volumes
+    return volumes + registry_volumes(rel)
 
 
 def trusted_keys_config_maps(cfg: TritonStackConfig) -> list[Obj]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.labels import name_of
+from tritonops.k8s.registry_source import registry_secrets
 from tritonops.k8s.stacks.triton.release_agent import REPORT_KEY, trusted_keys_config_maps
 
 Obj = dict[str, Any]
@@ -66,6 +67,8 @@ def user_secrets(cfg: TritonStackConfig) -> list[Obj]:
                 f"the private key {name_of(svc)}'s release agents sign their rollout status reports with (the "
                 "root's 'report' role; `tritonops release keygen` writes one); delete the file afterwards",
             )
+        for obj in registry_secrets(svc, ns):  # an oci:// store's auth Secret and CA ConfigMap
+            add(obj["kind"], obj["name"], obj["keys"], obj["command"], obj["note"])
         tk = rel.trusted_keys
         if tk.public_keys is not None or (tk.config_map is not None and tk.config_map in created):
             continue  # the stack creates the ConfigMap (release_agent.trusted_keys_config_maps)
