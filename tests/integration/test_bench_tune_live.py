@@ -106,7 +106,8 @@ def test_bench_cli_json(triton: server.TritonServer) -> None:
     assert report["engine"] == "perf_analyzer"  # the default engine
     assert report["succeeded"] == 40
     assert report["server"]["requests"] == 40
-    assert set(report) >= {"throughput_rps", "p50_ms", "p95_ms", "p99_ms", "errors", "server"}
+    assert set(report) >= {"throughput_rps", "p50_ms", "p95_ms", "p99_ms", "errors", "server", "bound"}
+    assert report["bound"]["bound"] in bounds.LIFT and sum(report["bound"]["shares"].values()) == pytest.approx(1, 0.01)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -182,6 +183,7 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         assert all(t["server"]["batch_size"] > 1.0 for t in on)
         best = out["recommended"]
         assert all(t["engine"] == "perf_analyzer" for t in out["trials"])  # ranked on perf_analyzer's figures
+        assert all(t["bound"]["says"].startswith("the model computes ") for t in out["trials"])  # each says why
         # The fastest, or the first measured of those within noise (5%) of it.
         fastest = max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
         assert best == next(t for t in out["trials"] if not t["errors"] and t["inferences_per_s"] * 1.05 >= fastest)

@@ -58,6 +58,7 @@ def _report_table(r: bench.BenchReport) -> Table:
          f"{r.server.compute_output_ms:.3f} ms"),
         ("server batch size (inferences/execution)", f"{r.server.batch_size:.2f}"),
         ("errors", ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "none"),
+        ("what bounds it (Triton's counters)", (r.to_dict()["bound"] or {}).get("says", "nothing counted")),
     ]
     for k, v in rows:
         t.add_row(k, v)
@@ -345,6 +346,8 @@ def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: P
             best = result.best.report
             c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
                     f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {cfg.budget_ms:g} ms)")
+            if found := best.to_dict()["bound"]:
+                c.print(f"what bounds it: {escape(found['says'])}", soft_wrap=True)
             if write:
                 c.print(f"wrote {config_path}")
         elif result.incomplete:

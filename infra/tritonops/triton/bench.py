@@ -33,6 +33,7 @@ from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tritonops.triton import perf_analyzer
 from tritonops.triton.admin import client_headers, restricted_hint
+from tritonops.triton.bounds import bound
 from tritonops.triton.load_config import BenchConfig
 
 # A ceiling on in-flight requests in open-loop mode: arrivals beyond it are counted as
@@ -175,6 +176,8 @@ class BenchReport:
         d: dict[str, Any] = {k: None if isinstance(v, float) and math.isnan(v) else v
                              for k, v in asdict(self).items()}
         d["server"]["batch_size"] = round(self.server.batch_size, 3)
+        found = bound(self.server, None if math.isnan(self.mean_ms) else self.mean_ms)
+        d["bound"] = found.to_dict() if found else None  # what bounds it: Triton's counters (triton.bounds)
         return d
 
 

@@ -5,7 +5,8 @@ and the rest of its own request time: scheduling and the response) and what it d
 latency beyond Triton's request time: the HTTP/gRPC frontend, the network, the client). The largest
 share names the bound and what could lift it:
 
-* queue: requests wait for a free instance: more instances, or batching that takes more per execution;
+* queue: requests wait for a free instance or the dynamic batcher's delay: more instances, or a delay
+  that fits the load;
 * compute infer: the model itself: batching fills the device, a faster device or model;
 * compute input + output: moving tensors in and out (for the Python backend: its shared-memory hand-off
   to the stub): fewer, larger requests (batching), or a backend without the hand-off;
@@ -17,12 +18,22 @@ A GPU at 36% utilization whose model computes 9% of the request time is bound by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from tritonops.triton.bench import ServerBreakdown
+
+class Counters(Protocol):
+    """Per-request averages of Triton's statistics API over a run (``bench.ServerBreakdown``), milliseconds."""
+
+    requests: int
+    queue_ms: float
+    compute_input_ms: float
+    compute_infer_ms: float
+    compute_output_ms: float
+    request_ms: float
 
 LIFT = {
-    "queue": "requests wait in Triton's queue for a free instance: more instances, or batching that takes "
-             "more requests per execution",
+    "queue": "requests wait in Triton's queue (for a free instance, or the dynamic batcher's delay): more "
+             "instances, or a queue delay that fits the load",
     "compute infer": "the model's own compute bounds it: batching fills the device; beyond that a faster "
                      "device or model",
     "input/output": "moving tensors in and out bounds it (the Python backend's hand-off to its stub): fewer, "
@@ -47,8 +58,12 @@ class Bound:
         parts = ", ".join(f"{k} {v:.0%}" for k, v in self.shares.items() if k != "compute infer")
         return f"the model computes {infer:.0%} of the request time ({parts}): {LIFT[self.name]}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"bound": self.name, "shares": {k: round(v, 3) for k, v in self.shares.items()},
+                "says": self.sentence()}
 
-def bound(server: ServerBreakdown, client_mean_ms: float | None = None) -> Bound | None:
+
+def bound(server: Counters, client_mean_ms: float | None = None) -> Bound | None:
     """The shares of a request's time from Triton's counters and the client's mean latency; None when the
     server counted no successful request (nothing to read)."""
     if server.requests <= 0 or server.request_ms <= 0:

@@ -290,7 +290,7 @@ class Trial:
             "label": self.setting.label,
             "within_budget": self.within_budget,
             **{k: report[k] for k in ("throughput_rps", "inferences_per_s", "p50_ms", "p95_ms", "p99_ms",
-                                      "errors", "server", "engine", "spread")},
+                                      "errors", "server", "engine", "spread", "bound")},
             "failure": self.failure,
             "measured": self.measured,
             "note": self.note,
