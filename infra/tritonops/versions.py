@@ -40,6 +40,7 @@ KEDA_REPO = "https://kedacore.github.io/charts"
 # Karpenter (cluster-aws): GPU nodes that follow demand. OCI chart; its CRDs (karpenter.sh/v1 NodePool,
 # karpenter.k8s.aws/v1 EC2NodeClass) are kept as test data in tests/unit/k8s/data/karpenter/.
 KARPENTER_CHART = "karpenter"
+KARPENTER_CRD_CHART = "karpenter-crd"  # its CRDs as templates, at the same version: upgraded with it
 KARPENTER_CHART_VERSION = "1.14.1"
 KARPENTER_REPO = "oci://public.ecr.aws/karpenter"
 # cluster-autoscaler (cluster-aws): grows the managed GPU node groups up to their maxSize. Its minor must

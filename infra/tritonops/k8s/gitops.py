@@ -76,11 +76,13 @@ def helm_release(rel: HelmRelease, depends_on: Sequence[str] = ()) -> Obj:
             }
         },
         "timeout": TIMEOUT,
-        # What Pulumi's Release does: CRDs from crds/ on install only (Helm's rule), atomic install
-        # and upgrade (failed: rolled back or uninstalled), cleanup on a failed upgrade.
-        "install": {"crds": "Create", "createNamespace": False, "remediation": {"retries": RETRIES}},
+        # Atomic install and upgrade (failed: rolled back or uninstalled), cleanup on a failed upgrade; the
+        # chart's crds/ created on install and replaced on upgrade, so a chart bump brings its CRDs
+        # (Helm alone never upgrades them: tritonops.k8s.helm); none where a chart of CRDs brings them.
+        "install": {"crds": "Skip" if rel.skip_crds else "Create", "createNamespace": False,
+                    "remediation": {"retries": RETRIES}},
         "upgrade": {
-            "crds": "Skip",
+            "crds": "Skip" if rel.skip_crds else "CreateReplace",
             "cleanupOnFail": True,
             "remediation": {"retries": RETRIES, "remediateLastFailure": True},
         },

@@ -108,6 +108,10 @@ CHART_KINDS: dict[str, frozenset[tuple[str, str]]] = {
     f"{versions.KARPENTER_REPO}/{versions.KARPENTER_CHART}": frozenset(
         {("karpenter.sh", "NodePool"), ("karpenter.sh", "NodeClaim"), ("karpenter.k8s.aws", "EC2NodeClass")}
     ),
+    # the same CRDs as templates, installed first (the controller's release skips its crds/)
+    f"{versions.KARPENTER_REPO}/{versions.KARPENTER_CRD_CHART}": frozenset(
+        {("karpenter.sh", "NodePool"), ("karpenter.sh", "NodeClaim"), ("karpenter.k8s.aws", "EC2NodeClass")}
+    ),
 }
 
 # Gateway API kinds: installed with the cluster's Gateway controller (not by a chart of these stacks).

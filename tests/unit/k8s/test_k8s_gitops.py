@@ -122,7 +122,8 @@ def test_platform_releases_wait_for_the_monitoring_chart_as_the_stack_does() -> 
 def test_karpenter_oci_chart_becomes_an_oci_repository(env: str, tmp_path: Path) -> None:
     docs = _written("cluster-aws", env, tmp_path)
     # prod also installs cluster-autoscaler (its managed GPU group) from an https repository
-    (repo,) = [d["spec"] for d in docs if d["kind"] == "HelmRepository" and d["spec"].get("type") == "oci"]
+    (repo,) = [d["spec"] for d in docs if d["kind"] == "HelmRepository" and d["spec"].get("type") == "oci"
+               and d["metadata"]["name"] == "karpenter"]  # karpenter-crd has its own
     (rel,) = [d["spec"] for d in docs if d["kind"] == "HelmRelease" and d["metadata"]["name"] == "karpenter"]
     (karpenter,) = [r for r in build("cluster-aws", env, user_stacks()).releases if r.name == "karpenter"]
     assert repo["type"] == "oci" and f"{repo['url']}/{rel['chart']['spec']['chart']}" == karpenter.chart

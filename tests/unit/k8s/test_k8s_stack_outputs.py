@@ -376,8 +376,11 @@ def test_karpenter_resources_depend_on_the_chart_release(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(MockMonitor, "RegisterResource", register)
     run_stack("cluster-aws", "dev")
-    releases = [u for u, (typ, _) in deps.items() if typ == "kubernetes:helm.sh/v3:Release" and "karpenter" in u]
+    releases = [u for u, (typ, _) in deps.items() if typ == "kubernetes:helm.sh/v3:Release" and "karpenter" in u
+                and not u.endswith("-crd-release")]
     assert len(releases) == 1
+    (crds,) = [u for u, (typ, _) in deps.items() if typ == "kubernetes:helm.sh/v3:Release" and u.endswith("-crd-release")]
+    assert crds in deps[releases[0]][1]  # the chart of CRDs first, then the controller without its crds/
     crs = {u: d for u, (typ, d) in deps.items() if typ in (
         "kubernetes:karpenter.sh/v1:NodePool", "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")}
     assert crs and {u.rsplit("::", 1)[1].split("-")[0] for u in crs} == {"nodepool", "ec2nodeclass"}

@@ -135,6 +135,8 @@ def helm_release(
         atomic=True,
         cleanup_on_fail=True,
         timeout=900,
+        skip_crds=rel.skip_crds,
+        disable_openapi_validation=not rel.openapi_validation,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )
 

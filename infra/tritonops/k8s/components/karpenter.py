@@ -89,12 +89,20 @@ class Karpenter(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # OCI charts: the chart reference carries the registry, so no repository options. The CRDs' chart
+        # first (Helm upgrades it with every version bump), then the controller without its crds/.
+        crds = karpenter.crd_release()
+        self.crd_release = k8s.helm.v3.Release(
+            f"{name}-crd-release", name=crds.name, chart=crds.chart, version=crds.version, namespace=crds.namespace,
+            atomic=True, cleanup_on_fail=True, timeout=300, opts=pulumi.ResourceOptions(parent=self,
+                                                                                        depends_on=list(depends_on)),
+        )
         rel = karpenter.release(cfg, self.controller_role.arn)
-        # An OCI chart: the chart reference carries the registry, so no repository options.
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name=rel.name, chart=rel.chart, version=rel.version, namespace=rel.namespace,
-            values=rel.values, atomic=True, cleanup_on_fail=True, timeout=900,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, access, self.queue, *depends_on]),
+            values=rel.values, atomic=True, cleanup_on_fail=True, timeout=900, skip_crds=rel.skip_crds,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, access, self.queue, self.crd_release,
+                                                                 *depends_on]),
         )
         self.objects = apply_objects(self, karpenter.objects(cfg), depends_on=[self.release])
         self.register_outputs({"queueName": self.queue.name, "controllerRoleArn": self.controller_role.arn,

@@ -166,6 +166,21 @@ def release(cfg: ClusterAwsConfig, controller_role_arn: Any) -> HelmRelease:
         "",
         NAMESPACE,
         values,
+        crd_upgrade="crd-chart",
+        skip_crds=True,  # from crd_release, which Helm upgrades: the main chart's crds/ only ever install
+    )
+
+
+def crd_release() -> HelmRelease:
+    """Karpenter's CRDs (NodePool, NodeClaim, EC2NodeClass) as their own chart at the controller's version,
+    installed before it: Karpenter's upgrade guide's way to have Helm upgrade them."""
+    return HelmRelease(
+        "karpenter-crd",
+        f"{versions.KARPENTER_REPO}/{versions.KARPENTER_CRD_CHART}",
+        versions.KARPENTER_CHART_VERSION,
+        "",
+        NAMESPACE,
+        crd_upgrade="templates",
     )
 
 

@@ -53,7 +53,8 @@ def render(out: RenderSet, cfg: ClusterAwsConfig) -> RenderSet:
     if karpenter.karpenter_pools(cfg):
         out.aws += karpenter.aws_resources(cfg)
         role = f"arn:aws:iam::<account-id>:role/{karpenter.controller_role_name(cfg)}"
-        out.releases.append(karpenter.release(cfg, role))
+        out.releases += [karpenter.crd_release(), karpenter.release(cfg, role)]
+        out.release_deps["karpenter"] = ["karpenter-crd"]
         out.objects += karpenter.objects(cfg)
     out.objects.append(eks.storage_class())
     out.aws += [{"type": "aws:s3/bucket:Bucket", "spec": buckets.bucket_spec(b)}

@@ -81,6 +81,8 @@ def gpu_operator_release(cfg: PlatformConfig) -> HelmRelease:
             "serviceMonitor": {"enabled": op.dcgm_service_monitor, "interval": "15s", "honorLabels": False},
         },
         "daemonsets": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        # The chart's pre-upgrade hook applies its CRDs (ClusterPolicy, NVIDIADriver) on a chart bump.
+        "operator": {"upgradeCRD": True},
     }
     if op.time_slicing:
         values["devicePlugin"] = {"config": {"name": TIME_SLICING_CONFIG_MAP, "default": ""}}
@@ -91,6 +93,8 @@ def gpu_operator_release(cfg: PlatformConfig) -> HelmRelease:
         versions.GPU_OPERATOR_REPO,
         op.namespace,
         values,
+        crd_upgrade="hook",
+        openapi_validation=False,
     )
 
 
@@ -220,6 +224,9 @@ def monitoring_release(cfg: PlatformConfig) -> HelmRelease:
                 }
             }
         },
+        # The chart's CRD-upgrade Job (a pre-upgrade hook, chart >= 68) applies the Prometheus Operator's CRDs
+        # of this chart version on a chart bump.
+        "crds": {"enabled": True, "upgradeJob": {"enabled": True}},
     }
     return HelmRelease(
         mon.release_name,
@@ -228,6 +235,7 @@ def monitoring_release(cfg: PlatformConfig) -> HelmRelease:
         versions.KUBE_PROMETHEUS_STACK_REPO,
         mon.namespace,
         values,
+        crd_upgrade="hook",
     )
 
 
@@ -256,6 +264,7 @@ def keda_release(cfg: PlatformConfig) -> HelmRelease:
         versions.KEDA_REPO,
         cfg.keda.namespace,
         values,
+        crd_upgrade="templates",  # the chart's templates/crds/: Helm upgrades them with the chart
     )
 
 
