@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 name: tritonserver_args
 author:
   - tritonops maintainers (@tritonops)
-version_added: 0.1.0
+version_added: 0.2.0
 short_description: tritonserver's arguments, or the admin APIs it restricts, from tritonops.triton.args
 description:
   - Returns tritonserver's arguments as the C(tritonops.triton.args) module of the C(tritonops) Python
