@@ -133,6 +133,38 @@ def other_wheel(tmp: Path) -> Path:
     return next(tmp.glob("packaging-*.whl"))
 
 
+def tritonops(*args: str) -> dict[str, Any]:
+    res = subprocess.run([str(Path(sys.executable).parent / "tritonops"), *args, "--json"], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return dict(json.loads(res.stdout))
+
+
+def load_tools(tmp: Path) -> None:
+    """Our load tools against the Triton edge.yml left (issue 35 item 1): restricted APIs on, the admin key
+    from a 0600 file, as an operator has it; tune reads the model's config copied from the node's release,
+    measures through the node's repository API and puts the served config back (--no-write)."""
+    key = tmp / "admin.key"
+    key.write_text(SECRET)
+    key.chmod(0o600)
+    ip, fast = node_ip(), ["--duration", "2", "--stability", "100", "--concurrency", "4"]
+    url = f"http://{ip}:8000"
+    report = tritonops("bench", "mlp_batched", "--url", url, "--allow-host", ip, *fast, "--admin-key-file", str(key))
+    assert report["engine"] == "perf_analyzer" and report["errors"] == {} and report["throughput_rps"] > 0
+    assert report["server"]["requests"] > 0  # the statistics API answered: the key reached it
+    repo = tmp / "repository"
+    repo.mkdir()
+    podman(["cp", f"{NODE}:/var/lib/triton/models/mlp_batched", str(repo / "mlp_batched")])
+    before = (repo / "mlp_batched" / "config.pbtxt").read_text()
+    result = tritonops("tune", "mlp_batched", "--repository", str(repo), "--url", url, "--search", "grid",
+                       "--instances", "1", "--delays", "0", *fast, "--budget-ms", "10000", "--no-write",
+                       "--plot", str(tmp / "tune.png"), "--admin-key-file", str(key))
+    assert result["recommended"] is not None and all(t["errors"] == {} for t in result["trials"]), result
+    assert any(t["server"]["batch_size"] > 1 for t in result["trials"] if t["setting"]["dynamic_batching"])
+    assert (repo / "mlp_batched" / "config.pbtxt").read_text() == before
+    print(f"\nedge node {NODE}: bench {report['throughput_rps']:.0f} req/s; tune picked {result['recommended']['label']}")
+
+
 def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     timings: dict[str, float] = {}
 
@@ -149,6 +181,7 @@ def test_drift_live(inventory: Path, tmp_path: Path) -> None:
     assert clean.findings == [], [f.model_dump() for f in clean.findings]
     assert clean.exit_code == ExitCode.OK
     assert own_check() == (0, 1)
+    timed("bench and tune", load_tools, tmp_path)
 
     # 2. tamper while Triton runs
     active = sh("readlink -f /var/lib/triton/models").strip()
