@@ -3,7 +3,7 @@
 On a machine with an NVIDIA GPU it:
 
 1. starts the nvidia-pytriton wheel's ``tritonserver`` with a GPU model and the memory flags the pods
-   get from the budget (``tritonops.k8s.stacks.triton.budget.triton_memory_args``), and runs the golden inference;
+   get from the budget (``tritonops.k8s.stacks.triton.workload.memory_settings``), and runs the golden inference;
 2. scrapes Triton's ``/metrics`` for the ``nv_gpu_*`` series of every GPU nvidia-smi lists;
 3. runs every GPU dashboard panel query and every GPU alert query (those reading ``nv_gpu_*`` or
    ``DCGM_*``, selected from ``tritonops.observability``) against a real Prometheus scraping that Triton;
@@ -132,11 +132,12 @@ from tritonclient.grpc import model_config_pb2
 from tritonops.k8s.catalog import GPU_FAMILIES, GpuFamily
 from tritonops.k8s.config import ModelService, NodePoolRef, ServedModel, TritonStackConfig
 from tritonops.k8s.stacks.triton import budget as b
+from tritonops.k8s.stacks.triton import workload
 from tritonops.model_repo import pbtxt
 from tritonops.observability import dashboards as d
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
-from tritonops.triton import server, smoke
+from tritonops.triton import args, server, smoke
 
 SETTINGS = r.RuleSettings(rate_window="5s", for_override="0s")
 
@@ -354,7 +355,8 @@ def triton_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
     gpu0 = gpus[0]
     family = catalog_family(gpu0.name)
     svc, budget = local_budget(family) if family else (None, None)
-    memory_args = b.triton_memory_args(svc, budget) if svc and budget else []
+    memory_args = (args.memory_args(args.TritonSettings("", **workload.memory_settings(svc, budget)))
+                   if svc and budget else [])
     repo = gpu_repository(workdir / "repo")
     triton = server.start(repo, extra_args=[*TRITON_ARGS, *memory_args], workdir=workdir / "triton")
     prom: subprocess.Popen[bytes] | None = None

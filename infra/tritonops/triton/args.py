@@ -120,7 +120,8 @@ def metrics_config_args(config: Mapping[str, str]) -> list[str]:
     return [f"--metrics-config={k}={v}" for k, v in sorted(config.items())]
 
 
-def _memory(s: TritonSettings) -> list[str]:
+def memory_args(s: TritonSettings) -> list[str]:
+    """The pool sizes and model-load limits alone (a budget checked outside a full command line)."""
     args = [f"--cuda-memory-pool-byte-size={dev}:{size}" for dev, size in enumerate(s.cuda_memory_pool_bytes)]
     args += _flag("pinned-memory-pool-byte-size", s.pinned_memory_pool_bytes)
     return args + [f"--model-load-gpu-limit={dev}:{frac}" for dev, frac in enumerate(s.model_load_gpu_limit)]
@@ -146,7 +147,7 @@ def triton_args(s: TritonSettings) -> list[str]:
         *_flag("exit-timeout-secs", s.exit_timeout_secs),
         *_flag("log-format", s.log_format),
         *_flag("log-verbose", s.log_verbose),
-        *_memory(s),
+        *memory_args(s),
         *s.extra_args,
     ]
 

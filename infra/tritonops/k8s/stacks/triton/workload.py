@@ -93,10 +93,15 @@ def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget
         admin_key_ref=f"$({ADMIN_ENV})",  # kubelet expands $(VAR) from the container env
         exit_timeout_secs=30,
         log_format="ISO8601",
-        cuda_memory_pool_bytes=(svc.memory.cuda_pool_mib * MIB,) * svc.gpus,
-        pinned_memory_pool_bytes=svc.memory.pinned_pool_mib * MIB,
-        model_load_gpu_limit=(budget.load_limit_fraction,) * svc.gpus,
+        **memory_settings(svc, budget),
     ))]
+
+
+def memory_settings(svc: ModelService, budget: ServiceBudget) -> dict[str, Any]:
+    """The service's GPU memory budget as Triton settings: the pools and the model-load limit per GPU."""
+    return {"cuda_memory_pool_bytes": (svc.memory.cuda_pool_mib * MIB,) * svc.gpus,
+            "pinned_memory_pool_bytes": svc.memory.pinned_pool_mib * MIB,
+            "model_load_gpu_limit": (budget.load_limit_fraction,) * svc.gpus}
 
 
 def _probe(path: str, period: int, failures: int, timeout: int = 3) -> Obj:
