@@ -43,6 +43,9 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
+AllowHost = Annotated[list[str] | None, typer.Option(help="A non-loopback project host that may receive load")]
+
+
 def _report_table(r: bench.BenchReport) -> Table:
     t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
     t.add_column("metric", overflow="fold")
@@ -145,9 +148,7 @@ def bench_cmd(
     stability: Annotated[
         float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
     ] = BenchConfig.stability_pct,
-    allow_host: Annotated[
-        list[str] | None, typer.Option(help="A non-loopback project host that may receive load")
-    ] = None,
+    allow_host: AllowHost = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
     as_json: JsonReport = False,
@@ -246,6 +247,7 @@ def tune_cmd(
         str, typer.Option(help="climb (one dimension at a time, kept when it gains) or grid (every setting)")
     ] = _TUNE.search,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
+    allow_host: AllowHost = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
     write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
@@ -281,7 +283,7 @@ def tune_cmd(
         url=url, model=model, budget_ms=budget_ms, concurrency=concurrency, max_requests=requests,
         max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
         instance_counts=tuple(_int_list(instances)), queue_delays_us=tuple(_int_list(delays)),
-        search=search, headers=admin))  # type: ignore[arg-type]
+        search=search, headers=admin, allowed_hosts=tuple(allow_host or ())))  # type: ignore[arg-type]
     result = _tune_run(cfg, spec, progress=not as_json)
     _tune_report(result, cfg, config_path, plot_path or Path(f"tune-{model}.png"), write, as_json)
 
@@ -295,7 +297,7 @@ def _tune_config(config_path: Path,
         cfg = settings()
         cfg.space(spec.max_batch_size or 0)
         require("tune", "obs")  # the plot (matplotlib), perf_analyzer's CUDA runtime: before any request
-        bench.check_target(cfg.url)
+        bench.check_target(cfg.url, cfg.allowed_hosts)
         bench.preflight(cfg.load)
         if cfg.engine == "perf_analyzer":
             perf_analyzer.find()

@@ -137,6 +137,7 @@ class TuneConfig:
     warmup_requests: int = WARMUP_REQUESTS
     # The admin header for the restricted APIs (BenchConfig.headers): a secret, never in repr().
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    allowed_hosts: tuple[str, ...] = ()  # non-loopback hosts that may receive load (BenchConfig's)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.budget_ms) and self.budget_ms > 0):  # --budget-ms, as the CLI names it
@@ -149,7 +150,8 @@ class TuneConfig:
     def load(self) -> BenchConfig:
         return BenchConfig(url=self.url, model=self.model, concurrency=self.concurrency,
                            max_requests=self.max_requests, max_seconds=self.max_seconds, engine=self.engine,
-                           stability_pct=self.stability_pct, headers=self.headers)
+                           stability_pct=self.stability_pct, headers=self.headers,
+                           allowed_hosts=self.allowed_hosts)
 
     def space(self, max_batch_size: int) -> Space:
         return Space(max_batch_size, self.instance_counts, self.queue_delays_us)

@@ -156,7 +156,7 @@ def load_tools(tmp: Path) -> None:
     repo.mkdir()
     podman(["cp", f"{NODE}:/var/lib/triton/models/mlp_batched", str(repo / "mlp_batched")])
     before = (repo / "mlp_batched" / "config.pbtxt").read_text()
-    result = tritonops("tune", "mlp_batched", "--repository", str(repo), "--url", url, "--search", "grid",
+    result = tritonops("tune", "mlp_batched", "--repository", str(repo), "--url", url, "--allow-host", ip, "--search", "grid",
                        "--instances", "1", "--delays", "0", *fast, "--budget-ms", "10000", "--no-write",
                        "--plot", str(tmp / "tune.png"), "--admin-key-file", str(key))
     assert result["recommended"] is not None and all(t["errors"] == {} for t in result["trials"]), result

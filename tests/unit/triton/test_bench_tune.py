@@ -36,6 +36,16 @@ def test_an_explicitly_allowed_project_host_is_accepted() -> None:
         bench.check_target("10.0.0.6:8000", allowed_hosts=["10.0.0.5"])
 
 
+
+def test_tune_refuses_a_remote_target_unless_allowed_and_passes_the_allowance_on() -> None:
+    """tune against an edge node (issue 35): --allow-host as bench has it (it had none: never a node)."""
+    repo = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+    result = CliRunner().invoke(app, ["tune", "mlp_batched", "--repository", str(repo), "--url", "10.0.0.5:8000",
+                                      "--no-write"])
+    assert result.exit_code == 2 and "--allow-host" in " ".join(result.output.split()), result.output
+    cfg = tune.TuneConfig(url="10.0.0.5:8000", model="m", allowed_hosts=("10.0.0.5",))
+    assert cfg.load.allowed_hosts == ("10.0.0.5",) and bench.check_target(cfg.url, cfg.allowed_hosts) == "10.0.0.5"
+
 def test_run_refuses_a_remote_target_before_connecting() -> None:
     cfg = BenchConfig(url="203.0.113.7:8000", model="m", max_requests=1, max_seconds=1)
     with pytest.raises(bench.TargetNotAllowed):
