@@ -128,7 +128,8 @@ def helm_release(
         name=rel.name,
         chart=rel.chart,
         version=rel.version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=rel.repo),
+        # an OCI chart carries its registry in the chart reference: no repository options
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=rel.repo) if rel.repo else None,
         namespace=rel.namespace,
         create_namespace=False,
         values=values if values is not None else rel.values,

@@ -10,9 +10,8 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
-from tritonops.k8s.components.base import apply_objects
+from tritonops.k8s.components.base import apply_objects, helm_release
 from tritonops.k8s.config import ClusterAwsConfig
 from tritonops.k8s.stacks.cluster_aws import eks, karpenter
 
@@ -89,21 +88,10 @@ class Karpenter(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        # OCI charts: the chart reference carries the registry, so no repository options. The CRDs' chart
-        # first (Helm upgrades it with every version bump), then the controller without its crds/.
-        crds = karpenter.crd_release()
-        self.crd_release = k8s.helm.v3.Release(
-            f"{name}-crd-release", name=crds.name, chart=crds.chart, version=crds.version, namespace=crds.namespace,
-            atomic=True, cleanup_on_fail=True, timeout=300, opts=pulumi.ResourceOptions(parent=self,
-                                                                                        depends_on=list(depends_on)),
-        )
-        rel = karpenter.release(cfg, self.controller_role.arn)
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=rel.name, chart=rel.chart, version=rel.version, namespace=rel.namespace,
-            values=rel.values, atomic=True, cleanup_on_fail=True, timeout=900, skip_crds=rel.skip_crds,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, access, self.queue, self.crd_release,
-                                                                 *depends_on]),
-        )
+        # The CRDs' chart first (Helm upgrades it with every version bump), then the controller without its crds/.
+        self.crd_release = helm_release(karpenter.crd_release(), self, depends_on)
+        self.release = helm_release(karpenter.release(cfg, self.controller_role.arn), self,
+                                    [policy, access, self.queue, self.crd_release, *depends_on])
         self.objects = apply_objects(self, karpenter.objects(cfg), depends_on=[self.release])
         self.register_outputs({"queueName": self.queue.name, "controllerRoleArn": self.controller_role.arn,
                                "nodeRoleArn": self.node_role.arn})
