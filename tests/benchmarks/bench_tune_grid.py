@@ -17,9 +17,12 @@ exit 1 when the ratio misses the target or either search is incomplete. Everythi
 127.0.0.1 and every load is bounded in time (about 4 minutes on 2 cores).
 
 ``--burn N`` (issue 35 item 3, tune on a busy host) runs the climb beside N CPU burners (busy loops,
-each ended after at most 15 minutes and killed when the climb ends; the 1-minute load average at the
-climb's end is printed) and the grid on the quiet machine after them: the verdict is then the busy
-climb's pick as the quiet grid measured it over the quiet grid's best, target within 10%.
+each in its own session as another job's service would be: the scheduler shares the CPU between
+sessions, so a burner in this process's session would starve perf_analyzer rather than compete with
+Triton; each ended after at most 15 minutes and killed when the climb ends) and the grid on the quiet
+machine after them: the verdict is then the busy climb's pick as the quiet grid measured it over the
+quiet grid's best, target within 10%. It prints the mean number of runnable threads during the climb
+(the load the 1-minute load average lags behind) and that load average at the climb's end.
 
     .venv/bin/python tests/benchmarks/bench_tune_grid.py [--concurrency 16] [--burn 4] [--json]
 """
@@ -34,6 +37,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,7 +69,6 @@ def main() -> int:
     d = cli_defaults()
     args.concurrency = args.concurrency or int(d["concurrency"])  # type: ignore[call-overload]
     args.tolerance = args.tolerance if args.tolerance is not None else (0.10 if args.burn else 0.05)
-    load_avg: float | None = None
     perf_analyzer.find()
     work = Path(tempfile.mkdtemp(prefix="tritonops-bench-tune-grid-"))
     folder = wide_mlp.build(work / "repo")
@@ -76,27 +79,25 @@ def main() -> int:
     t0 = time.monotonic()
     results: dict[str, tune.TuneResult] = {}
     seconds: dict[str, float] = {}
+    busy_load: dict[str, float] = {}
+    phases = [("climb", "climb", args.burn), ("grid", "grid", 0)]  # the grid always on the quiet machine
     with server.running(work / "repo", model_control_mode="explicit", load_models=[wide_mlp.NAME],
                         workdir=work / "t") as s:
         load = BenchConfig(url=s.http_url, model=wide_mlp.NAME, concurrency=args.concurrency, max_requests=None,
                            max_seconds=float(d["duration"]), stability_pct=float(d["stability"]),  # type: ignore[arg-type]
                            engine="perf_analyzer")
-        for search in ("climb", "grid"):
-            log(f"{search}:")
+        for name, search, n in phases:
+            log(f"{name}:" + (f" (beside {n} CPU burners)" if n else ""))
             started = time.monotonic()
-            with burners(args.burn if search == "climb" else 0):
-                results[search] = tune.tune(s.http_url, spec, space, load, budget, search=search,
-                                            on_trial=show)
-                if search == "climb" and args.burn:
-                    load_avg = round(os.getloadavg()[0], 1)
-            seconds[search] = round(time.monotonic() - started, 1)
+            with burners(n), load_sampler() as sampled:
+                results[name] = tune.tune(s.http_url, spec, space, load, budget, search=search,  # type: ignore[arg-type]
+                                          on_trial=show)
+            if n:
+                busy_load = {"runnable_mean": sampled.mean, "loadavg_1m_end": round(os.getloadavg()[0], 1)}
+            seconds[name] = round(time.monotonic() - started, 1)
     climb, grid = results["climb"], results["grid"]
-    usable = [t for t in grid.trials if t.usable]
-    grid_best = max(usable, key=lambda t: t.report.inferences_per_s) if usable else None
     rec = climb.best
-    in_grid = next((t for t in grid.trials if rec and t.setting == rec.setting), None)
-    ratio = (in_grid.report.inferences_per_s / grid_best.report.inferences_per_s
-             if in_grid and grid_best and in_grid.usable else 0.0)
+    grid_best, ratio = judge(rec, grid)
     # With no setting within the budget (a loaded machine) nothing is recommended; the search itself is
     # still judged: the climb's fastest setting against the grid's fastest, budget aside, as the grid measured them.
     measured = [t for t in grid.trials if t.error_free and not t.unmeasured]
@@ -106,7 +107,8 @@ def main() -> int:
     fastest_in_grid = next((t for t in grid.trials if climb_fastest and t.setting == climb_fastest.setting), None)
     raw_ratio = (fastest_in_grid.report.inferences_per_s / grid_fastest.report.inferences_per_s
                  if fastest_in_grid and grid_fastest else 0.0)
-    ok = bool(rec and grid_best) and not climb.incomplete and not grid.incomplete and ratio >= 1 - args.tolerance
+    in_grid = pick_in(rec, grid)
+    ok = bool(rec) and not climb.incomplete and not grid.incomplete and ratio >= 1 - args.tolerance
     out = {
         "model": wide_mlp.NAME, "concurrency": args.concurrency, "p95_budget_ms": budget,
         "duration_s": d["duration"], "stability_pct": d["stability"], "instances": d["instances"],
@@ -119,7 +121,7 @@ def main() -> int:
         "grid_fastest": grid_fastest.setting.label if grid_fastest else None,
         "fastest_ratio_budget_aside": round(raw_ratio, 3),
         "seconds": seconds, "wall_s": round(time.monotonic() - t0, 1),
-        "burners": args.burn, "load_average_climb_end": load_avg,
+        "burners": args.burn, "busy_load": busy_load,
     }
     if args.json:
         print(json.dumps(out, indent=2))
@@ -139,8 +141,9 @@ def main() -> int:
               f"{rec.setting.label if rec else None} ({own}) {climb.incomplete}")
         print(f"grid: {len(grid.trials)} settings in {seconds['grid']} s {grid.incomplete}")
         if args.burn:
-            print(f"the climb ran beside {args.burn} CPU burners (load average {load_avg} at its end); "
-                  "the grid on the quiet machine after them")
+            print(f"the climb ran beside {args.burn} CPU burners (runnable threads {busy_load['runnable_mean']:.1f} "
+                  f"on average on {os.cpu_count()} CPUs, 1-minute load average {busy_load['loadavg_1m_end']} at its "
+                  "end); the grid on the quiet machine after them")
         print(f"budget aside: the climb's fastest ({out['climb_fastest']}) / the grid's fastest "
               f"({out['grid_fastest']}), as the grid measured them: {raw_ratio:.3f}")
         print(f"recommendation / grid best (both as the grid measured them): {ratio:.3f}"
@@ -152,13 +155,56 @@ def main() -> int:
 def burners(n: int, limit_s: int = 900) -> Iterator[None]:
     """``n`` busy loops (each ends by itself after ``limit_s``), killed when the block ends."""
     code = f"import time\nend = time.monotonic() + {limit_s}\nwhile time.monotonic() < end: pass"
-    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    # Each in its own session, as another job's service: the scheduler shares the CPU between sessions
+    # (autogroups), so a burner in this process's session would starve perf_analyzer instead of competing
+    # with Triton (which runs in its own session).
+    procs = [subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(n)]
     try:
         yield
     finally:
         for p in procs:
             p.kill()
             p.wait()
+
+
+def pick_in(rec: tune.Trial | None, grid: tune.TuneResult) -> tune.Trial | None:
+    """The grid's own measurement of the recommended setting."""
+    return next((t for t in grid.trials if rec and t.setting == rec.setting), None)
+
+
+def judge(rec: tune.Trial | None, grid: tune.TuneResult) -> tuple[tune.Trial | None, float]:
+    """The grid's best within the budget, and the recommendation over it, both as the grid measured them."""
+    usable = [t for t in grid.trials if t.usable]
+    best = max(usable, key=lambda t: t.report.inferences_per_s) if usable else None
+    mine = pick_in(rec, grid)
+    return best, (mine.report.inferences_per_s / best.report.inferences_per_s
+                  if mine and best and mine.usable else 0.0)
+
+
+class Sampled:
+    mean = 0.0
+
+
+@contextlib.contextmanager
+def load_sampler(every_s: float = 0.5) -> Iterator[Sampled]:
+    """The mean of /proc/stat's procs_running (threads runnable now, this sampler's one included) while the
+    block runs: the load the 1-minute load average lags behind."""
+    out, counts, stop = Sampled(), [], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            for line in Path("/proc/stat").read_text().splitlines():
+                if line.startswith("procs_running "):
+                    counts.append(int(line.split()[1]))
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        th.join()
+        out.mean = round(sum(counts) / len(counts), 1) if counts else 0.0
 
 
 def row(t: tune.Trial) -> dict[str, object]:

@@ -170,11 +170,14 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
             "tune", TUNED, "--repository", str(triton.repository), "--url", triton.http_url,
             "--search", "grid", "--instances", "1", "--delays", "2000", "--concurrency", "16", "--duration", "3",
             "--stability", "100", "--budget-ms", "10000", "--plot", str(png), "--json",
+            "--grpc-url", f"grpc://{triton.grpc_url}",
         ])
         assert result.exit_code == 0, result.output
         out = json.loads(result.stdout)
         trials = {t["label"]: t for t in out["trials"]}
-        assert len(trials) == 3  # off, on without preferred size, on with preferred = max batch size
+        # off, on without preferred size, on with preferred = max batch size; each over HTTP, then over gRPC
+        assert len(trials) == 6 and [t["setting"]["protocol"] for t in out["trials"]] == ["http"] * 3 + ["grpc"] * 3
+        assert trials["batching off, 1 inst, grpc"]["server"]["requests"] > 0  # measured at the gRPC port
         off = trials["batching off, 1 inst"]
         # The override really reached Triton: one inference per execution with batching off,
         # several per execution with it on.
@@ -184,9 +187,10 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         best = out["recommended"]
         assert all(t["engine"] == "perf_analyzer" for t in out["trials"])  # ranked on perf_analyzer's figures
         assert all(t["bound"]["says"].startswith("the model computes ") for t in out["trials"])  # each says why
-        # The fastest, or the first measured of those within noise (5%) of it.
-        fastest = max(t["inferences_per_s"] for t in out["trials"] if not t["errors"])
-        assert best == next(t for t in out["trials"] if not t["errors"] and t["inferences_per_s"] * 1.05 >= fastest)
+        # The fastest, or the first measured of those within noise (5%, or the spread a runoff measured) of it.
+        top = max((t for t in out["trials"] if not t["errors"]), key=lambda t: t["inferences_per_s"])
+        assert best == next(t for t in out["trials"] if not t["errors"] and t["inferences_per_s"] * (
+            1 + max(0.05, t["spread"] + top["spread"])) >= top["inferences_per_s"])
         assert config.read_text().startswith(header)  # the operator's header stays
         written = pbtxt.parse(config.read_text())
         assert written.instance_group[0].count == best["setting"]["instances"]

@@ -246,6 +246,9 @@ def tune_cmd(
     search: Annotated[
         str, typer.Option(help="climb (one dimension at a time, kept when it gains) or grid (every setting)")
     ] = _TUNE.search,
+    grpc_url: Annotated[str | None, typer.Option(
+        help="Triton's gRPC endpoint (host:port or grpc://HOST:PORT): the search also measures over gRPC",
+        callback=lambda v: v and _endpoint(v))] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
     allow_host: AllowHost = None,
     header: AdminHeader = "triton-admin-key",
@@ -256,8 +259,9 @@ def tune_cmd(
     """Search dynamic batching and instance counts for MODEL; recommend the best setting within the budget.
 
     --search climb (the default) tries batching off and on, then more instances, then longer queue
-    delays and the max batch size as preferred size, keeping each only when it gains over 5%; --search
-    grid measures every combination. Each setting is measured with perf_analyzer (--engine). The
+    delays and the max batch size as preferred size, keeping each only when it gains over 5%, and with
+    --grpc-url the best over gRPC (clients choose the protocol: it is not written); --search grid
+    measures every combination. Each setting is measured with perf_analyzer (--engine). The
     recommendation is written into MODEL/config.pbtxt changing only dynamic_batching and
     instance_group: comments, license header and field order stay, and the file is replaced atomically.
 
@@ -265,6 +269,8 @@ def tune_cmd(
     once when a run overran its time limit) as the median of 5 short rounds, with their spread as the
     noise: settings rank only when they differ by more than it. Each trial says how it was measured
     (stable, stable-after-retry, median-of-5 +-spread).
+    Where the pick measured again differs by more than 5% (a busy host's load drifts between runs), the
+    settings within that drift are measured again in turns and ranked by their medians (runoff-median-of-N).
     A setting that could not be measured at all stops the climb there, and nothing is recommended.
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
@@ -283,7 +289,8 @@ def tune_cmd(
         url=url, model=model, budget_ms=budget_ms, concurrency=concurrency, max_requests=requests,
         max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
         instance_counts=tuple(_int_list(instances)), queue_delays_us=tuple(_int_list(delays)),
-        search=search, headers=admin, allowed_hosts=tuple(allow_host or ())))  # type: ignore[arg-type]
+        search=search, headers=admin, allowed_hosts=tuple(allow_host or ()),  # type: ignore[arg-type]
+        grpc_url=_address(grpc_url, "grpc")[0] if grpc_url else None))
     result = _tune_run(cfg, spec, progress=not as_json)
     _tune_report(result, cfg, config_path, plot_path or Path(f"tune-{model}.png"), write, as_json)
 
@@ -348,8 +355,12 @@ def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: P
             best = result.best.report
             c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
                     f"{best.inferences_per_s:.1f} inf/s, p95 {best.p95_ms:.2f} ms (budget {cfg.budget_ms:g} ms)")
+            if result.best.setting.protocol != "http":
+                c.print(f"clients: send over {result.best.setting.protocol} (not part of config.pbtxt)")
             if found := best.to_dict()["bound"]:
                 c.print(f"what bounds it: {escape(found['says'])}", soft_wrap=True)
+                if found["bound"] == "frontend/client" and not cfg.grpc_url:
+                    c.print("gRPC was not tried: give --grpc-url HOST:PORT (Triton's gRPC port) to measure it")
             if write:
                 c.print(f"wrote {config_path}")
         elif result.incomplete:

@@ -463,14 +463,15 @@ async def _open_loop(cfg: BenchConfig, run: _Tally, limit: float, start: float, 
 
 async def _settled_stats(client: _Client, cfg: BenchConfig, before: dict[str, Any],
                          answered: int) -> dict[str, Any]:
-    """The server's statistics once they count the ``answered`` requests (or after 2 s).
+    """The server's statistics once they count the ``answered`` requests, succeeded or failed (or after 2 s).
 
     Triton records a request's statistics when it releases the request, which can be just after the
     client has its response: wait (briefly) until the server has counted them all.
     """
     after = await client.stats()
     settle = time.perf_counter() + 2.0
-    while breakdown(before, after, cfg.model).requests < answered and time.perf_counter() < settle:
+    while ((d := breakdown(before, after, cfg.model)).requests + d.failures < answered
+           and time.perf_counter() < settle):
         await asyncio.sleep(0.05)
         after = await client.stats()
     return after
@@ -494,7 +495,9 @@ async def _run_python(
         else:
             await _open_loop(cfg, run, limit, start, deadline, should_stop)
         elapsed = time.perf_counter() - start
-        after = await _settled_stats(client, cfg, before, len(run.latencies))
+        # The server counts what it answered: successes, and failures it answered with a status.
+        answered = len(run.latencies) + sum(n for k, n in run.errors.items() if k.startswith("server:"))
+        after = await _settled_stats(client, cfg, before, answered)
     finally:
         await client.close()
     return _python_report(cfg, run, elapsed, breakdown(before, after, cfg.model))

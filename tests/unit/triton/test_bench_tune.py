@@ -169,6 +169,31 @@ def test_climb_moves_towards_the_budget_while_nothing_meets_it() -> None:
     assert seen == [tune.Setting(False, 1), tune.Setting(False, 2), tune.Setting(False, 3)]
 
 
+@pytest.mark.parametrize("grpc_gain", [1.3, 1.02])
+def test_climb_tries_the_best_over_grpc_last_and_keeps_it_only_when_it_gains(grpc_gain: float) -> None:
+    space = tune.Space(8, (1, 2), (0, 2000), protocols=("http", "grpc"))
+    seen = _climb(space, lambda s: (_batching_pays(s)[0] * (grpc_gain if s.protocol == "grpc" else 1.0), 20.0))
+    best = tune.Setting(True, 2, (), 0)
+    assert seen[-2:] == [tune.Setting(True, 2, (8,), 0), replace(best, protocol="grpc")]
+    trials = [_trial(s, _batching_pays(s)[0] * (grpc_gain if s.protocol == "grpc" else 1.0), 20.0) for s in seen]
+    assert tune.recommend(trials).setting.protocol == ("grpc" if grpc_gain > 1.05 else "http")
+    assert replace(best, protocol="grpc").label == "batching pref=- delay=0us, 2 inst, grpc"
+
+
+def test_the_grid_measures_every_setting_over_each_protocol_http_first() -> None:
+    http = tune.Space(8, (1,), (0,)).grid()
+    both = tune.Space(8, (1,), (0,), protocols=("http", "grpc")).grid()
+    assert both == http + [replace(s, protocol="grpc") for s in http]
+
+
+def test_tune_over_grpc_needs_its_address_and_no_admin_key_for_perf_analyzer() -> None:
+    assert tune.TuneConfig(url="127.0.0.1:8000", model="m", grpc_url="127.0.0.1:8001").space(8).protocols == (
+        "http", "grpc")
+    with pytest.raises(ValueError, match="perf_analyzer sends no headers over gRPC"):
+        tune.TuneConfig(url="127.0.0.1:8000", model="m", grpc_url="127.0.0.1:8001",
+                        headers=(("triton-admin-key", "k"),))
+
+
 def test_apply_changes_only_batching_and_instances() -> None:
     spec = _spec()
     on = tune.apply(spec, tune.Setting(True, 3, (8,), 2000))

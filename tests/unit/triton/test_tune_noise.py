@@ -62,3 +62,45 @@ def test_a_gain_counts_only_beyond_the_noise_measured(spreads: tuple[float, floa
 def test_the_json_trial_carries_its_spread() -> None:
     assert _trial(1, 100.0, 0.12).to_dict()["spread"] == 0.12
     assert replace(report(1.0), spread=0.3).to_dict()["spread"] == 0.3
+
+
+class Again:
+    """A fresh measurement per call, from each setting's own list of figures; records the order asked."""
+
+    def __init__(self, figures: dict[tune.Setting, list[float]]) -> None:
+        self.left = {s: iter(f) for s, f in figures.items()}
+        self.asked: list[tune.Setting] = []
+
+    def __call__(self, setting: tune.Setting) -> tune.Trial:
+        self.asked.append(setting)
+        return tune.Trial(setting, report(next(self.left[setting])), within_budget=True)
+
+
+def _climbed(*figures: float) -> dict[tune.Setting, tune.Trial]:
+    trials = [_trial(i, f) for i, f in enumerate(figures)]
+    return {t.setting: t for t in trials}
+
+
+def test_a_pick_that_holds_on_a_second_run_stands() -> None:
+    trials = _climbed(1000.0, 1200.0)
+    pick = trials[tune.Setting(True, 2)]
+    again = Again({pick.setting: [1180.0]})
+    tune.runoff(trials, again, budget_ms=50)
+    assert again.asked == [pick.setting]  # one more run: within MIN_GAIN of the first, nothing else measured
+    assert tune.recommend(list(trials.values())) is pick and pick.measured == "stable"
+
+
+def test_a_drifting_host_gets_a_runoff_in_turns_and_the_medians_decide() -> None:
+    # Measured a minute apart on a busy host: the second setting looked 20% faster, but its second run is
+    # 25% lower; run in turns, the simpler setting is as fast, and a tie goes to it.
+    trials = _climbed(1000.0, 1200.0, 400.0)
+    simple, pick, slow = list(trials)
+    again = Again({pick: [900.0, 950.0], simple: [1000.0, 1010.0]})
+    tune.runoff(trials, again, budget_ms=50)
+    assert again.asked == [pick, simple, pick, simple]  # in turns; the slow one (below the drift band) not again
+    assert [trials[s].measured for s in (simple, pick, slow)] == ["runoff-median-of-3", "runoff-median-of-3",
+                                                                    "stable"]
+    assert trials[pick].report.inferences_per_s == 950.0
+    assert trials[pick].report.spread == pytest.approx((1200 - 900) / (2 * 950))
+    assert "measured 25% apart" in trials[pick].note
+    assert tune.recommend(list(trials.values())).setting == simple
