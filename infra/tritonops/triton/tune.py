@@ -17,7 +17,10 @@ alone keeps two cores busy) is measured again with windows twice as long and twi
 median of :data:`MEDIAN_ROUNDS` short rounds each averaging perf_analyzer's last three windows with no
 stability demanded. The rounds' spread is the noise measured (``BenchReport.spread``): two settings
 rank only when they differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
-recommendation, the simpler setting when the ranking is not clear beyond the noise. Every trial says how it was
+recommendation, the simpler setting when the ranking is not clear beyond the noise. A host whose load
+drifts between runs gets a runoff (:func:`runoff`): the pick and its close rivals measured again in
+turns, ranked by their medians. With a gRPC address the search also measures over gRPC (the clients'
+protocol: reported, not written). Every trial says how it was
 measured (:attr:`Trial.measured`); none is dropped, and the climb stops rather than step past a
 dimension whose setting could not be measured at all (:attr:`TuneResult.incomplete`).
 """
@@ -467,11 +470,10 @@ def runoff(trials: dict[Setting, Trial], again: Callable[[Setting], Trial], budg
     perf_analyzer's stability covers one run; a busy host also drifts from one run to the next (another
     job's load comes and goes), so settings measured a minute apart may differ by that drift alone. The
     pick is measured once more (``again``: a fresh reload and measurement): when the two figures agree
-    within ``min_gain`` the ranking stands. Otherwise the
-    finalists (the usable settings within twice the drift of the pick, at most :data:`RUNOFF_FINALISTS`)
-    are measured :data:`RUNOFF_ROUNDS` more times each, in turns so that each round sees the same load,
-    and each finalist becomes the median of its runs, its spread their noise ("runoff-median-of-N"):
-    :func:`recommend` then ranks them only beyond it.
+    within ``min_gain`` the ranking stands. Otherwise the finalists (the usable settings within twice the
+    drift of the pick, at most :data:`RUNOFF_FINALISTS`) are measured :data:`RUNOFF_ROUNDS` more times
+    each, in turns so that each round sees the same load, and each becomes the median of its runs, its
+    spread their noise ("runoff-median-of-N"): :func:`recommend` then ranks them only beyond it.
     """
     pick = recommend(list(trials.values()), min_gain)
     if pick is None:
