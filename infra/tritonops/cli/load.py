@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from enum import StrEnum
@@ -361,6 +362,11 @@ def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: P
                 c.print(f"what bounds it: {escape(found['says'])}", soft_wrap=True)
                 if found["bound"] == "frontend/client" and not cfg.grpc_url:
                     c.print("gRPC was not tried: give --grpc-url HOST:PORT (Triton's gRPC port) to measure it")
+            over_grpc = dataclasses.replace(result.best.setting, protocol="grpc")
+            if result.best.setting.protocol == "http" and (g := next(
+                    (t for t in result.trials if t.setting == over_grpc and not t.unmeasured), None)):
+                c.print(f"over gRPC it read {g.report.inferences_per_s:.1f} inf/s, p95 {g.report.p95_ms:.2f} ms: "
+                        "not a gain beyond the noise, so HTTP stays")
             if write:
                 c.print(f"wrote {config_path}")
         elif result.incomplete:
