@@ -12,11 +12,10 @@ instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throug
 every setting.
 
 A setting perf_analyzer could not measure stably (a busy machine: at concurrency 64 the load generator
-alone keeps two cores busy) is measured again with windows twice as long and twice as many
-(:func:`measure_steadily`), and if still unstable, or at once when a run overran its time limit, as the
-median of :data:`MEDIAN_ROUNDS` short rounds each averaging perf_analyzer's last three windows with no
-stability demanded. The rounds' spread is the noise measured (``BenchReport.spread``): two settings
-rank only when they differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
+alone keeps two cores busy) is measured again with windows twice as long and twice as many, and if
+still unstable, or at once when a run overran its time limit, as the median of short rounds each
+averaging perf_analyzer's last three windows with no stability demanded (:mod:`tritonops.triton.steady`).
+The rounds' spread is the noise measured (``BenchReport.spread``): two settings rank only when they differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
 recommendation, the simpler setting when the ranking is not clear beyond the noise. A host whose load
 drifts between runs gets a runoff (:func:`runoff`): the pick and its close rivals measured again in
 turns, ranked by their medians. With a gRPC address the search also measures over gRPC (the clients'
@@ -30,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,19 +42,12 @@ from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton.load_config import BenchConfig, Engine, Protocol
+from tritonops.triton.steady import STABLE, UNMEASURED, measure_steadily, median_report
 
 Search = Literal["climb", "grid"]
 # A setting must beat another by more than this fraction of throughput to count as better: below it,
 # two perf_analyzer runs of one setting differ on a busy machine.
 MIN_GAIN = 0.05
-# An unstable measurement is measured again with windows this many times longer, and this many times more.
-RETRY_SCALE = 2
-# Still unstable: the median of this many rounds (odd: the median is one round's own figures).
-MEDIAN_ROUNDS = 5
-# The rounds' stability percentage: any three windows count as stable, so each round reports their average.
-ROUND_STABILITY_PCT = 1e6
-# How a trial was measured, the last for a setting that could not be measured at all.
-STABLE, RETRIED, UNMEASURED = "stable", "stable-after-retry", "unmeasured"
 # The runoff (:func:`runoff`): at most this many finalists, each measured this many more times, in turns.
 RUNOFF_FINALISTS = 4
 RUNOFF_ROUNDS = 2
@@ -402,65 +393,6 @@ def measure(
     """Reload ``spec.name`` with ``setting`` (:func:`load_setting`), then bench it once with ``load.engine``."""
     load_setting(http_url, spec, setting, load, warmup_requests=warmup_requests)
     return bench.run(load)
-
-
-def longer(load: BenchConfig, scale: int = RETRY_SCALE) -> BenchConfig:
-    """``load`` with windows ``scale`` times longer and ``scale`` times as many of them."""
-    return dataclasses.replace(load, max_seconds=load.max_seconds * scale * scale,
-                               max_windows=load.max_windows * scale)
-
-
-def median_report(reports: Sequence[bench.BenchReport]) -> bench.BenchReport:
-    """One report from several rounds: the median round by throughput, with each latency the rounds' median.
-
-    A round with errors is the report (errors decide, and its figures may be missing)."""
-    failed = [r for r in reports if r.errors]
-    if failed:
-        return failed[0]
-    ranked = sorted(reports, key=lambda r: r.inferences_per_s)
-    mid = ranked[(len(ranked) - 1) // 2]
-    spread = ((ranked[-1].inferences_per_s - ranked[0].inferences_per_s) / (2 * mid.inferences_per_s)
-              if mid.inferences_per_s > 0 else 0.0)
-    return dataclasses.replace(
-        mid, p50_ms=statistics.median(r.p50_ms for r in reports), p95_ms=statistics.median(r.p95_ms for r in reports),
-        p99_ms=statistics.median(r.p99_ms for r in reports), mean_ms=statistics.median(r.mean_ms for r in reports),
-        elapsed_s=sum(r.elapsed_s for r in reports), spread=spread,
-    )
-
-
-def measure_steadily(
-    load: BenchConfig,
-    run: Callable[[BenchConfig], bench.BenchReport] = bench.run,
-    rounds: int = MEDIAN_ROUNDS,
-) -> tuple[bench.BenchReport, str, str]:
-    """Measure the loaded setting: (report, how it was measured, why it was measured again).
-
-    perf_analyzer first with ``load``; when it finds no stable windows, again with :func:`longer`
-    windows ("stable-after-retry"); when still unstable, ``rounds`` runs that accept any three
-    windows (each averages them) and the median of those ("median-of-N"). The python engine has no
-    windows: one run ("one-run"). Other failures (perf_analyzer missing, requests failing) raise.
-    """
-    if load.engine != "perf_analyzer":
-        return run(load), "one-run", ""
-    try:
-        return run(load), STABLE, ""
-    except perf_analyzer.Unstable as e:
-        first = str(e)
-    except perf_analyzer.Overran as e:  # longer windows would run longer still: the short rounds at once
-        return _rounds(load, run, rounds, str(e))
-    try:
-        return run(longer(load)), RETRIED, first
-    except (perf_analyzer.Unstable, perf_analyzer.Overran) as e:
-        second = str(e)
-    return _rounds(load, run, rounds, f"{first}; with longer windows: {second}")
-
-
-def _rounds(load: BenchConfig, run: Callable[[BenchConfig], bench.BenchReport], rounds: int,
-            why: str) -> tuple[bench.BenchReport, str, str]:
-    """``rounds`` short runs that accept any three windows, and their median (its spread is the noise)."""
-    loose = dataclasses.replace(load, stability_pct=ROUND_STABILITY_PCT, max_windows=3)
-    reports = [run(loose) for _ in range(rounds)]
-    return median_report(reports), f"median-of-{rounds}", why
 
 
 def runoff(trials: dict[Setting, Trial], again: Callable[[Setting], Trial], budget_ms: float,

@@ -29,7 +29,7 @@ def test_the_hint_says_how_to_get_the_commands_on_path(tmp_path: Path) -> None:
 def test_the_removal_commands_it_prints_work_from_the_checkout(tmp_path: Path) -> None:
     down = next(ln for ln in _hint(tmp_path) if "make demo-down" in ln)
     assert "python -m devkit" not in down.split("#")[0]  # the bare module run failed: No module named devkit
-    recipe = subprocess.run(["make", "-n", "demo-down"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    recipe = subprocess.run(["make", "--no-print-directory", "-n", "demo-down"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert recipe.strip().endswith(f"-m devkit hosts down {EDGE_NODE}")
     direct = down.split("removes the node: ", 1)[1]
     for command in (recipe.strip(), direct):

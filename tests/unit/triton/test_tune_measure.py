@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tritonops.model_repo.spec import ModelInput, ModelOutput, ModelSpec
-from tritonops.triton import bench, perf_analyzer, tune
+from tritonops.triton import bench, perf_analyzer, steady, tune
 from tritonops.triton.load_config import BenchConfig
 
 FAKE = f"""#!{sys.executable} -S
@@ -90,7 +90,7 @@ LOAD = BenchConfig(url="127.0.0.1:8000", model="m", concurrency=16, max_requests
 def test_an_unstable_measurement_is_measured_again(pa: FakePA, stable_from_ms: int, how: str,
                                                    calls: list[list[float]]) -> None:
     pa.rule(stable_from_ms=stable_from_ms, figures=[100.0, 500.0, 300.0, 200.0, 400.0])
-    report, measured, note = tune.measure_steadily(LOAD, pa.run)
+    report, measured, note = steady.measure_steadily(LOAD, pa.run)
     assert measured == how
     assert pa.calls() == calls
     assert ("no stable measurement" in note) == (how != "stable")
@@ -98,7 +98,7 @@ def test_an_unstable_measurement_is_measured_again(pa: FakePA, stable_from_ms: i
 
 def test_still_unstable_reports_the_median_of_the_rounds(pa: FakePA) -> None:
     pa.rule(stable_from_ms=10**9, figures=[100.0, 500.0, 300.0, 200.0, 400.0])
-    report, measured, note = tune.measure_steadily(LOAD, pa.run)
+    report, measured, note = steady.measure_steadily(LOAD, pa.run)
     assert measured == "median-of-5"
     assert report.inferences_per_s == 300.0  # not the first round (100), nor the mean of rounds that drifted
     assert report.p95_ms == pytest.approx(1000 / 300, abs=0.01)
@@ -108,7 +108,7 @@ def test_still_unstable_reports_the_median_of_the_rounds(pa: FakePA) -> None:
 def test_a_failure_that_is_not_instability_is_not_measured_again(pa: FakePA) -> None:
     pa.rule(stable_from_ms=0, error="boom")
     with pytest.raises(perf_analyzer.PerfAnalyzerError, match="boom") as e:
-        tune.measure_steadily(LOAD, pa.run)
+        steady.measure_steadily(LOAD, pa.run)
     assert not isinstance(e.value, perf_analyzer.Unstable)
     assert len(pa.calls()) == 1
 

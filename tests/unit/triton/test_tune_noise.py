@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tritonops.triton import bench, perf_analyzer, tune
+from tritonops.triton import bench, perf_analyzer, steady, tune
 from tritonops.triton.load_config import BenchConfig
 
 LOAD = BenchConfig(url="127.0.0.1:8000", model="m", concurrency=16, max_requests=None, max_seconds=5,
@@ -30,16 +30,16 @@ def test_an_overrun_goes_to_the_short_rounds_at_once() -> None:
             raise perf_analyzer.Overran("perf_analyzer ran past 40 s and was stopped")
         return report(tput)
 
-    got, how, note = tune.measure_steadily(LOAD, run)
+    got, how, note = steady.measure_steadily(LOAD, run)
     assert how == "median-of-5" and "ran past 40 s" in note
     assert [c.max_seconds for c in seen] == [5] * 6  # no longer windows tried: they would overrun too
-    assert all(c.max_windows == 3 and c.stability_pct == tune.ROUND_STABILITY_PCT for c in seen[1:])
+    assert all(c.max_windows == 3 and c.stability_pct == steady.ROUND_STABILITY_PCT for c in seen[1:])
     assert got.inferences_per_s == 100.0
     assert got.spread == pytest.approx((120 - 90) / 200)  # +-15%: the noise the rounds measured
 
 
 def test_a_stable_measurement_has_no_spread() -> None:
-    got, how, _ = tune.measure_steadily(LOAD, lambda cfg: report(100.0))
+    got, how, _ = steady.measure_steadily(LOAD, lambda cfg: report(100.0))
     assert (how, got.spread) == ("stable", 0.0)
 
 
