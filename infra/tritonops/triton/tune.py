@@ -15,7 +15,8 @@ A setting perf_analyzer could not measure stably (a busy machine: at concurrency
 alone keeps two cores busy) is measured again with windows twice as long and twice as many, and if
 still unstable, or at once when a run overran its time limit, as the median of short rounds each
 averaging perf_analyzer's last three windows with no stability demanded (:mod:`tritonops.triton.steady`).
-The rounds' spread is the noise measured (``BenchReport.spread``): two settings rank only when they differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
+The rounds' spread is the noise measured (``BenchReport.spread``): two settings rank only when they
+differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
 recommendation, the simpler setting when the ranking is not clear beyond the noise. A host whose load
 drifts between runs gets a runoff (:func:`runoff`): the pick and its close rivals measured again in
 turns, ranked by their medians. With a gRPC address the search also measures over gRPC (the clients'
