@@ -12,7 +12,7 @@ EXTRAS := triton,k8s,ansible,obs,signing,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client docker-registry
 
-.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check gpu-bundle clean
 
 all: test
 
@@ -160,6 +160,14 @@ bench: venv apt
 # Without a GPU it says so and exits 0.
 gpu-check: venv apt
 	$(BIN)/python tools/gpu_check.py
+
+# gpu-check for a GPU machine with no network: a folder under 64 MiB (tools/devkit/gpu_bundle.py) made
+# afresh here, for that machine's Python; there: `sh $(GPU_BUNDLE)/run.sh [its python]`.
+GPU_BUNDLE ?= .cache/gpu-bundle
+GPU_PYTHON ?= 3.12
+gpu-bundle: venv
+	rm -rf $(GPU_BUNDLE)
+	$(DEVKIT) gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON)
 
 clean:
 	rm -rf $(VENV) .cache

@@ -350,7 +350,10 @@ class BatchingRun:
         else:
             faster = (False, off.why or "batching off or the pick was not measured")
         utils = [(r.name, r.utilization, r.why) for r in self.rows]
-        detail = "; ".join(f"{n} {u:.0%}" if u is not None else f"{n} n/a ({w})" for n, u, w in utils)
+        if all(u is None for _, u, _ in utils) and len(self.why_na()) == 1:
+            detail = f"n/a for every row: {self.why_na()[0]}"
+        else:
+            detail = "; ".join(f"{n} {u:.0%}" if u is not None else f"{n} n/a ({w})" for n, u, w in utils)
         present: bool | None = all(u is not None for _, u, _ in utils)
         if self.kind != "KIND_GPU":
             present = None  # nothing to require of a CPU instance
@@ -358,18 +361,23 @@ class BatchingRun:
                 ("batching: off vs pick", target, faster[0], faster[1]),
                 ("batching: GPU utilization", target, present, detail)]
 
+    def why_na(self) -> list[str]:
+        """Why GPU utilization is n/a, once per distinct reason."""
+        return list(dict.fromkeys(r.why for r in self.rows if r.utilization is None))
+
     def table(self) -> Table:
-        t = Table(title=f"batching: {self.model} ({self.engine}, {self.kind}), perf_analyzer c={self.concurrency}")
+        why = self.why_na()
+        t = Table(title=f"batching: {self.model} ({self.engine}, {self.kind}), perf_analyzer c={self.concurrency}",
+                  caption=escape(f"GPU util n/a: {'; '.join(why)}") if why else None, caption_justify="left")
         for col in ("row", "setting", "inf/s", "p95 ms", "GPU util", "bound", "measured by"):
-            t.add_column(col, justify="right" if col in ("inf/s", "p95 ms") else "left")
+            t.add_column(col, justify="right" if col in ("inf/s", "p95 ms", "GPU util") else "left")
         for r in self.rows:
             tr, b = r.trial, r.bound
-            util = f"{r.utilization:.0%}" if r.utilization is not None else f"n/a: {r.why}"
             t.add_row(r.name, escape(tr.setting.label) if tr else f"none: {escape(r.why)}",
                       f"{tr.report.inferences_per_s:.0f}" if tr else "-",
                       f"{tr.report.p95_ms:.1f}" if tr and not math.isnan(tr.report.p95_ms) else "-",
-                      escape(util), f"{b.name} (model {b.shares['compute infer']:.0%})" if b else "-",
-                      escape(r.measured_by))
+                      f"{r.utilization:.0%}" if r.utilization is not None else "n/a",
+                      f"{b.name} (model {b.shares['compute infer']:.0%})" if b else "-", escape(r.measured_by))
         return t
 
     def bound_sentences(self) -> list[str]:

@@ -189,7 +189,9 @@ def test_gpu_utilization_missing_fails_on_a_gpu_and_is_na_on_a_cpu_instance() ->
     trials = [_trial(OFF, 100), _trial(ON, 400)]
     util = _run("KIND_GPU", _trial(ON, 400), trials, (None, None, None)).checks()[2]
     assert util[2] is False
-    assert util[3].startswith("batching off n/a (Triton exports no nv_gpu_utilization")
+    assert util[3] == "n/a for every row: Triton exports no nv_gpu_utilization (it sees no GPU: DCGM found none)"
+    util = _run("KIND_GPU", _trial(ON, 400), trials, (0.4, None, None)).checks()[2]
+    assert util[2] is False and util[3].startswith("batching off 40%; tune's pick n/a (Triton exports no")
     assert _run("KIND_CPU", _trial(ON, 400), trials, (None, None, None)).checks()[2][2] is None
 
 
@@ -203,7 +205,8 @@ def test_the_table_shows_each_rows_figures_bound_and_engine() -> None:
     assert "batching: torch_mlp (pytorch, KIND_CPU), perf_analyzer c=64" in text
     for name, inf_s in (("batching off", "100"), ("tune's pick", "400"), ("grid best", "400")):
         line = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(name))
-        assert inf_s in line and "perf_analyzer, stable" in line and "n/a: Triton exports no" in line
+        assert inf_s in line and "perf_analyzer, stable" in line and " n/a " in line
         assert "frontend/client (model 9%)" in line  # 0.9 ms of the 10 ms the client waited
+    assert "GPU util n/a: Triton exports no nv_gpu_utilization (it sees no GPU: DCGM found none)" in text
     assert "batching off: the model computes 9% of the request time" in text
 
