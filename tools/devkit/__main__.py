@@ -129,8 +129,9 @@ def gpu_bundle(
         raise typer.Exit(ExitCode.FAILED) from None
     for name, size in found.items():
         console.print(f"{escape(name):<22} {size / 2**20:6.1f} MiB", highlight=False)
-    console.print(f"{escape(str(dest))}: {sum(found.values()) / 2**20:.1f} MiB (the limit: {g.LIMIT_MIB} MiB); "
-                  f"on the GPU machine: sh {escape(str(dest))}/run.sh [its Python {python}]", highlight=False)
+    console.print(escape(f"{dest}: {sum(found.values()) / 2**20:.1f} MiB (the limit: {g.LIMIT_MIB} MiB); "
+                         f"on the GPU machine: sh {dest}/run.sh [its Python {python}]"),
+                  highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

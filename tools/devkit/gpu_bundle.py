@@ -48,6 +48,7 @@ LACKS = (
     "geventhttpclient", "gevent", "greenlet", "zope.event", "zope.interface", "brotli", "python-rapidjson",
     "certifi", "six", "urllib3",  # geventhttpclient's and tritonclient's own, small
     "grafana-foundation-sdk", "ansible-core", "resolvelib", "nvidia-cuda-runtime-cu12",
+    "grpcio",  # tritonclient.grpc (model_config_pb2, which gpu-check and pbtxt read) imports it; not in DESIGN's list
     "numpy",  # 1.26, the project's pin: the Python backend's stub imports it before the machine's numpy 2
 )
 # Where this environment's version has no wheel for a newer Python: the version that has one, per target.
