@@ -281,7 +281,8 @@ class Windows:
         self.of[t.setting], self.pending = self.pending, []
         if self.log:
             self.log.print(f"  {escape(t.setting.label)}: {t.report.inferences_per_s:.0f} inf/s, "
-                           f"p95 {t.report.p95_ms:.1f} ms ({t.measured}) {escape(t.failure)}", highlight=False)
+                           f"p95 {t.report.p95_ms:.1f} ms ({t.measured}){escape(' ' + t.failure if t.failure else '')}",
+                           highlight=False)
 
 
 # --- the measurement ------------------------------------------------------------------------------------
