@@ -156,7 +156,8 @@ bench: venv apt
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 # On a machine with an NVIDIA GPU: Triton with a GPU model, nv_gpu_* metrics, the GPU panels and alerts
-# against a real Prometheus, gpu_facts and the memory budget against nvidia-smi (tools/gpu_check.py).
+# against a real Prometheus, gpu_facts and the memory budget against nvidia-smi, then the batching table
+# (off / tune's pick / grid best with GPU utilization: tools/gpu_check.py, tools/gpu_batching.py).
 # Without a GPU it says so and exits 0.
 gpu-check: venv apt
 	$(BIN)/python tools/gpu_check.py

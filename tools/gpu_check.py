@@ -11,6 +11,8 @@ On a machine with an NVIDIA GPU it:
    with nvidia-smi;
 5. compares the budget figures (catalog GPU memory; CUDA context + pool + model per GPU) with the GPU
    memory nvidia-smi measures once the model is loaded;
+6. measures batching on a GPU instance (``tools/gpu_batching.py``): batching off, ``tune``'s pick and the
+   grid's best, each by perf_analyzer, with ``nv_gpu_utilization`` and what bounds each setting;
 
 then prints a table and exits 1 if a check failed (0 otherwise). Where there is no GPU (no nvidia-smi,
 nvidia-smi fails, or no /dev/nvidia0) it says so and exits 0 at once.
