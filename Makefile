@@ -12,7 +12,7 @@ EXTRAS := triton,k8s,ansible,obs,signing,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client docker-registry
 
-.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check clean
+.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check gpu-bundle clean
 
 all: test
 
@@ -156,10 +156,19 @@ bench: venv apt
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 # On a machine with an NVIDIA GPU: Triton with a GPU model, nv_gpu_* metrics, the GPU panels and alerts
-# against a real Prometheus, gpu_facts and the memory budget against nvidia-smi (tools/gpu_check.py).
+# against a real Prometheus, gpu_facts and the memory budget against nvidia-smi, then the batching table
+# (off / tune's pick / grid best with GPU utilization: tools/gpu_check.py, tools/gpu_batching.py).
 # Without a GPU it says so and exits 0.
 gpu-check: venv apt
 	$(BIN)/python tools/gpu_check.py
+
+# gpu-check for a GPU machine with no network: a folder under 64 MiB (tools/devkit/gpu_bundle.py) made
+# afresh here, for that machine's Python; there: `sh $(GPU_BUNDLE)/run.sh [its python]`.
+GPU_BUNDLE ?= .cache/gpu-bundle
+GPU_PYTHON ?= 3.12
+gpu-bundle: venv
+	rm -rf $(GPU_BUNDLE)
+	$(DEVKIT) gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON)
 
 clean:
 	rm -rf $(VENV) .cache

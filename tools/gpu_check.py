@@ -11,6 +11,8 @@ On a machine with an NVIDIA GPU it:
    with nvidia-smi;
 5. compares the budget figures (catalog GPU memory; CUDA context + pool + model per GPU) with the GPU
    memory nvidia-smi measures once the model is loaded;
+6. measures batching on a GPU instance (``tools/gpu_batching.py``): batching off, ``tune``'s pick and the
+   grid's best, each by perf_analyzer, with ``nv_gpu_utilization`` and what bounds each setting;
 
 then prints a table and exits 1 if a check failed (0 otherwise). Where there is no GPU (no nvidia-smi,
 nvidia-smi fails, or no /dev/nvidia0) it says so and exits 0 at once.
@@ -122,22 +124,27 @@ if __name__ == "__main__" and (REASON := why_no_gpu()):
     print(f"gpu-check: no NVIDIA GPU here ({REASON}); nothing to check.")
     sys.exit(0)
 
-import yaml
-from google.protobuf import text_format
-from prometheus_client.parser import text_string_to_metric_families
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from tritonclient.grpc import model_config_pb2
-from tritonops.k8s.catalog import GPU_FAMILIES, GpuFamily
-from tritonops.k8s.config import ModelService, NodePoolRef, ServedModel, TritonStackConfig
-from tritonops.k8s.stacks.triton import budget as b
-from tritonops.k8s.stacks.triton import workload
-from tritonops.model_repo import pbtxt
-from tritonops.observability import dashboards as d
-from tritonops.observability import metrics as m
-from tritonops.observability import rules as r
-from tritonops.triton import args, server, smoke
+try:
+    import gpu_batching as gb
+    import yaml
+    from prometheus_client.parser import text_string_to_metric_families
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from tritonops.k8s.catalog import GPU_FAMILIES, GpuFamily
+    from tritonops.k8s.config import ModelService, NodePoolRef, ServedModel, TritonStackConfig
+    from tritonops.k8s.stacks.triton import budget as b
+    from tritonops.k8s.stacks.triton import workload
+    from tritonops.observability import dashboards as d
+    from tritonops.observability import metrics as m
+    from tritonops.observability import rules as r
+    from tritonops.triton import args, perf_analyzer, server, smoke
+except ImportError as e:  # an environment without the project's packages: say which, not a traceback
+    if __name__ != "__main__":
+        raise
+    print(f"gpu-check: this Python ({sys.executable}) lacks {e.name or e}: run it in the project's environment "
+          "(`make venv`, or the GPU bundle's run.sh: `python -m devkit gpu-bundle`)", file=sys.stderr)
+    sys.exit(3)
 
 SETTINGS = r.RuleSettings(rate_window="5s", for_override="0s")
 
@@ -250,11 +257,7 @@ def check_facts(fact: dict[str, Any], gpus: list[Gpu]) -> list[Result]:
 def gpu_repository(dest: Path) -> Path:
     """A repository holding the sample MLP with one instance on GPU 0."""
     shutil.copytree(SAMPLE, dest / SAMPLE.name, ignore=shutil.ignore_patterns("__pycache__", "configs"))
-    config = dest / SAMPLE.name / "config.pbtxt"
-    msg = pbtxt.parse_proto(config.read_text(), config)
-    del msg.instance_group[:]
-    msg.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_GPU, gpus=[0])
-    config.write_text(text_format.MessageToString(msg))
+    gb.set_instance_kind(dest / SAMPLE.name / "config.pbtxt", "KIND_GPU")
     return dest
 
 
@@ -358,7 +361,8 @@ def triton_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
     memory_args = (args.memory_args(args.TritonSettings("", **workload.memory_settings(svc, budget)))
                    if svc and budget else [])
     repo = gpu_repository(workdir / "repo")
-    triton = server.start(repo, extra_args=[*TRITON_ARGS, *memory_args], workdir=workdir / "triton")
+    with gb.stub_sees_this_path():
+        triton = server.start(repo, extra_args=[*TRITON_ARGS, *memory_args], workdir=workdir / "triton")
     prom: subprocess.Popen[bytes] | None = None
     try:
         report = smoke.smoke(triton.http_url, repository=repo, metrics_url=triton.metrics_url)
@@ -366,8 +370,12 @@ def triton_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
         used = next(g for g in query_gpus() if g.index == gpu0.index).memory_used_mib - gpu0.memory_used_mib
         results += check_budget(gpu0, family, budget, used)
         results += check_triton_metrics(triton.metrics_url, gpus)
-        prom, prom_url = start_prometheus(workdir, triton.metrics_port)
-        results += check_queries(prom_url)
+        if shutil.which("prometheus") is None:  # a GPU machine with only the bundle: the queries cannot run
+            results.append(Result("dashboard panels, alert queries", "Prometheus", None,
+                                  "prometheus is not installed here (`make apt` installs it): queries not run"))
+        else:
+            prom, prom_url = start_prometheus(workdir, triton.metrics_port)
+            results += check_queries(prom_url)
     finally:
         if prom is not None:
             prom.terminate()
@@ -385,11 +393,28 @@ def run_checks(gpus: list[Gpu], workdir: Path) -> list[Result]:
         errors = [line for line in lines if re.match(r"E\d{4} |error: ", line)]
         first = str(e).splitlines()[0].removesuffix("; log:")
         results = [Result("stopped early", "tritonserver / prometheus", False, "\n".join([first, *errors]))]
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    if not playbook.exists():
+        results.append(Result("gpu_facts", "localhost", None,
+                              f"ansible-playbook is not installed next to {sys.executable} (the ansible extra, "
+                              "or the GPU bundle's ansible-core): the role not run"))
+        return results
     try:
         results += check_facts(run_gpu_facts(workdir), gpus)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         results.append(Result("gpu_facts", "localhost", False, str(e)))
     return results
+
+
+def batching_checks(gpus: list[Gpu], workdir: Path, console: Console) -> list[Result]:
+    """The batching table (tools/gpu_batching.py) on a GPU instance of GPU 0, printed; its rows as results."""
+    try:
+        run = gb.batching_table("KIND_GPU", workdir / "batching", uuids=[gpus[0].uuid], log=console,
+                                concurrency=gb.GPU_CONCURRENCY)
+    except (RuntimeError, OSError, ValueError, perf_analyzer.PerfAnalyzerError) as e:
+        return [Result("batching", "tritonserver / perf_analyzer", False, str(e).splitlines()[0])]
+    gb.print_run(console, run)
+    return [Result(*check) for check in run.checks()]
 
 
 def table(results: list[Result]) -> Table:
@@ -413,6 +438,7 @@ def main() -> int:
                                              f"{g.driver_version}" for g in gpus))
     with tempfile.TemporaryDirectory(prefix="tritonops-gpu-check-") as tmp:
         results = run_checks(gpus, Path(tmp))
+        results += batching_checks(gpus, Path(tmp), console)
     console.print(table(results))
     failed = [res for res in results if res.ok is False]
     console.print(f"{len(results) - len(failed)} of {len(results)} checks passed or n/a; {len(failed)} failed.")

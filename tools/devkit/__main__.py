@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -101,6 +103,35 @@ def docs(
         Console(stderr=True).print("[red]error:[/] pass exactly one of --check and --update")
         raise typer.Exit(ExitCode.USAGE)
     raise typer.Exit(main(files or [], write=update))
+
+
+@app.command("gpu-bundle")
+def gpu_bundle(
+    dest: Annotated[Path, typer.Argument(help="A new or empty folder for the bundle")],
+    python: Annotated[str, typer.Option("--python", help="The GPU machine's Python (major.minor)")] = "3.12",
+) -> None:
+    """Make a folder (under 64 MiB) that runs gpu-check on a GPU machine with no network: `sh DEST/run.sh`.
+
+    Exit 0 with the bundle's size, 2 on a bad --python, 3 when it cannot be made or is over 64 MiB.
+    """
+    from tritonops.triton import server
+
+    from devkit import gpu_bundle as g
+
+    if not re.fullmatch(r"3\.\d+", python):
+        Console(stderr=True).print(f"[red]error:[/] --python: a version such as 3.12, got {escape(python)!r}")
+        raise typer.Exit(ExitCode.USAGE)
+    console = Console()
+    try:
+        found = g.build(dest, python, log=lambda line: console.print(escape(line), highlight=False))
+    except (g.BundleError, server.TritonNotInstalled) as e:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+    for name, size in found.items():
+        console.print(f"{escape(name):<22} {size / 2**20:6.1f} MiB", highlight=False)
+    console.print(escape(f"{dest}: {sum(found.values()) / 2**20:.1f} MiB (the limit: {g.LIMIT_MIB} MiB); "
+                         f"on the GPU machine: sh {dest}/run.sh [its Python {python}]"),
+                  highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -333,3 +333,26 @@ def test_without_a_gpu_triton_refuses_the_gpu_instance_and_says_why(tmp_path: Pa
     assert "instance group mlp_0 of model mlp specifies invalid or unsupported gpu id 0" in stopped.detail
     assert [res.check for res in results[1:4]] == ["gpu_facts: platform", "gpu_facts: GPU count", "gpu_facts: driver"]
     assert all(res.ok for res in results[1:])
+
+
+# --- what a GPU machine with only the bundle lacks: n/a, not a failure ------------------------------------
+
+
+def test_without_ansible_playbook_the_gpu_facts_check_is_na(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gc, "triton_checks", lambda gpus, workdir: [])
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))  # no ansible-playbook beside it
+    [res] = gc.run_checks([_h200()], tmp_path)
+    assert (res.check, res.ok) == ("gpu_facts", None)
+    assert res.detail.startswith(f"ansible-playbook is not installed next to {tmp_path / 'bin' / 'python'}")
+
+
+def test_the_batching_rows_become_results_and_a_failure_one_failed_row(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("tritonserver exited with code 1; log:\nE1204 model failed")
+
+    monkeypatch.setattr(gc.gb, "batching_table", fails)
+    [res] = gc.batching_checks([_h200()], tmp_path, Console(quiet=True))
+    assert (res.check, res.ok, res.detail) == ("batching", False, "tritonserver exited with code 1; log:")
