@@ -278,7 +278,10 @@ class Windows:
             self.pending.append((start, time.monotonic()))
 
     def on_trial(self, t: tune.Trial) -> None:
-        self.of[t.setting], self.pending = self.pending, []
+        # A setting measured more than once (tune's runoff: its runs, then their median with no run of its
+        # own) keeps every run's windows.
+        self.of.setdefault(t.setting, []).extend(self.pending)
+        self.pending = []
         if self.log:
             self.log.print(f"  {escape(t.setting.label)}: {t.report.inferences_per_s:.0f} inf/s, "
                            f"p95 {t.report.p95_ms:.1f} ms ({t.measured}){escape(' ' + t.failure if t.failure else '')}",

@@ -1,6 +1,6 @@
 """tools/gpu_batching.py without a GPU or a server: GPU utilization from Triton's metrics text and over a
 setting's measurement windows, the model it serves per engine and kind, the engine choice, the stub's path,
-and the checks its rows give (from trials made here; the live CPU run is tests/integration/test_gpu_batching.py).
+and the checks its rows give (from trials made here; the live CPU run is tests/integration/test_gpu_batching_live.py).
 """
 
 from __future__ import annotations
@@ -210,3 +210,15 @@ def test_the_table_shows_each_rows_figures_bound_and_engine() -> None:
     assert "GPU util n/a: Triton exports no nv_gpu_utilization (it sees no GPU: DCGM found none)" in text
     assert "batching off: the model computes 9% of the request time" in text
 
+
+
+def test_a_setting_measured_again_keeps_every_runs_windows() -> None:
+    # tune's runoff reports a finalist once per run, then once more with the runs' median (no run of its own).
+    w, s = gb.Windows(), tune.Setting(True, 1)
+    report = bench.BenchReport(config={}, sent=1, succeeded=1, elapsed_s=1.0, throughput_rps=1.0,
+                               inferences_per_s=1.0, p50_ms=1.0, p95_ms=1.0, p99_ms=1.0, mean_ms=1.0, max_ms=None)
+    for window in [(0.0, 1.0), (5.0, 6.0)]:
+        w.pending.append(window)
+        w.on_trial(tune.Trial(s, report, within_budget=True))
+    w.on_trial(tune.Trial(s, report, within_budget=True, measured="runoff-median-of-2"))
+    assert w.of[s] == [(0.0, 1.0), (5.0, 6.0)]
