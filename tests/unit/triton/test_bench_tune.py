@@ -556,3 +556,24 @@ def test_the_tune_command_takes_its_defaults_from_tune_config() -> None:
     load = BenchConfig(url="u", model="m")
     assert (bench_defaults["concurrency"], bench_defaults["rate"], bench_defaults["duration"],
             bench_defaults["stability"]) == (load.concurrency, load.rate, load.max_seconds, load.stability_pct)
+
+
+@pytest.mark.parametrize("grpc_tput", [900.0, 1500.0])
+def test_the_report_says_which_protocol_the_clients_should_use(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], grpc_tput: float) -> None:
+    import typer
+    from tritonops.cli import load as load_cli
+
+    http, grpc = tune.Setting(True, 1, (), 0), tune.Setting(True, 1, (), 0, protocol="grpc")
+    trials = [_trial(http, 1000.0, 5.0), _trial(grpc, grpc_tput, 5.0)]
+    result = tune.TuneResult("m", 50.0, trials, tune.recommend(trials))
+    cfg = tune.TuneConfig(url="127.0.0.1:8000", model="m", grpc_url="127.0.0.1:8001")
+    with pytest.raises(typer.Exit):
+        load_cli._tune_report(result, cfg, tmp_path / "config.pbtxt", tmp_path / "p.png",  # noqa: SLF001
+                              write=False, as_json=False)
+    out = " ".join(capsys.readouterr().out.split())
+    if grpc_tput > 1000:
+        assert "recommended: batching pref=- delay=0us, 1 inst, grpc" in out
+        assert "clients: send over grpc (not part of config.pbtxt)" in out
+    else:
+        assert "over gRPC it read 900.0 inf/s, p95 5.00 ms: not a gain beyond the noise, so HTTP stays" in out
