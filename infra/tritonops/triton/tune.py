@@ -204,35 +204,25 @@ def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN
     best = trial(Setting(False, counts[0]))
     if best.unmeasured:
         return _stopped("batching", best)
-    if space.max_batch_size > 0:
-        on = trial(Setting(True, counts[0], (), delays[0]))
-        if on.unmeasured:
-            return _stopped("batching", on)
-        best = on if _better(on, best, min_gain) else best
-    for n in counts[1:]:
-        t = trial(dataclasses.replace(best.setting, instances=n))
-        if t.unmeasured:
-            return _stopped("instances", t)
-        if not _better(t, best, min_gain):
-            break
-        best = t
-    if best.setting.dynamic_batching:
-        for delay in delays[1:]:
-            t = trial(dataclasses.replace(best.setting, max_queue_delay_us=delay))
+    # Each dimension's steps, as changes to the best setting so far, walked while each gains.
+    steps: dict[str, list[dict[str, Any]]] = {
+        "batching": ([{"dynamic_batching": True, "max_queue_delay_us": delays[0]}]
+                     if space.max_batch_size > 0 else []),
+        "instances": [{"instances": n} for n in counts[1:]],
+        "queue delay": [{"max_queue_delay_us": d} for d in delays[1:]],
+        "preferred batch size": [{"preferred_batch_sizes": (space.max_batch_size,)}],
+        "protocol": [{"protocol": p} for p in space.protocols[1:]],
+    }
+    for dimension, changes in steps.items():
+        if dimension in ("queue delay", "preferred batch size") and not best.setting.dynamic_batching:
+            continue  # batching's own settings, where batching lost
+        for change in changes:
+            t = trial(dataclasses.replace(best.setting, **change))
             if t.unmeasured:
-                return _stopped("queue delay", t)
+                return _stopped(dimension, t)
             if not _better(t, best, min_gain):
                 break
             best = t
-        t = trial(dataclasses.replace(best.setting, preferred_batch_sizes=(space.max_batch_size,)))
-        if t.unmeasured:
-            return _stopped("preferred batch size", t)
-        best = t if _better(t, best, min_gain) else best
-    for protocol in space.protocols[1:]:
-        t = trial(dataclasses.replace(best.setting, protocol=protocol))
-        if t.unmeasured:
-            return _stopped("protocol", t)
-        best = t if _better(t, best, min_gain) else best
     return None
 
 
