@@ -84,13 +84,30 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
     secrets = user_secrets(stack, stacks_dir)
     values = missing_user_values(stack, env, stacks_dir)  # only the user can give them; the engine refuses without
     path_ = stack_file(stack, env, stacks_dir)
+    warnings = _warnings(stack, env, stacks_dir)
     if as_json:
-        print(json.dumps({"ok": str(path_), "valuesToSet": values, "secretsToSet": secrets}, indent=2))
+        print(json.dumps({"ok": str(path_), "valuesToSet": values, "secretsToSet": secrets,
+                          "warnings": [{"warning": m, "key": k} for m, k in warnings]}, indent=2))
         return
     out = Console()
     out.print(f"{escape(str(path_))}: valid", soft_wrap=True, highlight=False)
+    for message, _ in warnings:
+        Console(stderr=True).print(f"[yellow]warning[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
     for cmd in [*values.values(), *secrets.values()]:
         out.print(f"  before `pulumi up`: {escape(cmd)}", soft_wrap=True, highlight=False)
+
+
+def _warnings(stack: str, env: str, stacks_dir: Path) -> list[tuple[str, str]]:
+    """(file:line: key: message, key) of what is valid but ends soon (the cluster's Kubernetes version)."""
+    from tritonops.k8s.contract import locate
+    from tritonops.k8s.stack_file import load_stack_config, stack_file
+    from tritonops.k8s.stacks.cluster_aws.checks import version_warnings
+
+    if stack != "cluster-aws":
+        return []
+    path_ = stack_file(stack, env, stacks_dir)
+    return [(f"{path_}:{locate(path_, key) or '?'}: {key}: {message}", key)
+            for key, message in version_warnings(load_stack_config(stack, env, stacks_dir))]
 
 
 def _check_channels(stack: str, env: str, stacks_dir: Path) -> None:

@@ -130,7 +130,7 @@ def test_triton_service_args_validate() -> None:
     cfg: TritonStackConfig = _cfg("triton", "prod")
     dev: TritonStackConfig = _cfg("triton", "dev")
     with pytest.raises(ValueError, match="service: 'vision'"):
-        TritonServiceArgs(cfg, dev.model_services[0])
+        TritonServiceArgs(cfg, dev.model_services[0], "arn:aws:iam::111122223333:role/tritonops-dev-model-reader")
     empty = cfg.model_services[0].model_copy(update={"models": []})
     with pytest.raises(ValueError):
         TritonServiceArgs(cfg.model_copy(update={"model_services": [empty]}), empty)

@@ -16,6 +16,7 @@ from k8s_harness import (
     unwrap,
     user_stacks,
 )
+from tritonops import versions
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config
@@ -31,7 +32,7 @@ def _key(obj: dict) -> tuple:
 def test_cluster_aws(env: str) -> None:
     mocks = committed("cluster-aws", env)
     (cluster,) = mocks.of_type("aws:eks/cluster:Cluster")
-    assert cluster.inputs["name"] == f"tritonops-{env}" and cluster.inputs["version"] == "1.30"
+    assert cluster.inputs["name"] == f"tritonops-{env}" and cluster.inputs["version"] == versions.KUBERNETES_VERSION
     assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
     pools = mocks.of_type("tritonops:aws:GpuNodePool")
     groups = {g.inputs["nodeGroupName"][:-7]: as_ints(g.inputs) for g in mocks.of_type("aws:eks/nodeGroup:NodeGroup")}
@@ -234,7 +235,7 @@ def test_on_prem_kubeconfig_file(tmp_path) -> None:  # type: ignore[no-untyped-d
 
 def test_missing_kubeconfig_file_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match="cluster.kubeconfig"):
-        run_program("triton", "dev", {"cluster": {"kubeconfig": str(tmp_path / "nope")}})
+        run_program("platform", "dev", {"cluster": {"kubeconfig": str(tmp_path / "nope")}})  # triton dev: IRSA
 
 
 @pytest.mark.parametrize("stack", ["cluster-aws", "platform", "triton"])

@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from k8s_harness import committed, envs, k8s_objects
+from tritonops import versions
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
@@ -16,7 +17,7 @@ from tritonops.k8s.stacks.triton import exposure, release_agent, workload
 from tritonops.k8s.stacks.triton import objects as triton
 
 LATEST = kubernetes_validate.latest_version()
-VERSIONS = ["1.30.0", LATEST]
+VERSIONS = [f"{versions.KUBERNETES_VERSION}.0", LATEST]  # the clusters the stacks create, and the newest
 CRD_GROUPS = ("monitoring.coreos.com/", "keda.sh/", "gateway.networking.k8s.io/")
 
 

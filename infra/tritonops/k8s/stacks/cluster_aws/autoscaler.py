@@ -75,7 +75,7 @@ def release(cfg: ClusterAwsConfig, role_arn: Any, region: str) -> HelmRelease:
         "cloudProvider": "aws",
         "awsRegion": region,
         "autoDiscovery": {"clusterName": cfg.cluster_name},
-        "image": {"tag": versions.CLUSTER_AUTOSCALER_IMAGE_TAG},
+        "image": {"tag": versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[cfg.kubernetes_version]},
         "rbac": {
             "serviceAccount": {
                 "create": True,
