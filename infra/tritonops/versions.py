@@ -16,6 +16,13 @@ TRITON_RELEASE = "24.10"  # NGC container tag line; Triton server 2.51.0
 TRITON_SERVER_VERSION = "2.51.0"
 TRITON_IMAGE = f"nvcr.io/nvidia/tritonserver:{TRITON_RELEASE}-py3"
 TRITON_IMAGE_IGPU = f"nvcr.io/nvidia/tritonserver:{TRITON_RELEASE}-py3-igpu"  # Jetson Orin line
+# The release agent's own image where no Triton image is on the node (the drift CronJob, on CPU nodes):
+# the agent needs python3 >= 3.10 and its standard library only (ssl included), which the Docker Official
+# Image python:*-slim (Debian) has, at about 45 MiB compressed against Triton's 8 GiB. Tag and the digest of
+# its multi-arch index: https://hub.docker.com/_/python (python 3.13.11, Debian 13 trixie), read
+# 2026-12-07 from public Dockerfiles that pin it; the registry itself was not reachable from here.
+AGENT_IMAGE = ("docker.io/library/python:3.13.11-slim-trixie"
+               "@sha256:2b9c9803c6a287cafa0a8c917211dddd23dcd2016f049690ee5219f5d3f1636e")
 
 # CPU-only install method: the nvidia-pytriton wheel bundles tritonserver 2.51 with the Python backend.
 PYTRITON_VERSION = "0.7.0"
@@ -27,7 +34,8 @@ PYTHON_BACKEND_STUB_PYTHON = "3.11"
 
 # --- Kubernetes: Helm charts and cluster (infra/tritonops/k8s, stacks/) -----------------------------------
 # Each chart is installed from its upstream repository at exactly this version.
-KUBERNETES_VERSION = "1.30"  # EKS control plane; also the oldest schema the tests validate against
+# EKS control plane, in standard support (tritonops.world.EKS_VERSIONS); the schema the tests validate against.
+KUBERNETES_VERSION = "1.35"
 GPU_OPERATOR_CHART = "gpu-operator"
 GPU_OPERATOR_CHART_VERSION = "v25.3.0"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
@@ -35,7 +43,7 @@ KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
 KUBE_PROMETHEUS_STACK_CHART_VERSION = "75.15.1"
 KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
 KEDA_CHART = "keda"
-KEDA_CHART_VERSION = "2.17.2"  # fallback.behavior (currentReplicasIfHigher) needs KEDA >= 2.17
+KEDA_CHART_VERSION = "2.20.2"  # fallback.behavior needs KEDA >= 2.17; 2.20 is tested on Kubernetes 1.33-1.35
 KEDA_REPO = "https://kedacore.github.io/charts"
 # Karpenter (cluster-aws): GPU nodes that follow demand. OCI chart; its CRDs (karpenter.sh/v1 NodePool,
 # karpenter.k8s.aws/v1 EC2NodeClass) are kept as test data in tests/unit/k8s/data/karpenter/.
@@ -44,17 +52,30 @@ KARPENTER_CRD_CHART = "karpenter-crd"  # its CRDs as templates, at the same vers
 KARPENTER_CHART_VERSION = "1.14.1"
 KARPENTER_REPO = "oci://public.ecr.aws/karpenter"
 # cluster-autoscaler (cluster-aws): grows the managed GPU node groups up to their maxSize. Its minor must
-# be the control plane's (KUBERNETES_VERSION), so the image tag is pinned beside the chart.
+# be the control plane's, so its image tag is pinned per Kubernetes minor beside the chart (the release follows
+# the stack's kubernetesVersion; check-config refuses a minor with no tag here).
 CLUSTER_AUTOSCALER_CHART = "cluster-autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.52.1"
 CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
-CLUSTER_AUTOSCALER_IMAGE_TAG = "v1.30.7"
+# registry.k8s.io/autoscaling/cluster-autoscaler, promoted in kubernetes/k8s.io#9676 (2026-07-02).
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "v1.35.1"}
 # EKS-optimized AMI releases the EC2NodeClasses pin (amiSelectorTerms alias family@version, never
-# @latest): AL2023 (Karpenter picks its NVIDIA variant on GPU instances) and Bottlerocket.
-KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20251120", "bottlerocket": "bottlerocket@v1.50.0"}
+# @latest): AL2023 (Karpenter picks its NVIDIA variant on GPU instances) and Bottlerocket. Each release must
+# ship an image for KUBERNETES_VERSION: amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260520 and
+# bottlerocket-aws-k8s-1.35-nvidia-x86_64-v1.58.0 exist (releases of 2025, e.g. v20251120, predate 1.35).
+KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20260520", "bottlerocket": "bottlerocket@v1.58.0"}
 # Prerequisites no stack installs, at the versions the cluster contract's commands install
 # (tritonops.k8s.cluster_contract): ingress-nginx (IngressClass nginx) and the Gateway API CRDs.
-INGRESS_NGINX_CHART_VERSION = "4.11.3"
+# ingress-nginx is LEGACY here: the project was retired upstream (best-effort maintenance ended March 2026,
+# repository archived; https://kubernetes.io/blog/2025/11/11/ingress-nginx-retirement/, read 2026-12-07) and
+# receives no fixes any more. Kept (ingress.mode: ingress) because the wake-from-zero trigger and the canary
+# weights read it; pinned to its final release, chart 4.15.1 / controller v1.15.1 of 2026-03-19
+# (https://github.com/kubernetes/ingress-nginx/releases/tag/helm-chart-4.15.1, read 2026-12-07), which carries
+# the fixes of CVE-2025-1974 "IngressNightmare" (fixed in v1.11.5 / v1.12.1, charts 4.11.5 / 4.12.1;
+# https://github.com/kubernetes/kubernetes/issues/131009) and of the 2026 injection CVEs (CVE-2026-24512: v1.14.3,
+# https://github.com/kubernetes/kubernetes/issues/136678; CVE-2026-3288: v1.15.0). The 4.11.3 pinned before
+# had CVE-2025-1974.
+INGRESS_NGINX_CHART_VERSION = "4.15.1"
 GATEWAY_API_VERSION = "v1.2.1"  # standard channel: GatewayClass, Gateway, HTTPRoute, GRPCRoute at v1
 
 # Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to

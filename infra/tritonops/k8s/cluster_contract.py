@@ -14,10 +14,23 @@ stack's objects (no Pulumi, no cluster) and returns a :class:`~tritonops.k8s.con
 line, config key) for each object nothing provides: a kind missing from the contract, an Ingress
 whose class no controller serves, a PVC whose StorageClass nobody creates, and a GPU pool whose
 reachable GPUs (Karpenter NodePool limits, or a managed node group's max size) are fewer than its
-services' KEDA ``maxReplicaCount`` x GPUs per replica. The other stacks of the same cluster (the
+services' KEDA ``maxReplicaCount`` x GPUs per replica, and a ScaledObject trigger reading a series that
+nothing this cluster sets up produces (:mod:`tritonops.k8s.series`). The other stacks of the same cluster (the
 cluster-aws stack ``cluster.clusterStack`` names, the platform stack whose ``cluster.clusterStack`` is
 the same) are read from their stack files beside it. ``tritonops preflight`` checks the same
 prerequisites on a live cluster (:mod:`tritonops.k8s.preflight`).
+
+**One creator per name.** Every named thing (a bucket, a namespace, a Secret, a ConfigMap) has exactly
+one creator, and the stacks own what they use: cluster-aws the release buckets and the IRSA roles that
+read them, each stack its namespaces and the objects in them, including every Secret whose value is
+Pulumi secret config (``pulumi config set --secret``: the admin-API token, Grafana's password,
+Alertmanager's keys). The user creates by hand only what no stack can: the prerequisites below, outside
+the stacks' namespaces and before the stack that needs them, and the objects ``secrets-required.yaml``
+lists with a ``command``. Such an object lives in a namespace its stack creates, so it is made *after*
+that stack's first ``pulumi up`` (preflight reports it ``later`` until the namespace exists), and a
+first up must not wait for it: a Secret the pods need at their start comes from Pulumi secret config
+or is replaced by what a stack creates (``modelReader``, cluster-aws's IRSA role, instead of
+``credentialsSecret``). ``tests/unit/test_walkthrough.py`` holds docs/kubernetes.md's walkthrough to it.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonops.k8s import series
 from tritonops.k8s.config import (
     ClusterAwsConfig,
     ConfigError,
@@ -49,11 +63,13 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Provider:
     """Who provides a need: ``stack`` (one of ours, created by its ``pulumi up``) or, with ``command``,
-    a prerequisite the user installs before the stack that needs it."""
+    a prerequisite the user installs before the stack that needs it; ``after``: the stacks whose ``pulumi
+    up`` the command needs first (a CRD its chart renders objects of)."""
 
     name: str
     stack: str | None = None
     command: str | None = None
+    after: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -86,11 +102,15 @@ VPC_CNI_POLICY = Provider(
     command="aws eks update-addon --cluster-name CLUSTER --addon-name vpc-cni "
     "--configuration-values '{\"enableNetworkPolicy\":\"true\"}'",
 )
+# Legacy: ingress-nginx is retired upstream (tritonops.versions says why it stays and which release). Its
+# request counter wakes a service at zero (tritonops.observability.producers): the chart's ServiceMonitor
+# brings it to the platform's Prometheus, so the ServiceMonitor CRD (stack platform) must exist first.
 INGRESS_NGINX = Provider(
-    "ingress-nginx controller (IngressClass nginx)",
+    "ingress-nginx controller (IngressClass nginx; legacy: retired upstream, final release pinned)",
     command="helm upgrade --install ingress-nginx ingress-nginx --repo https://kubernetes.github.io/ingress-nginx "
     f"--version {INGRESS_NGINX_CHART_VERSION} --namespace ingress-nginx --create-namespace "
-    "--set controller.metrics.enabled=true",
+    "--set controller.metrics.enabled=true --set controller.metrics.serviceMonitor.enabled=true",
+    after=("platform",),
 )
 GATEWAY_API = Provider(
     f"Gateway API CRDs {GATEWAY_API_VERSION} (standard channel)",
@@ -108,7 +128,7 @@ EBS_CSI = Provider(
     command=f"aws eks create-addon --cluster-name CLUSTER --addon-name {EBS_CSI_ADDON} "
     "--service-account-role-arn EBS_CSI_ROLE_ARN && kubectl apply -f gp3-storageclass.yaml",
 )
-USER_OBJECTS = Provider("Secrets and ConfigMaps the user creates",
+USER_OBJECTS = Provider("Secrets and ConfigMaps the user creates, after the stack's first up made their namespace",
                         command="the `command` of each entry of secrets-required.yaml (tritonops render)")
 FLUX = Provider("Flux helm-controller and source-controller (GitOps only: `pulumi up` installs the charts itself)",
                 command="flux install")
@@ -257,10 +277,12 @@ def cluster_of(stack: str, env: str, cfg: StackConfig, stacks_dir: Path | None) 
         aws_env = _cluster_env(source)
     aws = aws_file = None
     if aws_env and aws_env in stack_envs("cluster-aws", stacks_dir):
-        aws_file = stack_file("cluster-aws", aws_env, stacks_dir)
-        loaded = cfg if stack == "cluster-aws" else load_stack_config("cluster-aws", aws_env, stacks_dir)
-        assert isinstance(loaded, ClusterAwsConfig)
-        aws = loaded
+        try:
+            loaded = cfg if stack == "cluster-aws" else load_stack_config("cluster-aws", aws_env, stacks_dir)
+        except ConfigError:
+            loaded = None  # its own --check-config names that; nothing is known of this cluster here
+        if isinstance(loaded, ClusterAwsConfig):
+            aws, aws_file = loaded, stack_file("cluster-aws", aws_env, stacks_dir)
     platform = cfg if isinstance(cfg, PlatformConfig) else None
     platform_file = stack_file("platform", env, stacks_dir) if platform is not None else None
     if platform is None and source:
@@ -418,6 +440,42 @@ def _capacity(cfg: TritonStackConfig, objs: list[Obj], path: Path, cluster: Clus
             )
 
 
+def _fit(cfg: TritonStackConfig, objs: list[Obj], path: Path, cluster: Cluster) -> Iterator[Problem]:
+    """Each Deployment on a GPU pool fits a node of at least one of the pool's instance types
+    (tritonops.k8s.fit)."""
+    from tritonops.k8s.fit import misfit
+
+    if cluster.aws is None:
+        return
+    pools = {p.name: p for p in cluster.aws.gpu_node_pools}
+    index = {name_of(s): i for i, s in enumerate(cfg.model_services)}
+    for o in objs:
+        if o.get("kind") != "Deployment":
+            continue
+        pod = o["spec"]["template"]["spec"]
+        pool = pools.get((pod.get("nodeSelector") or {}).get(NODE_POOL_LABEL, ""))
+        why = None if pool is None else misfit(pod, pool.instance_types)
+        if pool is not None and why:
+            i = index.get(o["metadata"]["name"].removesuffix("-canary"), 0)
+            yield _problem(path, f"{project_name('triton')}:modelServices[{i}].resources",
+                           f"Deployment {o['metadata']['name']} on pool {pool.name!r} ({cluster.aws_file}) {why}")
+
+
+def _ami(cfg: PlatformConfig, path: Path, cluster: Cluster) -> Iterator[Problem]:
+    """The GPU Operator installs no driver or toolkit where the pools' AMIs already ship one
+    (tritonops.world.AMI_FAMILIES): two drivers on one node fail to load."""
+    from tritonops.world import AMI_FAMILIES
+
+    if cluster.aws is None or not cfg.gpu_operator.enabled:
+        return
+    for part, on in (("driver", cfg.gpu_operator.driver_enabled), ("toolkit", cfg.gpu_operator.toolkit_enabled)):
+        shipped = sorted({p.ami_type for p in cluster.aws.gpu_node_pools if getattr(AMI_FAMILIES[p.ami_type], part)})
+        if on and shipped:
+            yield _problem(path, f"{project_name('platform')}:gpuOperator.{part}Enabled",
+                           f"is true, but the pools of {cluster.aws_file} run {', '.join(shipped)}, which ship the "
+                           f"NVIDIA {part} ({AMI_FAMILIES[shipped[0]].source.url}): set it false")
+
+
 # The platform's charts behind its providers: the config key that turns each on.
 PLATFORM_SWITCHES: dict[Provider, str] = {KEDA: "keda", PROMETHEUS_OPERATOR: "monitoring", DEVICE_PLUGIN: "gpuOperator"}
 
@@ -459,6 +517,10 @@ def check(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]
     problems += _storage(stack, cfg, path, ours)
     problems += _ingress(stack, objs, path, ours)
     problems += _platform(stack, objs, cluster)
+    if isinstance(cfg, PlatformConfig):
+        problems += _ami(cfg, path, cluster)
     if isinstance(cfg, TritonStackConfig):
         problems += _capacity(cfg, objs, path, cluster)
+        problems += _fit(cfg, objs, path, cluster)
+        problems += series.problems(cfg, objs, path, cluster, INGRESS_NGINX.command or "")
     return problems

@@ -121,6 +121,23 @@ class ModelReader(_Cfg):
     ecr_stores: list[Annotated[str, Field(pattern=ECR_STORE)]] = []
 
 
+# The EKS access policies an access entry may associate (arn:<partition>:eks::aws:cluster-access-policy/<name>;
+# https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html, read 2026-12-07).
+AccessPolicy = Literal["AmazonEKSClusterAdminPolicy", "AmazonEKSAdminPolicy", "AmazonEKSEditPolicy",
+                       "AmazonEKSViewPolicy"]
+
+
+class AccessEntry(_Cfg):
+    """A principal besides the cluster's creator that may reach the cluster (authentication mode API):
+    an EKS access entry for ``principalArn`` (an IAM role or user) with ``policy`` associated, over the
+    whole cluster, or with ``namespaces`` over those namespaces only. A principal may appear once per
+    policy (one access entry, one association per policy)."""
+
+    principal_arn: str
+    policy: AccessPolicy
+    namespaces: list[str] = []  # []: cluster scope
+
+
 class ClusterAwsConfig(_Cfg):
     environment: str = ""  # labels and tags; "": the stack's name (parse_config's env)
     tier: Tier
@@ -131,6 +148,11 @@ class ClusterAwsConfig(_Cfg):
     subnet_ids: list[str] = Field(default=[], min_length=2)
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] | None = None
+    # Who reaches the API endpoint from inside the VPC (a CI runner, a bastion): ingress rules on 443 of
+    # the cluster security group. Required, one or the other, when the endpoint is private.
+    api_access_cidrs: list[str] = []
+    api_access_security_group_ids: list[str] = []
+    access_entries: list[AccessEntry] = []  # principals besides the creator (a CI role, an admin group's role)
     system_node_pool: SystemNodePool = SystemNodePool()
     gpu_node_pools: list[GpuNodePoolConfig] = Field(min_length=1)
     model_readers: list[ModelReader] = []

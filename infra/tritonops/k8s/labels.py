@@ -26,6 +26,7 @@ SCRAPE_JOB = "triton"  # the `job` label tritonops.observability's rules and das
 JOB_LABEL = "tritonops.io/scrape-job"
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_POOL_LABEL = "tritonops.io/node-pool"
+SYSTEM_POOL = "system"  # NODE_POOL_LABEL of the CPU nodes for system work (cluster-aws's system node group)
 # Every GPU node carries it (tritonops.k8s.stacks.cluster_aws.eks.node_labels; the GPU Operator's feature
 # discovery too).
 GPU_NODE_LABEL = "nvidia.com/gpu.present"

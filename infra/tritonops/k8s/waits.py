@@ -22,6 +22,9 @@ A Deployment's create waits for one such pod (its pods start in parallel); its u
 one step at a time (``maxSurge + maxUnavailable`` per step) up to the ScaledObject's maximum. The same
 budget is the Deployment's ``progressDeadlineSeconds``: Kubernetes marks a rollout failed when one
 step takes longer, and the provider stops waiting then, before the whole timeout.
+
+A Job's pod (the drift CronJob's) gets the same kind of budget, :func:`job_budget`: its images' pull
+at PULL_MIB_S, its calls at CHECK_CALL_S each, SLACK_S; their sum is its ``activeDeadlineSeconds``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ SLACK_S = 60
 IMAGE_GIB = {"nvcr.io/nvidia/tritonserver": 8.0}
 DEFAULT_IMAGE_GIB = 1.0
 RELEASE_GATE_S = AGENT_GOLDEN_TIMEOUT_S  # the release gate: the agent's golden run before /ready
+# The drift check (the agent's `check --url`): each of its calls carries a deadline of at most this
+# (agent.drift.index_or_error, agent.posture, agent.kube: Triton's index and statistics, the admin probes,
+# each pod list, each pod's /status).
+CHECK_CALL_S = 10
 WAITING_KINDS = ("Deployment", "Service", "Ingress")  # what the provider waits for, of the kinds we render
 
 
@@ -111,6 +118,15 @@ def pod_ready_budget(pod: Obj) -> dict[str, int]:
     return parts
 
 
+def job_budget(pod: Obj, calls: int) -> dict[str, int]:
+    """Seconds, per step, one run-to-completion pod of this spec takes at worst on a CPU node (no GPU
+    node to wait for): every distinct image pulled, ``calls`` network calls of CHECK_CALL_S each, and
+    SLACK_S. Their sum is a Job's ``activeDeadlineSeconds`` (the drift CronJob's)."""
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    return {"pull": sum(image_pull_s(i) for i in sorted({c["image"] for c in containers})),
+            "run": calls * CHECK_CALL_S, "slack": SLACK_S}
+
+
 def _steps(deploy: Obj, max_replicas: int) -> int:
     spec = deploy["spec"]
     rolling = spec.get("strategy", {}).get("rollingUpdate", {})
@@ -168,6 +184,15 @@ def _deployment_wait(d: Obj, max_replicas: int) -> Wait:
     step = sum(pod_ready_budget(pod["spec"]).values())
     steps = _steps(d, max_replicas)
     return Wait(step, step * steps, why=f"one pod {step}s ({_why(pod['spec'])}); update: {steps} steps")
+
+
+def first_serve_s(deploy: Obj) -> int:
+    """Seconds, at worst, from the creation of ``deploy`` until ``pulumi up`` has seen its first pod
+    Ready (the release gate's golden run passed): its create wait, which is also its
+    ``progressDeadlineSeconds``. A ScaledObject that may scale to zero holds its first scale-in that
+    long (KEDA ``initialCooldownPeriod``), so the first up proves a replica serves before KEDA may
+    remove it."""
+    return _deployment_wait(deploy, 0).create_s
 
 
 def _why(pod: Obj) -> str:

@@ -29,6 +29,7 @@ from tritonops.k8s.stacks.triton.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS_DIR = ROOT / "stacks"
+CLUSTER_SECURITY_GROUP = "sg-0c1a5e77e5ec0a9b1"  # the mocks' EKS cluster: the security group EKS creates
 SECRETS = {
     "tritonops-triton:adminApiToken": "test-admin-token",
     "tritonops-platform:grafanaAdminPassword": "test-grafana-password",
@@ -104,6 +105,7 @@ class Mocks(pulumi.runtime.Mocks):
                 "endpoint": "https://ABCDEF.gr7.us-west-2.eks.amazonaws.com",
                 "certificateAuthority": {"data": "LS0tLS1CRUdJTi1DRVJU"},
                 "identities": [{"oidcs": [{"issuer": "https://oidc.eks.us-west-2.amazonaws.com/id/ABCDEF"}]}],
+                "vpcConfig": {**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": CLUSTER_SECURITY_GROUP},
             }
         elif args.typ in ("aws:iam/role:Role", "aws:iam/openIdConnectProvider:OpenIdConnectProvider"):
             state |= {"arn": f"arn:aws:iam::111122223333:role/{args.name}", "name": args.name}

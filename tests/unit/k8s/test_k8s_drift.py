@@ -9,8 +9,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tritonops import versions
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.k8s import labels as k8s_labels
+from tritonops.k8s import waits
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
 from tritonops.k8s.stacks.triton import drift, release_agent, workload
@@ -91,3 +94,61 @@ def test_drift_check_argv_runs_and_reports_an_unreachable_triton(tmp_path: Path)
     doc = json.loads(out.stdout)
     assert doc["source"] == "triton" and [f["resource"] for f in doc["findings"]] == ["triton"]
     assert "s3cr3t-value" not in out.stdout + out.stderr
+
+
+# --- the drift Job: the agent's small image, CPU nodes, a deadline derived like every other wait -------
+
+
+@pytest.mark.parametrize(("env", "index"), [("dev", 0), ("prod", 0), ("prod", 1)])
+def test_drift_job_runs_from_the_agents_small_image_within_its_derived_deadline(env: str, index: int) -> None:
+    """Not the Triton image (8 GiB onto 50 GiB system disks, a 164 s pull at waits.PULL_MIB_S against a
+    typed 120 s deadline): the agent's image, pinned by digest, and a deadline that covers its pull and
+    every call of the check."""
+    cfg = _triton(env)
+    svc = cfg.model_services[index]
+    spec = drift.cron_job(cfg, svc)["spec"]["jobTemplate"]["spec"]
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == versions.AGENT_IMAGE and c["image"] != svc.image
+    assert "@sha256:" in c["image"] and waits.image_pull_s(c["image"]) < waits.image_pull_s(svc.image)
+    budget = waits.job_budget(pod, drift.check_calls(svc))
+    assert spec["activeDeadlineSeconds"] == sum(budget.values())
+    assert spec["activeDeadlineSeconds"] >= waits.image_pull_s(c["image"]) + drift.check_calls(svc) * waits.CHECK_CALL_S
+    assert spec["activeDeadlineSeconds"] * 2 < 15 * 60  # well inside the */15 schedule (concurrencyPolicy Forbid)
+
+
+def test_the_agents_image_has_the_python_the_agent_needs() -> None:
+    """The agent runs on python3 >= 3.10 with the standard library (tritonops.agent's rules): the image's tag."""
+    tag = versions.AGENT_IMAGE.split("@", 1)[0].rsplit(":", 1)[1]
+    major, minor = (int(x) for x in tag.split("-", 1)[0].split(".")[:2])
+    assert (major, minor) >= (3, 10), tag
+    assert versions.AGENT_IMAGE.split("@", 1)[0].rsplit(":", 1)[0].endswith("/python")
+
+
+def test_drift_deadline_grows_with_the_pods_it_asks() -> None:
+    """Each pod the check may find (replicas or the ScaledObject's maximum, plus one surging) adds its
+    /status call: the deadline is derived, not typed."""
+    cfg = _triton("prod")
+    svc = cfg.model_services[0]
+    assert svc.release is not None and svc.autoscaling.enabled
+    more = svc.model_copy(update={"autoscaling": svc.autoscaling.model_copy(
+        update={"max_replicas": svc.autoscaling.max_replicas + 3})})
+
+    def deadline(s: Any) -> int:
+        return int(drift.cron_job(cfg, s)["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"])
+
+    assert drift.check_calls(more) == drift.check_calls(svc) + 3
+    assert deadline(more) == deadline(svc) + 3 * waits.CHECK_CALL_S
+
+
+def test_drift_job_lands_on_cpu_nodes_preferably_the_system_pool() -> None:
+    cfg = _triton("prod")
+    pod = drift.cron_job(cfg, cfg.model_services[0])["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    node = pod["affinity"]["nodeAffinity"]
+    assert node["requiredDuringSchedulingIgnoredDuringExecution"] == (
+        k8s_labels.off_gpu_nodes()["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"])
+    (pref,) = node["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref["preference"]["matchExpressions"] == [
+        {"key": k8s_labels.NODE_POOL_LABEL, "operator": "In", "values": [k8s_labels.SYSTEM_POOL]}]
+    assert "tolerations" not in pod
+    assert all(k8s_labels.GPU_RESOURCE not in c["resources"]["requests"] for c in pod["containers"])

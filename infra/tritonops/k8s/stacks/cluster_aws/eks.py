@@ -1,4 +1,5 @@
-"""Pure builders for the cluster-aws stack: EKS cluster, GPU managed node groups, IAM, kubeconfig."""
+"""Pure builders for the cluster-aws stack: EKS cluster, GPU managed node groups, IAM, who may reach
+the cluster (access entries, the private endpoint's security-group rules) and its kubeconfig."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import hashlib
 import json
 from typing import Any
 
+from tritonops.k8s import gpu_operator
 from tritonops.k8s.catalog import gpu_family
-from tritonops.k8s.config import ClusterAwsConfig, GpuNodePoolConfig
-from tritonops.k8s.labels import GPU_NODE_LABEL, GPU_RESOURCE, NODE_POOL_LABEL
+from tritonops.k8s.config import ClusterAwsConfig, ConfigError, GpuNodePoolConfig
+from tritonops.k8s.labels import GPU_NODE_LABEL, GPU_RESOURCE, NODE_POOL_LABEL, SYSTEM_POOL
 
 Obj = dict[str, Any]
 
@@ -21,7 +23,8 @@ NODE_POLICIES = (
 CLUSTER_POLICIES = (f"{AWS_POLICY}/AmazonEKSClusterPolicy",)
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The GPU Operator deploys an operand on a node unless its nvidia.com/gpu.deploy.<operand> label is
-# "false": Bottlerocket's NVIDIA variants run their own device plugin, so the operator's stays off there.
+# "false": Bottlerocket's NVIDIA variants run their own driver, toolkit and device plugin, so every operand
+# (device plugin, validator, dcgm-exporter, ...) stays off there (tritonops.k8s.gpu_operator.off_labels).
 DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 BOTTLEROCKET_AMIS = ("BOTTLEROCKET_x86_64_NVIDIA",)
 
@@ -70,8 +73,7 @@ def node_labels(pool: GpuNodePoolConfig) -> dict[str, str]:
     }
     if pool.gpu_sharing:
         out[DEVICE_PLUGIN_CONFIG_LABEL] = pool.gpu_sharing
-    if pool.ami_type in BOTTLEROCKET_AMIS:
-        out[DEVICE_PLUGIN_DEPLOY_LABEL] = "false"
+    out.update(gpu_operator.off_labels(pool.ami_type))  # Bottlerocket: none of the GPU Operator's DaemonSets
     return {**out, **pool.labels}
 
 
@@ -118,7 +120,7 @@ def system_node_group_spec(cfg: ClusterAwsConfig) -> Obj:
         "disk_size": 50,
         "scaling_config": {"min_size": p.min_size, "max_size": p.max_size, "desired_size": p.desired_size},
         "update_config": {"max_unavailable": 1},
-        "labels": {NODE_POOL_LABEL: "system"},
+        "labels": {NODE_POOL_LABEL: SYSTEM_POOL},
         "tags": tags(cfg, **{"tritonops:node-pool": "system"}),
     })
 
@@ -162,26 +164,103 @@ def storage_class() -> Obj:
     }
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
-    """A kubeconfig that authenticates with ``aws eks get-token`` (no long-lived credentials)."""
+# --- who reaches the cluster: access entries (authentication mode API) and the private endpoint's
+# security-group rules ------------------------------------------------------------------------------
+
+ACCESS_POLICY_ARN = "arn:{partition}:eks::aws:cluster-access-policy/{policy}"
+API_PORT = 443  # the EKS API endpoint (the control plane's ENIs in the cluster subnets)
+
+
+def _tail(value: str) -> str:
+    """A logical-name part: lowercase, [a-z0-9-], at most 40 characters."""
+    return "".join(c if c.isalnum() else "-" for c in value.lower()).strip("-")[:40]
+
+
+def access_entries(cfg: ClusterAwsConfig) -> list[Obj]:
+    """One aws.eks.AccessEntry per ``accessEntries`` principal (less the cluster name), each with the
+    aws.eks.AccessPolicyAssociation arguments of its policies: ``{"name", "principal_arn", "type",
+    "tags", "associations": [{"name", "principal_arn", "policy_arn", "access_scope"}]}``. Logical
+    names derive from the principal and policy, so reordering the list replaces nothing."""
+    out: dict[str, Obj] = {}
+    for e in cfg.access_entries:
+        digest = hashlib.sha256(e.principal_arn.encode()).hexdigest()[:6]
+        name = f"access-{_tail(e.principal_arn.rsplit('/', 1)[-1])}-{digest}"
+        entry = out.setdefault(e.principal_arn, {"name": name, "principal_arn": e.principal_arn, "type": "STANDARD",
+                                                 "tags": tags(cfg), "associations": []})
+        partition = e.principal_arn.split(":", 2)[1]
+        scope: Obj = ({"type": "namespace", "namespaces": list(e.namespaces)} if e.namespaces
+                      else {"type": "cluster"})
+        entry["associations"].append({
+            "name": f"{name}-{_tail(e.policy.removeprefix('AmazonEKS').removesuffix('Policy'))}",
+            "principal_arn": e.principal_arn,
+            "policy_arn": ACCESS_POLICY_ARN.format(partition=partition, policy=e.policy),
+            "access_scope": scope,
+        })
+    return list(out.values())
+
+
+def api_access_rules(cfg: ClusterAwsConfig) -> list[Obj]:
+    """aws.vpc.SecurityGroupIngressRule arguments (less ``security_group_id``: the cluster security group
+    EKS creates) that admit ``apiAccessCidrs`` and ``apiAccessSecurityGroupIds`` to the API on 443."""
+    base = {"ip_protocol": "tcp", "from_port": API_PORT, "to_port": API_PORT}
+    rules = []
+    for cidr in cfg.api_access_cidrs:
+        family = "cidr_ipv6" if ":" in cidr else "cidr_ipv4"
+        rules.append({"name": f"api-access-{_tail(cidr)}", **base, family: cidr,
+                      "description": f"Kubernetes API of {cfg.cluster_name} from {cidr} (tritonops apiAccessCidrs)",
+                      "tags": tags(cfg)})
+    for group in cfg.api_access_security_group_ids:
+        rules.append({"name": f"api-access-{group}", **base, "referenced_security_group_id": group,
+                      "description": f"Kubernetes API of {cfg.cluster_name} from {group} "
+                                     "(tritonops apiAccessSecurityGroupIds)",
+                      "tags": tags(cfg)})
+    return rules
+
+
+def exec_identity(profile: str | None, assume_roles: str | None, source: str | None = None
+                  ) -> tuple[str | None, str | None]:
+    """(AWS profile, role ARN) the kubeconfig's ``aws eks get-token`` runs with: the stack's ``aws:profile``
+    and the role of its ``aws:assumeRoles`` (the AWS provider's config, a JSON list), so whoever runs
+    the stack reaches the cluster as the identity that created it (and holds its admin access entry).
+    A chain of roles is refused: ``get-token --role-arn`` assumes one."""
+    role = None
+    if assume_roles:
+        try:
+            roles = json.loads(assume_roles)
+        except ValueError:
+            roles = None
+        if not isinstance(roles, list) or not all(isinstance(r, dict) for r in roles):
+            raise ConfigError("aws:assumeRoles", "expected a list of {roleArn: ...} (the AWS provider's config)",
+                              source)
+        if len(roles) > 1:
+            raise ConfigError("aws:assumeRoles", f"a chain of {len(roles)} roles: the kubeconfig's `aws eks "
+                              "get-token --role-arn` assumes one; list one role, or put the chain in an AWS "
+                              "profile (role_arn, source_profile) and name it with aws:profile", source)
+        if roles:
+            role = roles[0].get("roleArn")
+            if not isinstance(role, str) or not role:
+                raise ConfigError("aws:assumeRoles", "its role has no roleArn", source)
+    return profile or None, role
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str, profile: str | None = None,
+               role_arn: str | None = None) -> str:
+    """A kubeconfig that authenticates with ``aws eks get-token`` (no long-lived credentials), as the AWS
+    ``profile`` (AWS_PROFILE in the exec plugin's environment, as ``aws eks update-kubeconfig --profile``
+    writes it) and through ``role_arn`` (``--role-arn``) when the stack runs with them."""
+    args = ["eks", "get-token", "--cluster-name", cluster_name, "--region", region]
+    if role_arn:
+        args += ["--role-arn", role_arn]
+    exec_: Obj = {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": args}
+    if profile:
+        exec_["env"] = [{"name": "AWS_PROFILE", "value": profile}]
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
         "current-context": cluster_name,
-        "users": [
-            {
-                "name": cluster_name,
-                "user": {
-                    "exec": {
-                        "apiVersion": "client.authentication.k8s.io/v1beta1",
-                        "command": "aws",
-                        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region],
-                    }
-                },
-            }
-        ],
+        "users": [{"name": cluster_name, "user": {"exec": exec_}}],
     }
     return json.dumps(doc)
 

@@ -20,6 +20,7 @@ Obj = dict[str, Any]
 def render(out: RenderSet, cfg: ClusterAwsConfig) -> RenderSet:
     """The AWS resources, chart releases and Kubernetes objects of the cluster-aws stack, into ``out``."""
     out.aws.append({"type": "aws:eks/cluster:Cluster", "spec": eks.cluster_spec(cfg)})
+    out.aws += _access_specs(cfg)
     out.aws += [
         {
             "type": "aws:iam/role:Role",
@@ -60,6 +61,42 @@ def render(out: RenderSet, cfg: ClusterAwsConfig) -> RenderSet:
     out.aws += [{"type": "aws:s3/bucket:Bucket", "spec": buckets.bucket_spec(b)}
                 for b in buckets.release_buckets(cfg)]
     return out
+
+
+def _access_specs(cfg: ClusterAwsConfig) -> list[Obj]:
+    """Who reaches the cluster, as render writes it: access entries with their policy associations, and
+    the cluster security group's rules for the API endpoint."""
+    out: list[Obj] = []
+    for e in eks.access_entries(cfg):
+        out.append({"type": "aws:eks/accessEntry:AccessEntry",
+                    "spec": {"name": e["name"], "principal_arn": e["principal_arn"], "type": e["type"]}})
+        out += [{"type": "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+                 "spec": {k: a[k] for k in ("name", "principal_arn", "policy_arn", "access_scope")}}
+                for a in e["associations"]]
+    out += [{"type": "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+             "spec": {"security_group_id": "<cluster security group>", **{k: v for k, v in r.items() if k != "tags"}}}
+            for r in eks.api_access_rules(cfg)]
+    return out
+
+
+def _access(cfg: ClusterAwsConfig, cluster: Any) -> dict[str, Any]:
+    """The access entries (each with its policy associations) and the API endpoint's ingress rules."""
+    import pulumi_aws as aws
+
+    entries: dict[str, Any] = {}
+    for e in eks.access_entries(cfg):
+        entry = aws.eks.AccessEntry(e["name"], cluster_name=cluster.name, principal_arn=e["principal_arn"],
+                                    type=e["type"], tags=e["tags"])
+        for a in e["associations"]:
+            aws.eks.AccessPolicyAssociation(
+                a["name"], cluster_name=cluster.name, principal_arn=entry.principal_arn, policy_arn=a["policy_arn"],
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(**a["access_scope"]))
+        entries[e["principal_arn"]] = entry
+    group = cluster.vpc_config.apply(lambda v: v.cluster_security_group_id)
+    rules = [aws.vpc.SecurityGroupIngressRule(r["name"], security_group_id=group,
+                                              **{k: v for k, v in r.items() if k != "name"})
+             for r in eks.api_access_rules(cfg)]
+    return {"access_entries": entries, "api_access_rules": rules}
 
 
 def _addon_specs(cfg: ClusterAwsConfig) -> list[Obj]:
@@ -110,7 +147,11 @@ def program() -> dict[str, Any]:
 
     cfg = pulumi_config("cluster-aws")
     assert isinstance(cfg, ClusterAwsConfig)
-    region = pulumi.Config("aws").require("region")
+    aws_config = pulumi.Config("aws")
+    region = aws_config.require("region")
+    # Who the kubeconfig's `aws eks get-token` runs as: the stack's own AWS identity (checked before any resource).
+    profile, role_arn = eks.exec_identity(aws_config.get("profile"), aws_config.get("assumeRoles"),
+                                          source=f"Pulumi.{pulumi.get_stack()}.yaml")
     spec = eks.cluster_spec(cfg)
     role = aws.iam.Role(
         "cluster-role", assume_role_policy=eks.assume_role_policy("eks.amazonaws.com"), tags=spec["tags"]
@@ -140,14 +181,17 @@ def program() -> dict[str, Any]:
 
     account = aws.get_caller_identity_output().account_id
     release_buckets = {b: ReleaseBucket(f"bucket-{b}", b, cfg, account) for b in buckets.release_buckets(cfg)}
+    access = _access(cfg, cluster)
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
-        lambda a: eks.kubeconfig(*a)
+        lambda a: eks.kubeconfig(a[0], a[1], a[2], a[3], profile=profile, role_arn=role_arn)
     )
     import pulumi_kubernetes as k8s
 
     from tritonops.k8s.components.cluster_addons import ClusterAddons
 
-    provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig)
+    # Its resources go through the API endpoint: after the rules that let this runner reach a private one.
+    provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig,
+                            opts=pulumi.ResourceOptions(depends_on=access["api_access_rules"]))
     k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     out: dict[str, Any] = {"addons": ClusterAddons("addons", cfg, cluster.name, (oidc.arn, issuer), k8s_opts,
                                                    depends_on=[system])}
@@ -165,6 +209,7 @@ def program() -> dict[str, Any]:
         )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
+    pulumi.export("clusterSecurityGroupId", cluster.vpc_config.apply(lambda v: v.cluster_security_group_id))
     pulumi.export("oidcProviderArn", oidc.arn)
     pulumi.export("oidcIssuer", issuer)
     pulumi.export("nodePools", eks.node_pools_summary(cfg))
@@ -173,4 +218,4 @@ def program() -> dict[str, Any]:
     pulumi.export(outputs.MODEL_READERS, outputs.model_readers(cfg, {n: r.arn for n, r in readers.items()}))
     pulumi.export("releaseBuckets", {b: {"publisherRoleArn": r.publisher.arn} for b, r in release_buckets.items()})
     out["buckets"] = release_buckets
-    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **out}
+    return {"cluster": cluster, "oidc": oidc, "system": system, "pools": pools, "readers": readers, **access, **out}

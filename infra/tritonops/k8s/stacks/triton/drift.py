@@ -14,8 +14,10 @@ zipapp in the namespace's ``tritonops-agent`` ConfigMap):
   pod's release (its agent sidecar's ``/status``) with the release its channel names.
 
 It fails the Job on drift (exit 1; 3 when the check could not run), which kube-prometheus-stack's
-``KubeJobFailed`` alert reports. It runs in the Triton image on the service's own node pool (the image
-is already on those nodes; no GPU is requested).
+``KubeJobFailed`` alert reports. The check needs python3 and its standard library only, so it runs in
+the agent's small image (``versions.AGENT_IMAGE``, not Triton's 8 GiB) on CPU nodes: never on a GPU
+node, preferably the system pool's. Its ``activeDeadlineSeconds`` is ``waits.job_budget``: the image's
+pull plus the check's calls (:func:`check_calls`), each with its deadline.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tritonops import versions
 from tritonops.agent.triton import SECRET_ENV
+from tritonops.k8s import waits
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
     GRPC_PORT,
     HTTP_PORT,
+    NODE_POOL_LABEL,
+    SYSTEM_POOL,
     TRITON_UID,
     canary_of,
     container_security_context,
@@ -85,6 +91,31 @@ def check_args(cfg: TritonStackConfig, svc: ModelService) -> list[str]:
     return args
 
 
+def max_pods(svc: ModelService) -> dict[str, int]:
+    """Track -> the most pods its Deployment runs at once: its replicas or the ScaledObject's maximum,
+    plus one surging during a rollout."""
+    stable = max(svc.replicas, svc.autoscaling.max_replicas if svc.autoscaling.enabled else 0)
+    canary = canary_of(svc)
+    return {STABLE: stable + 1, **({CANARY: canary.replicas + 1} if canary is not None else {})}
+
+
+def check_calls(svc: ModelService) -> int:
+    """The calls one run of :func:`check_args` makes at most: Triton's repository index and statistics,
+    the two admin probes without the header over HTTP and one over gRPC, then per Deployment its pod list
+    and, with a release agent, each pod's ``/status``."""
+    per_pod = 1 if svc.release is not None else 0
+    return 2 + 2 + 1 + sum(1 + per_pod * n for n in max_pods(svc).values())
+
+
+def system_affinity() -> Obj:
+    """Never a GPU node (required), the system pool's nodes where the cluster has one (preferred: a
+    cluster from elsewhere may not label its CPU nodes so)."""
+    term = {"matchExpressions": [{"key": NODE_POOL_LABEL, "operator": "In", "values": [SYSTEM_POOL]}]}
+    node = off_gpu_nodes()["nodeAffinity"]
+    return {"nodeAffinity": {**node,
+                             "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}}
+
+
 def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE) -> Obj:
     """Compare the live Triton's READY models with ``svc.models`` every ``schedule``."""
     # The pod mounts its account's token: it lists the namespace's pods (Role: get/list pods only).
@@ -92,6 +123,42 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
         "checkov.io/skip1": "CKV_K8S_38=the drift check lists the pods through the API (get/list pods only)"})
     pod_labels = drift_labels(cfg, svc)
     secret_ref = {"name": cfg.admin_api.secret_name, "key": cfg.admin_api.secret_key}
+    pod = {
+        "restartPolicy": "Never",
+        # Its own account: get/list pods in the namespace, nothing else.
+        "serviceAccountName": drift_name(svc),
+        "automountServiceAccountToken": True,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": TRITON_UID,
+            "runAsGroup": TRITON_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # A CPU job: never on (nor tolerating) the GPU nodes whose capacity Triton needs.
+        "affinity": system_affinity(),
+        "containers": [
+            {
+                "name": "drift-check",
+                "image": versions.AGENT_IMAGE,  # python3 and its standard library: all the check runs
+                "imagePullPolicy": "IfNotPresent",
+                "command": check_args(cfg, svc),
+                "env": [{"name": SECRET_ENV, "valueFrom": {"secretKeyRef": secret_ref}}],
+                "resources": {
+                    "requests": {"cpu": "50m", "memory": "64Mi"},
+                    "limits": {"memory": "128Mi"},
+                },
+                "securityContext": container_security_context(),
+                "volumeMounts": [
+                    agent_mount(),
+                    {"name": "expected", "mountPath": EXPECTED_DIR, "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": [
+            agent_volume(),
+            {"name": "expected", "configMap": {"name": f"{drift_name(svc)}-expected"}},
+        ],
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -106,46 +173,9 @@ def cron_job(cfg: TritonStackConfig, svc: ModelService, schedule: str = SCHEDULE
                 "metadata": {"labels": pod_labels},
                 "spec": {
                     "backoffLimit": 0,
-                    "activeDeadlineSeconds": 120,
+                    "activeDeadlineSeconds": sum(waits.job_budget(pod, check_calls(svc)).values()),
                     "ttlSecondsAfterFinished": 86400,
-                    "template": {
-                        "metadata": {"labels": pod_labels},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            # Its own account: get/list pods in the namespace, nothing else.
-                            "serviceAccountName": drift_name(svc),
-                            "automountServiceAccountToken": True,
-                            "securityContext": {
-                                "runAsNonRoot": True,
-                                "runAsUser": TRITON_UID,
-                                "runAsGroup": TRITON_UID,
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                            },
-                            # A CPU job: never on (nor tolerating) the GPU nodes whose capacity Triton needs.
-                            "affinity": off_gpu_nodes(),
-                            "containers": [
-                                {
-                                    "name": "drift-check",
-                                    "image": svc.image,
-                                    "command": check_args(cfg, svc),
-                                    "env": [{"name": SECRET_ENV, "valueFrom": {"secretKeyRef": secret_ref}}],
-                                    "resources": {
-                                        "requests": {"cpu": "50m", "memory": "64Mi"},
-                                        "limits": {"memory": "128Mi"},
-                                    },
-                                    "securityContext": container_security_context(),
-                                    "volumeMounts": [
-                                        agent_mount(),
-                                        {"name": "expected", "mountPath": EXPECTED_DIR, "readOnly": True},
-                                    ],
-                                }
-                            ],
-                            "volumes": [
-                                agent_volume(),
-                                {"name": "expected", "configMap": {"name": f"{drift_name(svc)}-expected"}},
-                            ],
-                        },
-                    },
+                    "template": {"metadata": {"labels": pod_labels}, "spec": pod},
                 },
             },
         },
