@@ -45,12 +45,18 @@ def validate_scaled_object_fallback(args: Any, report_violation: Report) -> None
 
 
 def validate_scaled_object_wake_up(args: Any, report_violation: Report) -> None:
-    """A ScaledObject that scales to zero has a trigger on a signal that exists while no pod runs."""
+    """A ScaledObject that scales to zero has a trigger on a signal that exists while no pod runs, and holds
+    its first scale-in (initialCooldownPeriod) so the first up sees a pod serve."""
     if args.resource_type != SCALED_OBJECT:
         return
     spec = args.props.get("spec") or {}
     if num(spec.get("minReplicaCount", 0)) != 0:
         return
+    if num(spec.get("initialCooldownPeriod", 0)) <= 0:
+        report_violation(
+            f"{object_name(args.props, args.name)}: ScaledObject scales to zero with no initialCooldownPeriod: "
+            "KEDA removes the pod as soon as it exists, and the first up passes without a replica ever serving"
+        )
     queries = [str((trig.get("metadata") or {}).get("query", "")) for trig in spec.get("triggers") or []]
     if not any(metric in q for q in queries for metric in WAKE_METRICS):
         report_violation(

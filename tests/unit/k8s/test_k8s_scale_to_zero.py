@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import yaml
 from k8s_harness import ROOT, envs, strict_schema
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from tritonops import versions
+from tritonops.k8s import waits
 from tritonops.k8s.config import PRODUCTION, ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
@@ -143,6 +145,50 @@ def test_dev_example_scales_to_zero_with_a_wake_trigger() -> None:
     assert keda.desired_replicas(10_000, keda.ScalingPolicy(threshold=keda.WAKE_TARGET, max_replicas=10)) == 1
 
 
+def _deployment(env: str, name: str) -> dict[str, Any]:
+    (d,) = [o for o in build("triton", env).objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+    return d
+
+
+@pytest.mark.parametrize("env", envs("triton"))
+def test_a_scaled_object_at_zero_holds_its_first_scale_in_until_the_first_up_has_seen_a_pod_serve(env: str) -> None:
+    """KEDA scales to zero as soon as the ScaledObject exists and nothing is active (no traffic yet): without
+    initialCooldownPeriod `pulumi up` would pass with no pod ever started (issue 43, failure 4)."""
+    for so in _scaled_objects(env):
+        spec = so["spec"]
+        if spec["minReplicaCount"] != 0:
+            assert "initialCooldownPeriod" not in spec  # a floor of 1+ keeps its pods anyway
+            continue
+        deploy = _deployment(env, spec["scaleTargetRef"]["name"])
+        planned = waits.plan(build("triton", env).objects)[waits.key(deploy)]
+        # The same figure as the Deployment's wait and its progress deadline: KEDA may scale in only after
+        # `pulumi up` has seen a pod Ready (release gate included) or given up on it.
+        assert spec["initialCooldownPeriod"] == planned.create_s == deploy["spec"]["progressDeadlineSeconds"]
+        pod = deploy["spec"]["template"]["spec"]
+        assert waits.pod_ready_budget(pod)["gate"] == waits.RELEASE_GATE_S > 0
+        assert spec["initialCooldownPeriod"] >= sum(waits.pod_ready_budget(pod).values())
+
+
+def test_shipped_stacks_scale_to_zero_somewhere() -> None:
+    """The test above must see a ScaledObject at zero (dev and staging ship one)."""
+    assert [e for e in envs("triton") if any(o["spec"]["minReplicaCount"] == 0 for o in _scaled_objects(e))]
+
+
+def test_initial_cooldown_follows_the_wait_budget() -> None:
+    """Derived, not typed: a larger release volume (a longer release sync) moves it by the same seconds."""
+    cfg = _cfg("dev")
+    svc = cfg.model_services[0]
+    before = scaling.scaled_object(cfg, svc)["spec"]["initialCooldownPeriod"]
+    raw = _raw("dev")
+    release = raw["modelServices"][0]["release"]
+    old_mib = waits.quantity_mib(release.get("volumeSize", "20Gi"))
+    release["volumeSize"] = "120Gi"
+    larger = _cfg("dev", raw)
+    after = scaling.scaled_object(larger, larger.model_services[0])["spec"]["initialCooldownPeriod"]
+    sync = math.ceil(120 * 1024 / waits.S3_MIB_S) - math.ceil(old_mib / waits.S3_MIB_S)
+    assert after - before == sync > 0
+
+
 @pytest.mark.parametrize(
     ("env", "change", "key", "words"),
     [
@@ -259,3 +305,11 @@ def test_policy_refuses_scale_to_zero_without_a_wake_trigger() -> None:
     so["spec"]["triggers"] = [t for t in so["spec"]["triggers"] if t["name"] != "wake"]
     (msg,) = _violations(pcl.validate_scaled_object_wake_up, so, {})
     assert "never wake" in msg
+
+
+def test_policy_refuses_scale_to_zero_without_an_initial_cooldown() -> None:
+    cfg = _cfg("dev")
+    so = scaling.scaled_object(cfg, cfg.model_services[0])
+    del so["spec"]["initialCooldownPeriod"]
+    (msg,) = _violations(pcl.validate_scaled_object_wake_up, so, {})
+    assert "initialCooldownPeriod" in msg

@@ -1,13 +1,24 @@
 """Autoscaling of a Triton model service: the KEDA ScaledObject of its stable Deployment and its triggers.
 
-The queries come from ``tritonops.observability.keda`` (one source for Kubernetes and edge hosts).
+The queries come from ``tritonops.observability.keda`` (one source for Kubernetes and edge hosts); the
+producer of every series they read is in ``tritonops.observability.producers``.
+
+A service that may scale to zero still comes up with one replica that passed the golden gate: KEDA
+scales a Deployment to zero as soon as its ScaledObject exists and no trigger is active (no traffic
+yet), so the ScaledObject holds that first scale-in for ``initialCooldownPeriod`` seconds
+(:func:`initial_cooldown_period`), the longest ``pulumi up`` waits for the Deployment's first Ready
+pod (``tritonops.k8s.waits``). The ScaledObject is created beside the Deployment, not after it, so
+``pulumi up`` ends (the pod Ready, or the wait failed) before KEDA may remove the pod.
 """
 
 from __future__ import annotations
 
+from tritonops.k8s import waits
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import Obj, name_of, object_meta
+from tritonops.k8s.stacks.triton.budget import service_budget
 from tritonops.k8s.stacks.triton.exposure import ingresses
+from tritonops.k8s.stacks.triton.workload import deployment
 from tritonops.observability import keda
 from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
 
@@ -18,6 +29,13 @@ def scaling_policy(svc: ModelService) -> ScalingPolicy:
 
 
 SCALE_TO_ZERO_ANNOTATION = "tritonops.io/allow-scale-to-zero"  # the policy pack's sign of prod's consent
+
+
+def initial_cooldown_period(cfg: TritonStackConfig, svc: ModelService) -> int:
+    """KEDA ``initialCooldownPeriod`` of a service that may scale to zero: the stable Deployment's create
+    wait (:func:`tritonops.k8s.waits.first_serve_s`: GPU node, pulls, release sync, model load, golden
+    gate), so no scale-in happens before ``pulumi up`` has seen a replica serve."""
+    return waits.first_serve_s(deployment(cfg, svc, service_budget(svc, cfg)))
 
 
 def _trigger_name(kind: str, model: str | None = None) -> str:
@@ -68,12 +86,15 @@ def scaled_object(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     ``currentReplicasIfHigher``: the larger of the current count and ``max(1, minReplicas)``, so an
     outage of the metrics pipeline never scales serving down, nor to zero (KEDA 2.17 scales a
     ScaledObject to zero on trigger errors unless fallback.replicas is not 0).
+
+    With ``minReplicas: 0`` it also holds KEDA's first scale-in for :func:`initial_cooldown_period`.
     """
     a = svc.autoscaling
     meta = object_meta(name_of(svc), cfg, svc)
     scale_to_zero: Obj = {}
     if a.min_replicas == 0:
         scale_to_zero["cooldownPeriod"] = a.cooldown_period
+        scale_to_zero["initialCooldownPeriod"] = initial_cooldown_period(cfg, svc)
         if a.allow_scale_to_zero:
             meta["annotations"] = {**meta.get("annotations", {}), SCALE_TO_ZERO_ANNOTATION: "true"}
     return {
