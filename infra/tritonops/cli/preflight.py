@@ -1,8 +1,9 @@
 """``tritonops preflight``: before a stack's ``pulumi up``, what the live cluster lacks of the cluster contract.
 
-Exit codes: 0 everything is there; 1 something is missing (each line gives the command that provides
-it); 2 a bad --stack/--env, stack file or kubeconfig; 3 no cluster to check (no kubeconfig, the API
-server did not answer or refused the credentials).
+Exit codes: 0 everything is there (``later``: an object the user creates in a namespace the stack's own
+first ``pulumi up`` creates, with its command, is not missing); 1 something is missing (each line gives
+the command that provides it); 2 a bad --stack/--env, stack file or kubeconfig; 3 no cluster to check
+(no kubeconfig, the API server did not answer or refused the credentials).
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ def _print(found: list, api_note: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"cluster": api_note, "checks": [
             {"what": p.what, "ok": p.ok, "neededBy": p.needed_by, "provider": p.provider.name,
-             "command": None if p.ok else p.command} for p in found]}, indent=2))
+             "command": p.command if (p.later or not p.ok) else None, "later": p.later} for p in found]},
+            indent=2))
         return
     out = Console(soft_wrap=True, highlight=False)
     out.print(escape(api_note))
     for p in found:
-        mark = "ok     " if p.ok else "[red]missing[/red]"
+        mark = "later  " if p.later else "ok     " if p.ok else "[red]missing[/red]"
         out.print(f"{mark} {escape(p.what)}  [dim](needed by {escape(p.needed_by)})[/dim]")
-        if not p.ok:
+        if p.later:
+            out.print(f"        {escape(p.later)}: {escape(p.command)}")
+        elif not p.ok:
             out.print(f"        provide: {escape(p.command)}")
 
 

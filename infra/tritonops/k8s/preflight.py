@@ -11,7 +11,13 @@ the stack's ``pulumi up``, each with who provides it:
 - the VPC CNI's network-policy option (the ``aws-node`` DaemonSet's ``aws-eks-nodeagent`` container
   started with ``--enable-network-policy=true``) when the stack renders NetworkPolicies;
 - the Secrets, ConfigMaps and PVCs ``secrets-required.yaml`` lists for the user to create (read as
-  metadata only: no value comes over the wire);
+  metadata only: no value comes over the wire). One creator per name (the cluster contract): one that
+  lives in a namespace the stack itself creates can only be made after the stack's first ``pulumi up``
+  created it, so while that namespace does not exist it is reported ``later`` (with its command), not
+  missing: preflight's order is the docs' order;
+- the triton stack's release channels, read from their stores and judged by the node's own check
+  against the keys the pods will trust (:func:`tritonops.k8s.stacks.triton.bootstrap.check_channel`),
+  unless ``TRITONOPS_CHANNEL_CHECK=off``; a wrong key is found here, not by pods waiting out their deadline;
 - and, without the cluster, every image pinned to an all-zero placeholder digest.
 
 Pure but for :func:`run`, which takes a :class:`tritonops.k8s.kubeapi.Client`.
@@ -26,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.k8s import cluster_contract as cc
-from tritonops.k8s.config import StackConfig, TritonStackConfig, project_name
+from tritonops.k8s.config import ConfigError, StackConfig, TritonStackConfig, project_name
 from tritonops.k8s.contract import locate
 from tritonops.k8s.kubeapi import METADATA_ONLY, Client
 from tritonops.k8s.labels import name_of
 from tritonops.k8s.programs import render_set
 from tritonops.k8s.rendered import RenderSet
 from tritonops.k8s.stack_file import load_stack_config, stack_file
+from tritonops.k8s.stacks.triton import bootstrap
 
 Obj = dict[str, Any]
 ZERO_DIGEST = re.compile(r"@sha256:0{64}$")
@@ -49,6 +56,7 @@ class Probe:
     provider: cc.Provider
     look: Callable[[Client], bool] | None  # None: known without the cluster (``ok``)
     ok: bool = True
+    later: str | None = None  # not looked for yet: the step after which it can exist
 
     @property
     def command(self) -> str:
@@ -68,6 +76,24 @@ def _gv_has(group: str, version: str, plural: str) -> Callable[[Client], bool]:
 
 def _exists(path: str, accept: str = "application/json") -> Callable[[Client], bool]:
     return lambda c: c.get(path, accept)[0] == 200
+
+
+class Later(Exception):
+    """A look's answer: not there, and not to be there yet (the message says after which step)."""
+
+
+class Refused(Exception):
+    """A look's answer: not usable, for the reason in the message (it replaces the probe's command)."""
+
+
+def _in_own_namespace(stack: str, ns: str, path: str, accept: str) -> Callable[[Client], bool]:
+    """An object the user creates in namespace ``ns``, which the stack's own ``pulumi up`` creates: looked for
+    once the namespace exists; before, it is :class:`Later`."""
+    def look(c: Client) -> bool:
+        if c.get(f"/api/v1/namespaces/{ns}")[0] != 200:
+            raise Later(f"after the first `pulumi up` of stack {stack} has created namespace {ns}")
+        return c.get(path, accept)[0] == 200
+    return look
 
 
 # In-tree provisioners that Kubernetes hands to a CSI driver (CSI migration, on by default since 1.23).
@@ -153,14 +179,17 @@ def _class_probes(stack: str, cfg: StackConfig, objs: list[Obj]) -> list[Probe]:
 
 def _user_probes(rs: RenderSet) -> list[Probe]:
     out = []
+    own = {o["metadata"]["name"] for o in rs.objects if o.get("kind") == "Namespace"}
     for s in rs.secrets:
         if "command" not in s:
             continue  # created by `pulumi up` from secret config
         kind = s.get("kind", "Secret")
         plural = {"Secret": "secrets", "ConfigMap": "configmaps"}[kind]
+        where = f"/api/v1/namespaces/{s['namespace']}/{plural}/{s['name']}"
+        look = (_in_own_namespace(rs.stack, s["namespace"], where, METADATA_ONLY) if s["namespace"] in own
+                else _exists(where, METADATA_ONLY))
         out.append(Probe(f"{kind} {s['namespace']}/{s['name']}", s.get("note", "").split(":", 1)[0],
-                         cc.Provider(f"{kind} the user creates", command=s["command"]),
-                         _exists(f"/api/v1/namespaces/{s['namespace']}/{plural}/{s['name']}", METADATA_ONLY)))
+                         cc.Provider(f"{kind} the user creates", command=s["command"]), look))
     for p in rs.prerequisites:
         ns, name = p.get("namespace"), p["name"]
         if p["kind"] == "Gateway":
@@ -202,13 +231,38 @@ def _digest_probes(cfg: StackConfig, objs: list[Obj], path: Path) -> list[Probe]
     return out
 
 
+def _channel_probes(cfg: StackConfig, path: Path) -> list[Probe]:
+    """Each pull-mode channel of the triton stack: it exists and the node's own check trusts its pointer
+    (looked at when the cluster answers: it needs the store, not the cluster)."""
+    if not isinstance(cfg, TritonStackConfig) or not bootstrap.enabled():
+        return []
+    out = []
+    for i, field, channel in bootstrap.channels(cfg):
+        svc = cfg.model_services[i]
+        assert svc.release is not None
+
+        def look(_: Client, i: int = i, field: str = field, channel: str = channel) -> bool:
+            try:
+                bootstrap.check_channel(cfg, i, field, channel, str(path))
+            except ConfigError as exc:
+                raise Refused(str(exc)) from None
+            return True
+
+        out.append(Probe(f"channel {channel} of {svc.release.store}, signed with a key the pods trust",
+                         f"{svc.name}'s release agent", cc.Provider(
+                             "a release published to the channel, signed with a trusted key",
+                             command=bootstrap.publish_command(svc, channel)), look))
+    return out
+
+
 def probes(stack: str, env: str, stacks_dir: Path | None = None) -> list[Probe]:
     """What the stack needs on the cluster; the commands name the cluster-aws stack's cluster where known."""
     cfg = load_stack_config(stack, env, stacks_dir)
     rs = render_set(stack, env, cfg, dashboards=False)
     objs = rs.objects
     found = [*_digest_probes(cfg, objs, stack_file(stack, env, stacks_dir)), *_crd_probes(stack, objs),
-             *_class_probes(stack, cfg, objs), *_user_probes(rs)]
+             *_class_probes(stack, cfg, objs), *_user_probes(rs),
+             *_channel_probes(cfg, stack_file(stack, env, stacks_dir))]
     aws = cc.cluster_of(stack, env, cfg, stacks_dir).aws
     if aws is None:
         return found
@@ -223,4 +277,15 @@ def offline(found: list[Probe]) -> list[Probe]:
 
 def run(found: list[Probe], api: Client) -> list[Probe]:
     """Each probe with ``ok`` from the live cluster (:class:`~tritonops.k8s.kubeapi.Unreachable` propagates)."""
-    return [p if p.look is None else Probe(p.what, p.needed_by, p.provider, p.look, p.look(api)) for p in found]
+    return [_judge(p, api) for p in found]
+
+
+def _judge(p: Probe, api: Client) -> Probe:
+    if p.look is None:
+        return p
+    try:
+        return replace(p, ok=p.look(api))
+    except Later as exc:
+        return replace(p, ok=True, later=str(exc))
+    except Refused as exc:
+        return replace(p, ok=False, provider=replace(p.provider, command=str(exc)))

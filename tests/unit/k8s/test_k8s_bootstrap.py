@@ -7,8 +7,12 @@ before and after ``tritonops release publish`` (the library call the CLI makes) 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +34,23 @@ BUCKET = "tritonops-releases-bootstrap"
 _STORES = iter(range(1000))
 
 
+@functools.cache
+def _keys() -> tuple[Path, Path]:
+    """The user's release key pair (`tritonops release keygen`), generated once for this run."""
+    tmp = Path(tempfile.mkdtemp(prefix="tritonops-keys-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    return signing.keygen(tmp / "release-signing.key", tmp / "release.pub")
+
+
 def _services(endpoint: str, store: str) -> list[dict[str, Any]]:
+    """dev's services, the first reading the test's store (with static keys: moto's) and trusting the key the
+    test publishes with."""
     raw, _ = read_stack_file("triton", "dev")
     services = [dict(s) for s in raw["modelServices"]]
-    services[0] = {**services[0], "release": {**services[0]["release"], "store": store, "s3Endpoint": endpoint}}
+    trusted = {**services[0]["release"]["trustedKeys"], "publicKeys": {"release.pub": _keys()[1].read_text()}}
+    reader = {k: v for k, v in services[0].items() if k != "modelReader"}  # dev's IRSA role reads dev's bucket only
+    services[0] = {**reader, "release": {**services[0]["release"], "store": store, "s3Endpoint": endpoint,
+                                         "credentialsSecret": "tritonops-release-reader", "trustedKeys": trusted}}
     return services
 
 
@@ -65,10 +82,7 @@ def store() -> str:
 
 
 def _publish(tmp_path: Path, endpoint: str, store: str, channel: str) -> dict[str, Any]:
-    key = tmp_path / "release-signing.key"
-    if not key.exists():
-        signing.keygen(key, tmp_path / "release.pub")
-    return pub.publish(SAMPLE, store, channel, key, target="cpu", s3_endpoint=endpoint)
+    return pub.publish(SAMPLE, store, channel, _keys()[0], target="cpu", s3_endpoint=endpoint)
 
 
 def test_unpublished_channel_is_refused_with_the_publish_command(s3: str, store: str, tmp_path: Path) -> None:

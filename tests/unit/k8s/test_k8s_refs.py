@@ -135,10 +135,18 @@ def _dev_services() -> list[Obj]:
     return [dict(s) for s in read_stack_file("triton", "dev")[0]["modelServices"]]
 
 
+def _with_reader_secret() -> Any:
+    """dev with static read keys (credentialsSecret) instead of its IRSA modelReader."""
+    services = _dev_services()
+    services[0] = {k: v for k, v in services[0].items() if k != "modelReader"}
+    services[0]["release"] = {**services[0]["release"], "credentialsSecret": "tritonops-release-reader"}
+    return _triton("dev", services)
+
+
 def test_dev_pods_name_three_objects_only_the_user_or_the_stack_creates() -> None:
     """Without secrets-required.yaml's entries and the stack's trusted-keys ConfigMap, the dev pods'
     references to the release keys, the release reader and the TLS Secret dangle, named by field."""
-    rs = render_set("triton", "dev", _triton("dev"))
+    rs = render_set("triton", "dev", _with_reader_secret())
     keys_cm = [o for o in rs.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "tritonops-release-keys"]
     assert len(keys_cm) == 1 and "-----BEGIN PUBLIC KEY-----" in keys_cm[0]["data"]["release.pub"]
     without = [o for o in rs.objects if o not in keys_cm]
@@ -160,7 +168,7 @@ def test_dev_pods_name_three_objects_only_the_user_or_the_stack_creates() -> Non
 
 
 def test_secrets_required_gives_the_command_and_no_value() -> None:
-    rs = render_set("triton", "dev", _triton("dev"))
+    rs = render_set("triton", "dev", _with_reader_secret())
     by_name = {s["name"]: s for s in rs.secrets}
     reader = by_name["tritonops-release-reader"]
     assert reader["keys"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]

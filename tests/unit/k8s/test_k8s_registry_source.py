@@ -30,6 +30,7 @@ ECR = "oci://111122223333.dkr.ecr.eu-west-1.amazonaws.com/tritonops/vision"
 def _raw(**release: Any) -> dict[str, Any]:
     """dev's triton config, vision's release on an oci:// store (the s3-only fields dropped) plus ``release``."""
     raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    raw["modelServices"][0].pop("modelReader", None)  # dev's IRSA role reads its S3 bucket, not a registry
     rel = raw["modelServices"][0]["release"]
     for s3_only in ("region", "credentialsSecret"):
         rel.pop(s3_only, None)

@@ -173,7 +173,11 @@ def test_release_sidecar_metrics_port_readiness_and_admin_secret() -> None:
 
 
 def test_release_s3_credentials_only_from_the_secret() -> None:
-    cfg = triton_config("dev")
+    raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    del raw["modelServices"][0]["modelReader"]  # static read keys instead of dev's IRSA role
+    raw["modelServices"][0]["release"]["credentialsSecret"] = "tritonops-release-reader"
+    cfg = parse_config("triton", raw)
+    assert isinstance(cfg, TritonStackConfig)
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
     for c in (pod["initContainers"][0], pod["containers"][1]):
         env = _by_name(c["env"])

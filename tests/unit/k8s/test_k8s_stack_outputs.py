@@ -393,7 +393,7 @@ def test_triton_service_args_need_the_readers_arn_and_only_then() -> None:
 
     prod, dev = _config("triton", "prod"), _config("triton", "dev")
     reader = next(s for s in prod.model_services if s.model_reader)
-    plain = next(s for s in dev.model_services if not s.model_reader)
+    plain = dev.model_services[0].model_copy(update={"model_reader": None})  # static keys instead of dev's IRSA
     with pytest.raises(ValueError, match="role_arn"):
         TritonServiceArgs(prod, reader)
     with pytest.raises(ValueError, match="role_arn"):

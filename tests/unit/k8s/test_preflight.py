@@ -73,6 +73,13 @@ class FakeApi:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+@pytest.fixture(autouse=True)
+def _no_store_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel probes read the release stores (tests/unit/k8s/test_channel_keys.py runs them on a folder
+    store); here the cluster's side alone."""
+    monkeypatch.setenv("TRITONOPS_CHANNEL_CHECK", "off")
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeApi]:
     api = FakeApi(copy.deepcopy(RECORDED))
@@ -142,6 +149,21 @@ def test_three_prerequisites_removed_are_exactly_the_three_listed(fake: FakeApi,
     assert commands["IngressClass nginx"].startswith("helm upgrade --install ingress-nginx")
     assert "enableNetworkPolicy" in commands["VPC CNI network policy (aws-eks-nodeagent --enable-network-policy=true)"]
     assert commands["Secret triton/dev-tritonops-example-com-tls"].startswith("kubectl create secret tls")
+
+
+def test_before_the_stacks_first_up_its_namespaces_secrets_are_later_not_missing(fake: FakeApi,
+                                                                                 tmp_path: Path) -> None:
+    """One creator per name: namespace triton is the triton stack's, so the TLS Secret the user makes in it
+    comes after that stack's first up; preflight says so (exit 0), as the walkthrough runs it."""
+    del fake.responses["/api/v1/namespaces/triton"]
+    del fake.responses["/api/v1/namespaces/triton/secrets/dev-tritonops-example-com-tls"]
+    code, out = _preflight(tmp_path, fake.url, "triton", "dev")
+    assert code == 0, out
+    later = {c["what"]: c for c in json.loads(out)["checks"] if c["later"]}
+    assert set(later) == {"Secret triton/dev-tritonops-example-com-tls"}
+    assert later["Secret triton/dev-tritonops-example-com-tls"]["later"] == (
+        "after the first `pulumi up` of stack triton has created namespace triton")
+    assert later["Secret triton/dev-tritonops-example-com-tls"]["command"].startswith("kubectl create secret tls")
 
 
 def test_a_storage_class_without_its_csi_driver_provisions_nothing(fake: FakeApi, tmp_path: Path) -> None:
