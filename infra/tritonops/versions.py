@@ -37,7 +37,10 @@ PYTHON_BACKEND_STUB_PYTHON = "3.11"
 # EKS control plane, in standard support (tritonops.world.EKS_VERSIONS); the schema the tests validate against.
 KUBERNETES_VERSION = "1.35"
 GPU_OPERATOR_CHART = "gpu-operator"
-GPU_OPERATOR_CHART_VERSION = "v25.3.0"
+# v26.3.3 (2026-06-23): NVIDIA's lifecycle table (cloud-native-docs platform-support) lists 25.3.x and older
+# as End of Support and 26.3.x as supported; its chart values and gpu.deploy.* node labels the stacks use
+# are those of v25.3.0 (checked in NVIDIA/gpu-operator at b0a49c0e: one new label, kata-sandbox-device-plugin).
+GPU_OPERATOR_CHART_VERSION = "v26.3.3"
 GPU_OPERATOR_REPO = "https://helm.ngc.nvidia.com/nvidia"
 KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
 KUBE_PROMETHEUS_STACK_CHART_VERSION = "75.15.1"

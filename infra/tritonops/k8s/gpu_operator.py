@@ -6,7 +6,7 @@ and leaves a node alone where the label is already ``false`` (or ``nvidia.com/gp
 turns them all off). Its ClusterPolicy has no affinity of its own for the operands: the node labels are
 how a pool keeps them off (NVIDIA, "GPU Operator: Installing", "Disabling operands on a node";
 https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html, read
-2026-12-07; the labels in ``gpuStateLabels`` of controllers/state_manager.go, v25.3.0).
+2026-12-07; the labels in ``gpuStateLabels`` of controllers/state_manager.go, v26.3.3).
 
 An EKS GPU AMI family that brings its own NVIDIA stack (``tritonops.world.AMI_FAMILIES``: Bottlerocket's
 NVIDIA variants ship the driver, the toolkit and the device plugin as host services) gets every operand
@@ -31,7 +31,7 @@ ALL_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
 DCGM_EXPORTER, VALIDATOR, DEVICE_PLUGIN = "dcgm-exporter", "operator-validator", "device-plugin"
 
 # Operand -> (the chart values key that switches it, the chart's default) for the container workload
-# (gpu-operator values.yaml v25.3.0, https://github.com/NVIDIA/gpu-operator/blob/v25.3.0/deployments/
+# (gpu-operator values.yaml v26.3.3, https://github.com/NVIDIA/gpu-operator/blob/v26.3.3/deployments/
 # gpu-operator/values.yaml, read 2026-12-07). The validator has no switch: it runs wherever the operator
 # deploys anything.
 OPERANDS: dict[str, tuple[str | None, bool]] = {
