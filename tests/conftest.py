@@ -105,3 +105,13 @@ def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     with running(tmp_path_factory.mktemp("registry")) as reg:
         yield reg
+
+
+@pytest.fixture(scope="session")
+def user_project() -> Path:
+    """A project folder whose stacks/ hold what only the user gives (a generated release public key,
+    the cluster-aws values), as `pulumi config set` writes them: tests/unit/k8s/k8s_harness.user_stacks."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit" / "k8s"))
+    from k8s_harness import user_stacks
+
+    return user_stacks().parent

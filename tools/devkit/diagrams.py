@@ -69,9 +69,11 @@ def release_flow() -> str:
 
 
 def _pod() -> tuple[str, list[dict[str, Any]]]:
-    from tritonops.k8s.render import build
+    from tritonops.k8s.programs import render_set
+    from tritonops.k8s.stack_file import load_stack_config
 
-    dep = next(o for o in build("triton", "dev", None).objects
+    # The pod's shape; the release public key only the user gives (render refuses without it) changes none of it.
+    dep = next(o for o in render_set("triton", "dev", load_stack_config("triton", "dev")).objects
                if o["kind"] == "Deployment" and o["metadata"]["name"] == "triton-vision")
     spec = dep["spec"]["template"]["spec"]
     return dep["metadata"]["name"], [*spec.get("initContainers", []), *spec["containers"]]

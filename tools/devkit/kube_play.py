@@ -148,9 +148,12 @@ def plan(store_url: str, trusted_keys: Mapping[str, bytes], *, image: str = IMAG
 
     ``user_objects``: name -> data of the Secrets and ConfigMaps the pod mounts that the user creates
     (secrets-required.yaml: an oci:// store's registry auth Secret and CA ConfigMap)."""
-    from tritonops.k8s.render import build
+    from tritonops.k8s.programs import render_set
+    from tritonops.k8s.stack_file import load_stack_config
 
-    objects = build(stack, env, stacks_dir).objects
+    # The render without its refusal of the user's unset release public key: the trusted-keys ConfigMap is
+    # played with ``trusted_keys`` below, whatever the stack file holds.
+    objects = render_set(stack, env, load_stack_config(stack, env, stacks_dir)).objects
     name = f"triton-{service}"
     where = f"tritonops render --stack {stack} --env {env}"
     found = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,9 @@ from typing import Any
 import yaml
 
 from tritonops import project
-from tritonops.k8s.config import MODELS, STACKS, project_name
-from tritonops.k8s.stack_file import read_config_map, stack_file
+from tritonops.k8s.config import MODELS, STACKS, TritonStackConfig, project_name
+from tritonops.k8s.stack_file import load_stack_config, read_config_map, stack_file
+from tritonops.k8s.stacks.triton import required
 
 # Pulumi's SimpleConfigType (sdk/go/common/workspace/project.json; "object" since CLI v3.187.0).
 CONFIG_TYPES = ("string", "integer", "boolean", "array", "object")
@@ -231,10 +233,17 @@ def user_values(stack: str, stacks_dir: Path | None = None) -> dict[str, str]:
 
 
 def missing_user_values(stack: str, env: str, stacks_dir: Path | None = None) -> dict[str, str]:
-    """The :func:`user_values` that ``Pulumi.<env>.yaml`` does not set yet -> their command."""
+    """The :func:`user_values` that ``Pulumi.<env>.yaml`` does not set yet -> their command; then the values
+    inside a key that only the user gives (a property path, set with ``--path``: a triton service's trusted
+    public key, tritonops.k8s.stacks.triton.required.user_values), which no Pulumi.yaml can declare required."""
     config = read_config_map(stack_file(stack, env, stacks_dir))
     name = project_name(stack)
-    return {k: cmd for k, cmd in user_values(stack, stacks_dir).items() if f"{name}:{k}" not in config}
+    out = {k: cmd for k, cmd in user_values(stack, stacks_dir).items() if f"{name}:{k}" not in config}
+    if stack == "triton":  # parsed by the caller already (check-config, render): a bad file raised there
+        cfg = load_stack_config(stack, env, stacks_dir)
+        assert isinstance(cfg, TritonStackConfig)
+        out.update(required.user_values(cfg))
+    return out
 
 
 def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]:
@@ -284,20 +293,22 @@ def check_stack_file(stack: str, env: str, stacks_dir: Path | None = None) -> li
 # --- locating keys -------------------------------------------------------------------------------
 
 
-def _path_parts(key: str) -> list[str | int]:
-    """``tritonops-triton:modelServices[0].models`` -> ["tritonops-triton:modelServices", 0, "models"]."""
+# One step of a Pulumi property path: .name, [0] or ["name.with.dots"] (`pulumi config set --path`).
+_PATH_STEP = re.compile(r'\.?([^.\[\]"]+)|\[(\d+)\]|\["([^"]*)"\]')
+
+
+def path_parts(key: str) -> list[str | int]:
+    """``tritonops-triton:modelServices[0].models`` -> ["tritonops-triton:modelServices", 0, "models"];
+    ``...publicKeys["release.pub"]`` -> [..., "publicKeys", "release.pub"]."""
     ns, _, rest = key.partition(":")
     if not rest:
         return [key]
     parts: list[str | int] = []
-    head, _, tail = rest.partition(".")
-    first, *indexes = head.replace("]", "").split("[")
-    parts.append(f"{ns}:{first}")
-    parts += [int(i) if i.isdigit() else i for i in indexes]
-    for seg in tail.split(".") if tail else []:
-        name_, *idx = seg.replace("]", "").split("[")
-        parts.append(name_)
-        parts += [int(i) if i.isdigit() else i for i in idx]
+    for m in _PATH_STEP.finditer(rest):
+        name_, index, quoted = m.groups()
+        parts.append(int(index) if index is not None else quoted if quoted is not None else name_)
+    if parts and isinstance(parts[0], str):
+        parts[0] = f"{ns}:{parts[0]}"
     return parts
 
 
@@ -325,7 +336,7 @@ def locate_line(path: Path, parts: tuple[str | int, ...] | list[str | int]) -> i
 
 def locate(path: Path, key: str) -> int | None:
     """Line of a full config key (as a ConfigError names it) in a stack file."""
-    parts = _path_parts(key)
+    parts = path_parts(key)
     return locate_line(path, ["config", *parts]) if ":" in key else None
 
 

@@ -58,9 +58,9 @@ def build(
     cluster-aws stack's model-reader role ARNs by roleName (default: a placeholder with ``<account-id>``).
     """
     cfg = load_stack_config(stack, env, stacks_dir)
-    for key, command in missing_user_values(stack, env, stacks_dir).items():  # the engine refuses too
-        raise ConfigError(f"{project_name(stack)}:{key}", f"not set: only you can give it (Pulumi.yaml declares it "
-                          f"without a default); {command}", str(stack_file(stack, env, stacks_dir)))
+    for key, command in missing_user_values(stack, env, stacks_dir).items():  # the engine or the program refuses too
+        raise ConfigError(f"{project_name(stack)}:{key}", f"not set: only you can give it (`pulumi up` refuses "
+                          f"until it is set); {command}", str(stack_file(stack, env, stacks_dir)))
     return render_set(stack, env, cfg, reader_arns)
 
 

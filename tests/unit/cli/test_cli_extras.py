@@ -62,7 +62,8 @@ def test_base_commands_run_without_any_extra(args: tuple[str, ...], tmp_path: Pa
     (("serve", str(SAMPLE)), "serve", "triton"),
     (("bench", "mlp"), "bench", "obs"),
     (("tune", "mlp", "--repository", str(SAMPLE)), "tune", "obs"),
-    (("render", "--stack", "triton", "--env", "dev", "--out", "{tmp}/out"), "render", "obs"),
+    (("render", "--stack", "triton", "--env", "dev", "--out", "{tmp}/out", "--project-dir", "{project}"), "render",
+     "obs"),
     (("drift", "--source", "pulumi", "--json"), "drift --source pulumi", "k8s"),
     (("drift", "-i", "ansible/inventories/example", "--json"), "drift --source ansible/models", "ansible"),
     (("drift", "--source", "models", "-i", "ansible/inventories/example"), "drift --source models", "ansible"),
@@ -73,8 +74,8 @@ def test_base_commands_run_without_any_extra(args: tuple[str, ...], tmp_path: Pa
      "release publish --model-signature", "signing"),
 ], ids=lambda a: a if isinstance(a, str) else None)
 def test_a_command_needing_an_extra_names_it_and_exits_3(args: tuple[str, ...], command: str, extra: str,
-                                                         tmp_path: Path) -> None:
-    res = bare(*(a.format(tmp=tmp_path) for a in args))
+                                                         tmp_path: Path, user_project: Path) -> None:
+    res = bare(*(a.format(tmp=tmp_path, project=user_project) for a in args))
     assert (res.returncode, res.stderr, res.stdout) == (
         ExitCode.FAILED, f"tritonops {command} needs the '{extra}' extra: pip install 'tritonops[{extra}]'\n", "")
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from devkit import kube_play as kp
 from devkit.triton_image import IMAGE
-from tritonops.k8s.render import build
+from tritonops.k8s.programs import render_set
+from tritonops.k8s.stack_file import load_stack_config
 
 STORE = "http://10.88.0.9:8080/releases"
 KEY = b"-----BEGIN PUBLIC KEY-----\ntest\n-----END PUBLIC KEY-----\n"
@@ -22,7 +23,7 @@ KEY = b"-----BEGIN PUBLIC KEY-----\ntest\n-----END PUBLIC KEY-----\n"
 
 @pytest.fixture(scope="module")
 def rendered() -> dict:
-    objects = build("triton", "dev").objects
+    objects = render_set("triton", "dev", load_stack_config("triton", "dev")).objects  # as kp.plan renders it
     return next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "triton-vision")
 
 

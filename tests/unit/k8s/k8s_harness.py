@@ -9,10 +9,12 @@ them back so captured objects compare equal to the builders' dicts.
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import json
 import os
 import runpy
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -22,9 +24,12 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
-from tritonops.k8s.config import TritonStackConfig, project_name
+from tritonops.agent import signing
+from tritonops.k8s.config import ConfigError, TritonStackConfig, project_name
+from tritonops.k8s.contract import missing_user_values, path_parts
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
+from tritonops.k8s.stacks.triton import required
 from tritonops.k8s.stacks.triton.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -154,13 +159,57 @@ USER_VALUES: dict[str, dict[str, Any]] = {
 }
 
 
+@functools.cache
+def release_keys() -> Path:
+    """The folder where this test run's release keys are, as the user's shell has them after
+    `tritonops release keygen release-signing.key release.pub` (the project's own keygen, once per run;
+    removed at exit): no key pair is committed, and no stack file ships a public key."""
+    keys = Path(tempfile.mkdtemp(prefix="tritonops-release-keys-"))
+    atexit.register(shutil.rmtree, keys, True)
+    signing.keygen(keys / "release-signing.key", keys / "release.pub")
+    return keys
+
+
+def set_path(config: dict[str, Any], key: str, value: Any) -> None:
+    """`pulumi config set --path KEY VALUE` on a config map (full keys): the maps on the way are made."""
+    first, *rest = path_parts(key)
+    if not rest:
+        config[str(first)] = value
+        return
+    node = config.setdefault(str(first), {} if isinstance(rest[0], str) else [])
+    for part, following in zip(rest, [*rest[1:], None], strict=True):
+        if following is None:
+            node[part] = value
+        elif isinstance(node, dict):
+            node = node.setdefault(part, {} if isinstance(following, str) else [])
+        else:
+            node = node[part]
+
+
+def run_config_set(config: dict[str, Any], command: str, cwd: Path) -> None:
+    """Run a printed `pulumi config set --path 'PATH' < FILE` (contract.missing_user_values) on a config map of
+    project ``tritonops-triton``, in folder ``cwd``: Pulumi reads the piped file whole, less its trailing
+    newline (cmdutil.RemoveTrailingNewline)."""
+    args = shlex.split(command)
+    assert args[:4] == ["pulumi", "config", "set", "--path"] and args[5] == "<" and len(args) == 7, command
+    value = (cwd / args[6]).read_text()
+    set_path(config, f"{project_name('triton')}:{args[4]}", value[:-1] if value.endswith("\n") else value)
+
+
 def configured_stacks(dest: Path) -> Path:
-    """A copy of stacks/ whose cluster-aws files hold USER_VALUES, as `pulumi config set` writes them."""
+    """A copy of stacks/ whose cluster-aws files hold USER_VALUES and whose triton files the public key of
+    release_keys(), as `pulumi config set` writes them."""
     shutil.copytree(STACKS_DIR, dest / "stacks", ignore=shutil.ignore_patterns("venv", "__pycache__"))
     for env, values in USER_VALUES.items():
         path = dest / "stacks" / "cluster-aws" / f"Pulumi.{env}.yaml"
         doc = yaml.safe_load(path.read_text())
         doc["config"].update(values)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for path in sorted((dest / "stacks" / "triton").glob("Pulumi.*.yaml")):
+        env = path.name[len("Pulumi.") : -len(".yaml")]
+        doc = yaml.safe_load(path.read_text())
+        for command in missing_user_values("triton", env, dest / "stacks").values():
+            run_config_set(doc["config"], command, release_keys())
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return dest / "stacks"
 
@@ -177,10 +226,27 @@ def set_mocks(mocks: Mocks, project: str, stack: str) -> None:
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
 
 
+def with_user_keys(raw: dict[str, Any], env: str) -> dict[str, Any]:
+    """A triton config map (full keys) with each trusted key only the user gives (required.user_values) set
+    by its printed command from release_keys(); as it was when it does not parse (the program says why)."""
+    prefix = project_name("triton") + ":"
+    try:
+        cfg = parse_config("triton", {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}, env=env)
+    except ConfigError:
+        return raw
+    assert isinstance(cfg, TritonStackConfig)
+    out = copy.deepcopy(raw)
+    for command in required.user_values(cfg).values():
+        run_config_set(out, command, release_keys())
+    return out
+
+
 def stack_config(
-    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True, omit: tuple[str, ...] = ()
+    stack: str, env: str, overrides: dict[str, Any] | None = None, secrets: bool = True, omit: tuple[str, ...] = (),
+    user_keys: bool = True,
 ) -> tuple[dict[str, str], list[str]]:
-    """The stack file's config as the engine hands it to a program: every value a string."""
+    """The stack file's config as the engine hands it to a program: every value a string. ``user_keys``: the
+    triton file's trusted public keys only the user gives set (with_user_keys), as after the user's commands."""
     doc = yaml.safe_load((STACKS_DIR / stack / f"Pulumi.{env}.yaml").read_text())
     raw = dict(doc["config"])
     prefix = project_name(stack) + ":"
@@ -191,6 +257,8 @@ def stack_config(
             raw.pop(full, None)
         else:
             raw[full] = value
+    if stack == "triton" and user_keys:
+        raw = with_user_keys(raw, env)
     # As the engine does (pkg/workspace/config.go mergeConfig): Pulumi.yaml's defaults for the keys left unset.
     for key, spec in (yaml.safe_load((STACKS_DIR / stack / "Pulumi.yaml").read_text()).get("config") or {}).items():
         full = key if ":" in key else prefix + key
@@ -224,14 +292,15 @@ def run_program(
     mocks: Mocks | None = None,
     omit: tuple[str, ...] = (),
     check_channels: bool = False,
+    user_keys: bool = True,
 ) -> Mocks:
     """Run stacks/<stack>/__main__.py under mocks; every registration finished before it returns.
     ``secrets``: set the SECRETS of the stack, less the keys in ``omit``. ``check_channels``: let the
     triton program read its release stores (tritonops.k8s.stacks.triton.bootstrap; off here: the stores of the
-    committed files are not reachable from tests)."""
+    committed files are not reachable from tests). ``user_keys``: see stack_config."""
     mocks = mocks if mocks is not None else Mocks()
     set_mocks(mocks, project_name(stack), env)
-    config, secret_keys = stack_config(stack, env, overrides, secrets, omit)
+    config, secret_keys = stack_config(stack, env, overrides, secrets, omit, user_keys)
     pulumi.runtime.set_all_config(config, secret_keys)
 
     @pulumi.runtime.test
@@ -376,3 +445,23 @@ def container_args(dep: dict[str, Any]) -> dict[str, list[str]]:
         k, _, v = a.partition("=")
         out.setdefault(k, []).append(v)
     return out
+
+
+def legacy_ingress(cfg: TritonStackConfig) -> TritonStackConfig:
+    """``cfg`` switched to the legacy ingress-nginx mode (``ingress.mode: ingress``, IngressClass nginx, the TLS
+    Secret ``<hostSuffix with dashes>-tls``) as the dev and staging files were before Gateway API became the
+    default way in: for the tests of that still supported mode."""
+    suffix = cfg.ingress.host_suffix or "tritonops.example.com"
+    ingress = cfg.ingress.model_copy(update={
+        "mode": "ingress", "class_name": "nginx", "tls_secret": f"{suffix.replace('.', '-')}-tls",
+        "gateway_name": None, "gateway_namespace": None,
+    })
+    return cfg.model_copy(update={"ingress": ingress})
+
+
+
+
+def legacy_ingress_raw(ingress: dict[str, Any]) -> dict[str, Any]:
+    """A stack file's ``ingress`` map switched to the legacy ingress-nginx mode, as :func:`legacy_ingress` does."""
+    suffix = ingress.get("hostSuffix") or "tritonops.example.com"
+    return {"mode": "ingress", "className": "nginx", "hostSuffix": suffix, "tlsSecret": f"{suffix.replace('.', '-')}-tls"}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_harness import ROOT, Mocks, run_program
+from k8s_harness import ROOT, Mocks, run_program, user_stacks
 from tritonops.agent import signing
 from tritonops.k8s import render
 from tritonops.k8s.config import ConfigError, TritonStackConfig
@@ -128,7 +128,7 @@ def test_render_never_reads_the_store(s3: str, store: str, tmp_path: Path) -> No
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     rs = render_set("triton", "dev", _cfg(closed, store))
     assert any(o["kind"] == "Deployment" for o in rs.objects)
-    assert render.render("triton", "dev", tmp_path / "out")
+    assert render.render("triton", "dev", tmp_path / "out", user_stacks())
 
 
 def test_render_check_channels_reads_the_store_only_when_asked(s3: str, store: str, tmp_path: Path) -> None:

@@ -46,12 +46,12 @@ def test_render_cli_writes_yaml(stack: str, env: str, tmp_path: Path) -> None:
 
 
 def test_render_triton_layout(tmp_path: Path) -> None:
-    render("triton", "prod", tmp_path)
+    render("triton", "prod", tmp_path, user_stacks())  # the stacks with the user's release key set
     kust = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())
     docs = [yaml.safe_load((tmp_path / f).read_text()) for f in kust["resources"]]
     # The namespace and its NetworkPolicies (default deny, DNS) before anything that runs in it.
     assert [d["kind"] for d in docs][:5] == ["Namespace", *["NetworkPolicy"] * 3, "PriorityClass"]
-    assert docs == build("triton", "prod").objects
+    assert docs == build("triton", "prod", user_stacks()).objects
     secrets = yaml.safe_load((tmp_path / "secrets-required.yaml").read_text())["secrets"]
     assert secrets == [
         {
@@ -78,13 +78,13 @@ def test_render_platform_flux_helm_releases(tmp_path: Path) -> None:
 
 
 def test_render_triton_writes_the_stack_outputs(tmp_path: Path) -> None:
-    render("triton", "dev", tmp_path)
-    assert yaml.safe_load((tmp_path / "stack-outputs.yaml").read_text()) == build("triton", "dev").outputs
+    render("triton", "dev", tmp_path, user_stacks())
+    assert yaml.safe_load((tmp_path / "stack-outputs.yaml").read_text()) == build("triton", "dev", user_stacks()).outputs
 
 
 def test_render_is_deterministic(tmp_path: Path) -> None:
-    render("triton", "dev", tmp_path / "a")
-    render("triton", "dev", tmp_path / "b")
+    render("triton", "dev", tmp_path / "a", user_stacks())
+    render("triton", "dev", tmp_path / "b", user_stacks())
     a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert a == b
@@ -111,20 +111,20 @@ def test_render_needs_no_pulumi_engine(tmp_path: Path) -> None:
     """A fresh interpreter renders without importing pulumi at all."""
     code = (
         "import sys; from pathlib import Path; from tritonops.k8s.render import render; "
-        f"render('triton', 'prod', Path({str(tmp_path)!r})); "
+        f"render('triton', 'prod', Path({str(tmp_path)!r}), Path({str(user_stacks())!r})); "
         "assert not any(m == 'pulumi' or m.startswith('pulumi.') for m in sys.modules), 'pulumi imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_rerender_removes_only_files_it_no_longer_writes(tmp_path: Path) -> None:
-    render("triton", "prod", tmp_path)
+    render("triton", "prod", tmp_path, user_stacks())
     (tmp_path / "notes.md").write_text("mine")
     stale = tmp_path / "99-deployment-triton-triton-retired.yaml"
     stale.write_text("kind: Deployment\n")
     manifest = tmp_path / ".tritonops-render"
     manifest.write_text(manifest.read_text() + stale.name + "\n")  # as if an earlier render wrote it
-    render("triton", "prod", tmp_path)
+    render("triton", "prod", tmp_path, user_stacks())
     assert not stale.exists()
     assert (tmp_path / "notes.md").read_text() == "mine"
     assert len(list(tmp_path.glob("*-deployment-triton-triton-vision.yaml"))) == 1
@@ -132,7 +132,7 @@ def test_rerender_removes_only_files_it_no_longer_writes(tmp_path: Path) -> None
 
 def test_render_dev_includes_the_release_agent(tmp_path: Path) -> None:
     """GitOps users get the same agent ConfigMap (the zipapp's bytes) and pod as `pulumi up`."""
-    render("triton", "dev", tmp_path)
+    render("triton", "dev", tmp_path, user_stacks())
     files = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())["resources"]
     docs = {(d["kind"], d["metadata"]["name"]): d for d in (yaml.safe_load((tmp_path / f).read_text()) for f in files)}
     cm = docs[("ConfigMap", "tritonops-agent")]

@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from k8s_harness import CHANNEL_CHECK_ENV, ROOT, STACKS_DIR, Mocks, as_ints, cluster_outputs, stack_config
+from k8s_harness import CHANNEL_CHECK_ENV, ROOT, STACKS_DIR, Mocks, as_ints, cluster_outputs, stack_config, user_stacks
 from packaging.requirements import Requirement
 from packaging.version import Version
 from pulumi.runtime.settings import get_root_resource
@@ -133,7 +133,7 @@ def test_a_stack_folder_copied_under_another_name_runs(tmp_path: Path) -> None:
     copy_dir = tmp_path / "my-inference"
     shutil.copytree(STACKS_DIR / "triton", copy_dir)
     run = run_stack("triton", "dev", main=copy_dir / "__main__.py")
-    assert run.exports["services"] == build("triton", "dev").outputs["services"]
+    assert run.exports["services"] == build("triton", "dev", user_stacks()).outputs["services"]
     assert run.mocks.of_type("kubernetes:apps/v1:Deployment")
 
 
@@ -150,16 +150,16 @@ def test_no_stack_file_writes_an_account_id() -> None:
 @ENVS
 def test_triton_exports_what_render_writes(env: str) -> None:
     run = run_stack("triton", env)
-    rendered = build("triton", env).outputs
+    rendered = build("triton", env, user_stacks()).outputs
     assert set(run.exports) >= {"namespace", "services", "gpuBudget"}
     assert {k: run.exports[k] for k in rendered} == rendered
 
 
 @ENVS
 def test_triton_exported_endpoints_are_the_services_it_creates(env: str) -> None:
-    objs = build("triton", env).objects
+    objs = build("triton", env, user_stacks()).objects
     services = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs if o["kind"] == "Service"}
-    exported = build("triton", env).outputs["services"]
+    exported = build("triton", env, user_stacks()).outputs["services"]
     cfg = _config("triton", env)
     assert set(exported) == {s.name for s in cfg.model_services}
     for entry in exported.values():
@@ -187,7 +187,7 @@ def _route_hosts(objs: list[dict[str, Any]]) -> set[str]:
 
 @ENVS
 def test_triton_exported_ingress_hosts_are_the_routes_hosts(env: str) -> None:
-    rs = build("triton", env)
+    rs = build("triton", env, user_stacks())
     exported = {h for e in rs.outputs["services"].values() for k, h in e["ingressHosts"].items() if k != "mode"}
     assert exported and exported == _route_hosts(rs.objects)
 
@@ -201,7 +201,7 @@ def test_triton_exports_release_channels_and_canary() -> None:
         rel = exported[svc.name]["release"]
         assert (rel["store"], rel["channel"]) == (svc.release.store, svc.release.channel)  # type: ignore[union-attr]
         # The channel the Deployment's agent follows is the exported one.
-        (dep,) = [o for o in build("triton", "dev").objects
+        (dep,) = [o for o in build("triton", "dev", user_stacks()).objects
                   if o["kind"] == "Deployment" and o["metadata"]["name"] == labels.name_of(svc)]
         (sync,) = dep["spec"]["template"]["spec"]["initContainers"]
         argv = [*sync.get("command", []), *sync.get("args", [])]
@@ -294,7 +294,7 @@ def test_triton_annotates_service_accounts_with_cluster_aws_s_exported_roles(ove
 
 
 def test_render_writes_the_reader_placeholder_and_the_stack_the_real_arn() -> None:
-    (sa,) = [o for o in build("triton", "prod").objects
+    (sa,) = [o for o in build("triton", "prod", user_stacks()).objects
              if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "triton-vision"]
     assert sa["metadata"]["annotations"] == {
         IRSA: "arn:aws:iam::<account-id>:role/tritonops-prod-model-reader"

@@ -215,6 +215,7 @@ def test_model_repository_from_s3(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
     raw["modelServices"][0]["models"] = [{"name": "mlp", "sizeMib": 10}]
     # Triton's form for a custom S3 endpoint: s3://<scheme>://<host>:<port>/<bucket>/<prefix>.
     raw["modelServices"][0].pop("release")  # dev pulls releases; this checks Triton's own S3 source
+    raw["modelServices"][0].pop("modelReader", None)  # the role is given as roleArn below instead
     raw["modelServices"][0]["modelRepository"] = {
         "type": "s3",
         "uri": f"s3://{moto_s3}/tritonops-models-dev/vision",

@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 import typer
 import yaml
-from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, envs, run_program, user_stacks
+from k8s_harness import ROOT, STACK_FILES, STACKS_DIR, configured_stacks, envs, run_program, user_stacks
 from pulumi.automation import ProjectSettings
 from pydantic import TypeAdapter
 from tritonops.cli.k8s import render as render_cmd
@@ -412,7 +412,7 @@ def test_render_needs_out_unless_checking() -> None:
 
 
 def test_a_stack_of_any_name_renders_with_its_own_name(tmp_path: Path) -> None:
-    stacks = _copy_stacks(tmp_path)
+    stacks = configured_stacks(tmp_path)  # with the values only the user gives (the release public key)
     for stack in STACKS:
         shutil.copy(stacks / stack / "Pulumi.staging.yaml", stacks / stack / "Pulumi.team-a.yaml")
     out = tmp_path / "out"

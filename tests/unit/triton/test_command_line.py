@@ -110,9 +110,9 @@ def _edge_argv(edge: dict[str, Any]) -> list[str]:
     return words[:-1] + admin.split()
 
 
-def _pod_argv(tmp_path: Path) -> list[str]:
+def _pod_argv(tmp_path: Path, project: Path) -> list[str]:
     res = CliRunner().invoke(app, ["render", "--stack", "triton", "--env", "dev", "--out", str(tmp_path),
-                                   "--project-dir", str(REPO)])
+                                   "--project-dir", str(project)])
     assert res.exit_code == 0, res.output
     (dep,) = tmp_path.glob("*-deployment-triton-triton-vision.yaml")
     (triton,) = [c for c in yaml.safe_load(dep.read_text())["spec"]["template"]["spec"]["containers"]
@@ -121,8 +121,9 @@ def _pod_argv(tmp_path: Path) -> list[str]:
     return list(triton["args"][1:])
 
 
-def test_edge_unit_and_pod_spec_from_one_setting_carry_the_same_flags(edge: dict[str, Any], tmp_path: Path) -> None:
-    e, p = _flags(_edge_argv(edge)), _flags(_pod_argv(tmp_path))
+def test_edge_unit_and_pod_spec_from_one_setting_carry_the_same_flags(edge: dict[str, Any], tmp_path: Path,
+                                                                      user_project: Path) -> None:
+    e, p = _flags(_edge_argv(edge)), _flags(_pod_argv(tmp_path, user_project))
     assert set(e) >= EDGE_ONLY and set(p) >= POD_ONLY, "a listed difference no longer exists: drop it from the list"
     assert sorted(set(e) - EDGE_ONLY) == sorted(set(p) - POD_ONLY)
     shared = set(e) - EDGE_ONLY - VALUE_DIFFERS

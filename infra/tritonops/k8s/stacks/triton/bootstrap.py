@@ -12,7 +12,9 @@ A pointer that exists is then judged as the node will judge it: with the agent's
 expiry) over the service's ``trustedKeys.publicKeys``, so a channel signed with a key the stack does not
 trust (an example key, a key pair mixed up) is refused here, naming the channel, the store and the keys'
 ids, instead of every pod's release-sync waiting out its deadline. Keys the stack does not hold (a
-``trustedKeys.secret`` the user creates) cannot be read here: the pointer is then only read.
+``trustedKeys.secret`` the user creates) cannot be read here: the pointer is then only read. A key the
+user has not set yet (``publicKeys`` lacking one of ``keys``: required.user_values) is refused with the
+command that sets it.
 
 ``tritonops render`` is offline and never runs it unless asked (``render --check-channels``).
 ``TRITONOPS_CHANNEL_CHECK=off`` skips it in the program (a preview without access to the store).
@@ -32,6 +34,7 @@ from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError
 from tritonops.core.keys import POINTER_MAX, channel_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
+from tritonops.k8s.stacks.triton import required
 
 CHECK_ENV = "TRITONOPS_CHANNEL_CHECK"  # "off": the program skips the check
 
@@ -97,6 +100,10 @@ def check_channel(cfg: TritonStackConfig, index: int, field: str, channel: str, 
     svc = cfg.model_services[index]
     rel = svc.release
     assert rel is not None
+    for path, command in required.user_values(cfg).items():  # a key the user has not set yet: nothing to trust
+        if path.startswith(f"modelServices[{index}]."):
+            raise ConfigError(f"{prefix}:{path}", f"not set: the public key {svc.name!r}'s pods verify channel "
+                              f"{channel!r} with; {command}", source)
     store = _store(svc, timeout)
     key = f"{prefix}:modelServices[{index}].release.{field}"
     where = f"{rel.store}/{channel_key(channel)}"

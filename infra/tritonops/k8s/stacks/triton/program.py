@@ -68,6 +68,9 @@ def program() -> dict[str, Any]:
             f"{project_name('triton')}:{ADMIN_TOKEN_KEY}",
             f"set the admin API header value: pulumi config set --secret {ADMIN_TOKEN_KEY} VALUE",
         )
+    for key, command in required.user_values(cfg).items():  # inside a key: no Pulumi.yaml can require it
+        raise ConfigError(f"{project_name('triton')}:{key}", f"not set: only you can give it; {command}",
+                          f"Pulumi.{pulumi.get_stack()}.yaml")
     for i, svc in enumerate(cfg.model_services):
         if svc.image_placeholder:  # only as the example file's explicit opt-in (checks._check_digest)
             pulumi.log.warn(f"modelServices[{i}].image: placeholder digest: {svc.name}'s pods cannot pull it")

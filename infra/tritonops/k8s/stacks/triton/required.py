@@ -12,6 +12,12 @@ values live in Pulumi secret config:
   the IngressClass of ``ingress.mode: ingress`` (ingress-nginx), the Gateway API CRDs and the Gateway
   of ``ingress.mode: gateway``, the PersistentVolumeClaim of a ``modelRepository.type: pvc``.
 
+:func:`user_values` are the values inside the stack's config that only the user can give: each trusted
+public key a service's ``publicKeys`` leaves out of ``keys`` (no stack file ships a key whose private half
+nobody has). Each comes with the ``pulumi config set --path`` command that reads it from the file
+``tritonops release keygen`` wrote; ``render --check-config`` prints it, render and the program refuse
+until it is set (tritonops.k8s.contract.missing_user_values).
+
 Pure: no Pulumi, no cluster access.
 """
 
@@ -102,6 +108,32 @@ def user_secrets(cfg: TritonStackConfig) -> list[Obj]:
     return list(out.values())
 
 
+def public_key_path(index: int, key: str) -> str:
+    """The Pulumi property path of trusted key ``key`` of model service ``index`` (``["..."]``: the key has dots)."""
+    return f'modelServices[{index}].release.trustedKeys.publicKeys["{key}"]'
+
+
+def user_values(cfg: TritonStackConfig) -> dict[str, str]:
+    """Property path -> ``pulumi config set`` command of each trusted key a service's ``publicKeys`` lacks.
+
+    The PEM is read from the file named like the key (``tritonops release keygen release-signing.key
+    release.pub`` writes ``release.pub``): Pulumi reads a value piped to its standard input whole, the
+    way to set a multi-line value (https://www.pulumi.com/docs/iac/cli/commands/pulumi_config_set/, read
+    2026-12-07), so nothing is pasted and the value cannot be taken for a flag. Services naming a
+    ConfigMap without ``publicKeys`` mount what another service's ``publicKeys`` gives it: nothing to set.
+    """
+    out = {}
+    for i, svc in enumerate(cfg.model_services):
+        tk = svc.release.trusted_keys if svc.release is not None else None
+        if tk is None or tk.public_keys is None:
+            continue
+        for key in tk.keys:
+            if key not in tk.public_keys:
+                path = public_key_path(i, key)
+                out[path] = f"pulumi config set --path '{path}' < {key}"
+    return out
+
+
 def prerequisites(cfg: TritonStackConfig) -> list[Obj]:
     """Cluster-wide objects and CRDs the triton stack's objects need and no stack here installs."""
     out: list[Obj] = []
@@ -125,6 +157,16 @@ def prerequisites(cfg: TritonStackConfig) -> list[Obj]:
             }
             for kind, plural in (("Gateway", "gateways"), ("HTTPRoute", "httproutes"), ("GRPCRoute", "grpcroutes"))
         ]
+        if any(s.autoscaling.enabled and s.autoscaling.min_replicas == 0 for s in cfg.model_services):
+            out.append(
+                {
+                    "kind": "CustomResourceDefinition",
+                    "name": "gateway.envoyproxy.io/BackendTrafficPolicy",
+                    "check": "kubectl get crd backendtrafficpolicies.gateway.envoyproxy.io",
+                    "note": "Envoy Gateway's (the cluster contract's Envoy Gateway command): the wake routing of "
+                    "a service that may scale to zero",
+                }
+            )
         gw_ns = cfg.ingress.gateway_namespace or cfg.namespace
         out.append(
             {
