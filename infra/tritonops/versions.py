@@ -68,7 +68,7 @@ CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.5", "1.34": "v1.34.4", "1.35": "
 # bottlerocket-aws-k8s-1.35-nvidia-x86_64-v1.58.0 exist (releases of 2025, e.g. v20251120, predate 1.35).
 KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20260520", "bottlerocket": "bottlerocket@v1.58.0"}
 # Prerequisites no stack installs, at the versions the cluster contract's commands install
-# (tritonops.k8s.cluster_contract): ingress-nginx (IngressClass nginx) and the Gateway API CRDs.
+# (tritonops.k8s.cluster_contract): Envoy Gateway with the Gateway API CRDs, and legacy ingress-nginx.
 # ingress-nginx is LEGACY here: the project was retired upstream (best-effort maintenance ended March 2026,
 # repository archived; https://kubernetes.io/blog/2025/11/11/ingress-nginx-retirement/, read 2026-12-07) and
 # receives no fixes any more. Kept (ingress.mode: ingress) because the wake-from-zero trigger and the canary
@@ -79,7 +79,19 @@ KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20260520", "bottlerocket": "bottlero
 # https://github.com/kubernetes/kubernetes/issues/136678; CVE-2026-3288: v1.15.0). The 4.11.3 pinned before
 # had CVE-2025-1974.
 INGRESS_NGINX_CHART_VERSION = "4.15.1"
-GATEWAY_API_VERSION = "v1.2.1"  # standard channel: GatewayClass, Gateway, HTTPRoute, GRPCRoute at v1
+# Gateway API: the default way in (ingress.mode: gateway). Implementation: Envoy Gateway, maintained (CNCF Envoy
+# project), runs on EKS behind an NLB/ELB Service, and its Envoy proxies export per-route cluster request counters
+# (tritonops.observability.keda.GATEWAY_REQUESTS). Release v1.9.1 of 2026-08-28 (latest of the v1.9 line,
+# supported Kubernetes 1.33-1.36, end of life 2027-02-14: site/content/en/news/releases/matrix.md at tag v1.9.0;
+# https://github.com/envoyproxy/gateway/blob/main/release-notes/v1.9.1.yaml and
+# https://gateway.envoyproxy.io/news/releases/v1.9/, read 2026-12-07). Its Helm chart is the OCI artifact
+# oci://docker.io/envoyproxy/gateway-helm (https://gateway.envoyproxy.io/v1.9/tasks/observability/proxy-metric/,
+# read 2026-12-07) and installs the Gateway API CRDs it was built against: sigs.k8s.io/gateway-api v1.6.1 (go.mod
+# of envoyproxy/gateway on the v1.9 line, read 2026-12-07; v1.9 requires the v1.6 CRDs, its release notes say).
+ENVOY_GATEWAY_CHART = "oci://docker.io/envoyproxy/gateway-helm"
+ENVOY_GATEWAY_CHART_VERSION = "v1.9.1"
+ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"  # controller and, by default, the Envoy proxy pods
+GATEWAY_API_VERSION = "v1.6.1"  # standard channel: GatewayClass, Gateway, HTTPRoute, GRPCRoute at v1 (the chart's)
 
 # Wheels the triton_server role's `wheel` install method downloads on the controller and pushes to
 # CPU-only nodes (installed with --no-index --no-deps): the tritonserver binary, onnxruntime for the

@@ -23,10 +23,11 @@ AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.stacks.triton.release_agent.
 TRACK = "track"  # tritonops.k8s.labels.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-# Scale to zero (tritonops.k8s.stacks.triton.scaling.SCALE_TO_ZERO_ANNOTATION, tritonops.observability.keda.INGRESS_REQUESTS):
+# Scale to zero (tritonops.k8s.stacks.triton.scaling.SCALE_TO_ZERO_ANNOTATION; tritonops.observability.keda's
+# GATEWAY_REQUESTS, Envoy Gateway's per-route cluster counter, and INGRESS_REQUESTS, legacy ingress-nginx's):
 # prod's explicit consent, and the wake-up signal that exists while no Triton pod runs.
 ALLOW_SCALE_TO_ZERO = "tritonops.io/allow-scale-to-zero"
-WAKE_METRICS = ("nginx_ingress_controller_requests",)
+WAKE_METRICS = ("envoy_cluster_upstream_rq_xx", "nginx_ingress_controller_requests")
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -161,14 +161,14 @@ def test_the_walkthrough_runs_every_command_that_can_run_here() -> None:
         assert f"tritonops render --check-config --stack {stack} --env dev" in commands
     for start in ("tritonops validate examples/model_repository", "tritonops release keygen",
                   "tritonops release publish examples/model_repository --store /tmp/store/vision --channel dev ",
-                  "tritonops render --stack triton --env dev --out"):
+                  "tritonops render --stack triton --env dev --project-dir /tmp/s --out"):
         assert any(c.startswith(start) for c in commands), start
     stale = [r for b in blocks for r in docs.run_block(b) if not r.ok]
     assert not stale, "\n\n".join(docs.report(r) for r in stale)
 
 
 def test_the_walkthrough_the_example_repository_and_the_dev_stacks_name_the_same_things() -> None:
-    from tritonops.k8s.render import build
+    from tritonops.k8s.programs import render_set
     from tritonops.k8s.stack_file import load_stack_config
 
     section, _ = _walkthrough()
@@ -176,7 +176,7 @@ def test_the_walkthrough_the_example_repository_and_the_dev_stacks_name_the_same
     svc = triton.model_services[0]  # type: ignore[union-attr]
     repo = sorted(p.parent.name for p in (ROOT / "examples" / "model_repository").glob("*/config.pbtxt"))
     assert sorted(m.name for m in svc.models) == repo  # routes, KEDA queries, drift --expect follow
-    drift = next(o for o in build("triton", "dev").objects if o["kind"] == "CronJob")
+    drift = next(o for o in render_set("triton", "dev", triton).objects if o["kind"] == "CronJob")
     assert sorted(re.findall(r"--expect', '(\w+)'", str(drift))) == repo
     store = svc.release.store
     published = re.findall(r"publish examples/model_repository --store (\S+) \\?\s*--channel (\S+)", section)

@@ -11,7 +11,13 @@ blocks, continuation lines joined) is mapped to the named things it creates and 
   file: its buckets, Namespaces, the Secrets it makes from Pulumi secret config) and needs the Secrets its
   pods mount or read that the user creates (its first up waits for them);
 - ``tritonops preflight --stack S``: needs each Secret or ConfigMap it looks for now, i.e. those the user
-  creates outside a namespace S creates itself (inside one, preflight says ``later``).
+  creates outside a namespace S creates itself (inside one, preflight says ``later``), and the values only
+  the user gives that it reads (the release public key it verifies the channels with);
+- ``tritonops release keygen PRIVATE PUBLIC``: creates the files PRIVATE and PUBLIC;
+- ``pulumi config set [--secret] [--path] KEY ...`` in ``stacks/S``: sets config S:KEY (and with a path, the
+  key it is in), and needs the file it reads (``< FILE``);
+- ``pulumi up`` in ``stacks/S`` also needs each value and secret only the user gives
+  (tritonops.k8s.contract: missing_user_values, user_secrets): set before the first up.
 
 The walkthrough fails on a name with two creators, or on a step that needs a name no earlier step created.
 """
@@ -26,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonops.k8s import gateway
+from tritonops.k8s.contract import missing_user_values, user_secrets
 from tritonops.k8s.programs import render_set
 from tritonops.k8s.stack_file import load_stack_config
 
@@ -79,6 +87,10 @@ class Walk:
         self.creators.setdefault(name, []).append(step)
         if len(self.creators[name]) == 2:
             self.problems.append(f"{name}: two creators: {self.creators[name][0]}; {step}")
+
+    def set(self, name: str, step: str) -> None:
+        """A config value: setting one again (another list item, a rotation) is no second creator."""
+        self.creators.setdefault(name, [step])
 
     def need(self, name: str, step: str) -> None:
         if name not in self.creators:
@@ -143,6 +155,12 @@ def needed_by_preflight(stack: str) -> Iterator[str]:
             yield f"{s.get('kind', 'Secret')} {s['namespace']}/{s['name']}"
 
 
+def user_config(stack: str) -> Iterator[str]:
+    """The config only the user gives that the stack's dev file lacks: the first ``pulumi up`` refuses without it."""
+    for key in [*missing_user_values(stack, ENV), *user_secrets(stack)]:
+        yield f"config {stack}:{key}"
+
+
 def _option(argv: list[str], *names: str) -> str | None:
     for i, a in enumerate(argv):
         for n in names:
@@ -170,14 +188,27 @@ def walk(cmds: list[tuple[int, str]]) -> Walk:
                 w.create(f"bucket {_option(argv, '--bucket')}", step)
             elif argv[:3] == ["kubectl", "create", "namespace"]:
                 w.create(f"Namespace {argv[3]}", step)
+            elif argv[:3] == ["kubectl", "apply", "-f"] and argv[3] == gateway.MANIFEST:
+                for o in gateway.objects():  # the cluster contract's Envoy Gateway manifest (run from the root)
+                    if o["kind"] == "Namespace":
+                        w.create(f"Namespace {o['metadata']['name']}", step)
             elif argv[:2] == ["kubectl", "create"] and argv[2] in ("secret", "configmap"):
                 ns = _option(argv, "--namespace", "-n") or "default"
                 name = argv[4] if argv[2] == "secret" else argv[3]
                 w.need(f"Namespace {ns}", step)
                 w.create(f"{'Secret' if argv[2] == 'secret' else 'ConfigMap'} {ns}/{name}", step)
+            elif argv[:3] == ["tritonops", "release", "keygen"] and len(argv) >= 5:
+                w.create(f"file {argv[3]}", step)
+                w.create(f"file {argv[4]}", step)
+            elif argv[:3] == ["pulumi", "config", "set"]:
+                args = [a for a in argv[3:] if a not in ("--secret", "--path", "--plaintext")]
+                if "<" in args:
+                    w.need(f"file {args[args.index('<') + 1]}", step)
+                w.set(f"config {w.stack}:{args[0]}", step)  # the value at a path, and the key it is in
+                w.set(f"config {w.stack}:{re.split(r'[.[]', args[0], maxsplit=1)[0]}", step)
             elif argv[:2] == ["pulumi", "up"]:
                 assert w.stack in ("cluster-aws", "platform", "triton"), f"{step}: pulumi up outside a stack folder"
-                for name in needed_by_up(w.stack):
+                for name in [*needed_by_up(w.stack), *user_config(w.stack)]:
                     w.need(name, step)
                 for name in created_by_up(w.stack):
                     w.create(name, step)
@@ -186,6 +217,9 @@ def walk(cmds: list[tuple[int, str]]) -> Walk:
                 assert stack is not None
                 for name in needed_by_preflight(stack):
                     w.need(name, step)
+                for key in missing_user_values(stack, ENV):
+                    if "publicKeys" in key:  # it verifies each channel with the key the user sets
+                        w.need(f"config {stack}:{key}", step)
     return w
 
 
@@ -237,3 +271,21 @@ def test_a_secret_in_the_stacks_namespace_before_its_up_is_a_use_before_creation
     doctored = text[:first_stack] + cmd + "\n" + text[first_stack:]
     problems = walk(commands(doctored)).problems
     assert any(p.endswith("needs Namespace triton, which no earlier step creates") for p in problems), problems
+
+
+def _without(text: str, prefix: str) -> str:
+    """The doc without the walkthrough's first line starting with ``prefix``."""
+    line = next(ln for ln in text[text.index(WALKTHROUGH):].splitlines() if ln.startswith(prefix))
+    return text.replace(line + "\n", "", 1)
+
+
+def test_the_release_key_is_generated_and_set_before_the_triton_stack_uses_it() -> None:
+    """Issue 43, failure 5: no stack file ships a public key, so the walkthrough sets the one keygen wrote
+    (before preflight verifies the channels with it, and before the first up)."""
+    text = K8S_DOC.read_text()
+    key = 'config triton:modelServices[0].release.trustedKeys.publicKeys["release.pub"]'
+    problems = walk(commands(_without(text, "pulumi config set --path 'modelServices[0]"))).problems
+    assert any(p.endswith(f"needs {key}, which no earlier step creates") and "preflight" in p for p in problems)
+    assert any(p.endswith(f"needs {key}, which no earlier step creates") and "pulumi up" in p for p in problems)
+    problems = walk(commands(_without(text, "tritonops release keygen ~/"))).problems
+    assert any("needs file ~/tritonops-keys/release.pub" in p for p in problems), problems

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import series
+from tritonops.k8s import gateway, series
 from tritonops.k8s.config import (
     ClusterAwsConfig,
     ConfigError,
@@ -54,7 +54,13 @@ from tritonops.k8s.contract import Problem, locate
 from tritonops.k8s.labels import GPU_RESOURCE, NODE_POOL_LABEL, name_of
 from tritonops.k8s.stack_file import load_stack_config, stack_envs, stack_file
 from tritonops.k8s.stacks.cluster_aws.eks import EBS_CSI_ADDON
-from tritonops.versions import GATEWAY_API_VERSION, INGRESS_NGINX_CHART_VERSION
+from tritonops.versions import (
+    ENVOY_GATEWAY_CHART,
+    ENVOY_GATEWAY_CHART_VERSION,
+    ENVOY_GATEWAY_NAMESPACE,
+    GATEWAY_API_VERSION,
+    INGRESS_NGINX_CHART_VERSION,
+)
 
 Obj = dict[str, Any]
 
@@ -112,15 +118,24 @@ INGRESS_NGINX = Provider(
     "--set controller.metrics.enabled=true --set controller.metrics.serviceMonitor.enabled=true",
     after=("platform",),
 )
+# The default way in: Envoy Gateway (tritonops.versions says why and which release). Its chart installs the
+# Gateway API CRDs it was built against; the manifest (tritonops.k8s.gateway) adds the GatewayClass, the shared
+# Gateway gateway/inference the routes attach to and the PodMonitor that brings the proxies' request counters (the
+# wake trigger's series) to Prometheus: its CRD comes with stack platform, so the command runs after that up.
+GATEWAY_COMMAND = (
+    f"helm upgrade --install eg {ENVOY_GATEWAY_CHART} --version {ENVOY_GATEWAY_CHART_VERSION} "
+    f"--namespace {ENVOY_GATEWAY_NAMESPACE} --create-namespace --wait && kubectl apply -f {gateway.MANIFEST}"
+)
 GATEWAY_API = Provider(
-    f"Gateway API CRDs {GATEWAY_API_VERSION} (standard channel)",
-    command="kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/"
-    f"{GATEWAY_API_VERSION}/standard-install.yaml",
+    f"Gateway API CRDs {GATEWAY_API_VERSION} (standard channel; the Envoy Gateway chart's)",
+    command=GATEWAY_COMMAND,
+    after=("platform",),
 )
 GATEWAY = Provider(
-    "a Gateway implementation (its GatewayClass) and the Gateway the routes attach to",
-    command="install a Gateway controller (Envoy Gateway, Istio, AWS Gateway API controller...), then "
-    "kubectl apply -f gateway.yaml (a Gateway named by ingress.gatewayName/gatewayNamespace)",
+    f"Envoy Gateway {ENVOY_GATEWAY_CHART_VERSION} (GatewayClass {gateway.GATEWAY_CLASS}), Gateway "
+    f"{gateway.GATEWAY_NAMESPACE}/{gateway.GATEWAY_NAME} and PodMonitor {gateway.POD_MONITOR}",
+    command=GATEWAY_COMMAND,
+    after=("platform",),
 )
 EBS_CSI = Provider(
     "EBS CSI driver (EKS add-on, IRSA role) and StorageClass gp3 (default)",
@@ -136,6 +151,8 @@ FLUX = Provider("Flux helm-controller and source-controller (GitOps only: `pulum
 # Named things objects pick, declared as prerequisites: name -> (provider, default class?).
 STORAGE_CLASSES: dict[str, tuple[Provider, bool]] = {"gp3": (EBS_CSI, True)}
 INGRESS_CLASSES: dict[str, tuple[Provider, bool]] = {"nginx": (INGRESS_NGINX, False)}
+# Gateways routes may attach to, (namespace, name) -> provider: the one the Envoy Gateway command's manifest creates.
+GATEWAYS: dict[tuple[str, str], Provider] = {(gateway.GATEWAY_NAMESPACE, gateway.GATEWAY_NAME): GATEWAY}
 
 
 def _api(kind: str) -> tuple[Need, ...]:
@@ -184,6 +201,12 @@ CONTRACT: dict[tuple[str, str], tuple[Need, ...]] = {
     ("gateway.networking.k8s.io/v1", "GRPCRoute"): (
         _crd("grpcroutes", "gateway.networking.k8s.io", "v1", GATEWAY_API),
         Need("gatewayclass", "the parent Gateway, its GatewayClass and controller", GATEWAY),
+    ),
+    # Envoy Gateway's own policy kind: the wake routing of a service that may scale to zero
+    # (tritonops.k8s.stacks.triton.exposure.wake_routing_policy).
+    ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy"): (
+        _crd("backendtrafficpolicies", "gateway.envoyproxy.io", "v1alpha1", GATEWAY),
+        Need("controller", "Envoy Gateway (its routes' cluster endpoints)", GATEWAY),
     ),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): (
         _crd("servicemonitors", "monitoring.coreos.com", "v1", PROMETHEUS_OPERATOR),
@@ -368,6 +391,26 @@ def _ingress(stack: str, objs: list[Obj], path: Path, ours: list[Obj]) -> Iterat
             return
 
 
+def _gateway(stack: str, objs: list[Obj], path: Path, ours: list[Obj]) -> Iterator[Problem]:
+    """Every HTTPRoute/GRPCRoute parentRef names a Gateway the contract's command or one of our stacks creates."""
+    known = set(GATEWAYS) | {(str(o["metadata"].get("namespace")), str(o["metadata"]["name"]))
+                             for o in ours if o.get("kind") == "Gateway"}
+    for o in objs:
+        if o.get("kind") not in ("HTTPRoute", "GRPCRoute"):
+            continue
+        for ref in (o.get("spec") or {}).get("parentRefs") or []:
+            if ref.get("kind", "Gateway") != "Gateway":
+                continue
+            parent = (str(ref.get("namespace") or o["metadata"].get("namespace")), str(ref["name"]))
+            if parent not in known:
+                key = "gatewayName" if parent[0] in {ns for ns, _ in known} else "gatewayNamespace"
+                yield _problem(path, f"{project_name(stack)}:ingress.{key}",
+                               f"{o['kind']} {o['metadata'].get('namespace')}/{o['metadata']['name']} attaches to "
+                               f"Gateway {parent[0]}/{parent[1]}: no stack creates it and it is no declared "
+                               f"prerequisite (known: {', '.join(f'{ns}/{n}' for ns, n in sorted(known))})")
+                return
+
+
 # GPUs of one instance by size (the families of tritonops.k8s.catalog; sizes not listed: 1).
 _GPUS_BY_SIZE = {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}
 _GPUS_BY_TYPE = {"p4d.24xlarge": 8, "p4de.24xlarge": 8, "p5.48xlarge": 8, "p5e.48xlarge": 8,
@@ -516,11 +559,12 @@ def check(stack: str, env: str, stacks_dir: Path | None = None) -> list[Problem]
     problems = list(_unknown_kinds(objs, path, stack))
     problems += _storage(stack, cfg, path, ours)
     problems += _ingress(stack, objs, path, ours)
+    problems += _gateway(stack, objs, path, ours)
     problems += _platform(stack, objs, cluster)
     if isinstance(cfg, PlatformConfig):
         problems += _ami(cfg, path, cluster)
     if isinstance(cfg, TritonStackConfig):
         problems += _capacity(cfg, objs, path, cluster)
         problems += _fit(cfg, objs, path, cluster)
-        problems += series.problems(cfg, objs, path, cluster, INGRESS_NGINX.command or "")
+        problems += series.problems(cfg, objs, path, cluster, INGRESS_NGINX.command or "", GATEWAY.command or "")
     return problems

@@ -8,6 +8,11 @@ the series to Prometheus in this cluster:
   ScaledObject's Deployment;
 - ingress-nginx's: the cluster contract's install command turns on the controller's metrics and its
   chart's ServiceMonitor, and the platform's Prometheus selects ServiceMonitors of every release;
+- Envoy Gateway's: the cluster contract's Envoy Gateway command applies ``stacks/prerequisites/envoy-gateway.yaml``
+  (``tritonops.k8s.gateway``), whose PodMonitor scrapes the proxies, and the platform's Prometheus selects
+  PodMonitors of every release; and every route the wake query names is routed to its Service's cluster IP
+  (a BackendTrafficPolicy with routingType Service), without which the request that must wake the
+  service gets a direct 503 that no cluster counter sees;
 - dcgm-exporter's: the platform stack runs the GPU Operator with dcgm-exporter and its ServiceMonitor,
   and the GPU Operator's components run on the Deployment's pool (not a Bottlerocket pool:
   ``tritonops.k8s.gpu_operator``).
@@ -20,16 +25,17 @@ their stack files (``tritonops.k8s.cluster_contract.Cluster``); one not found is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tritonops.k8s import gpu_operator
+from tritonops.k8s import gateway, gpu_operator
 from tritonops.k8s.config import TritonStackConfig, project_name
 from tritonops.k8s.contract import Problem, locate
 from tritonops.k8s.labels import NODE_POOL_LABEL, name_of
 from tritonops.observability import producers
-from tritonops.observability.producers import DCGM_EXPORTER, INGRESS_NGINX, TRITON
+from tritonops.observability.producers import DCGM_EXPORTER, ENVOY_GATEWAY, INGRESS_NGINX, TRITON
 
 Obj = dict[str, Any]
 
@@ -80,6 +86,51 @@ def _ingress_nginx_scraped(cluster: Any, command: str) -> str | None:
     return _prometheus_selects_all(cluster)
 
 
+def _envoy_gateway_scraped(cluster: Any, command: str) -> str | None:
+    """The contract's Envoy Gateway command applies the manifest whose PodMonitor scrapes the proxies."""
+    if f"kubectl apply -f {gateway.MANIFEST}" not in command:
+        return (f"the cluster contract's Envoy Gateway install command does not apply {gateway.MANIFEST}: no "
+                f"PodMonitor brings the proxies' request counters to Prometheus ({command})")
+    monitors = [o for o in gateway.objects() if o["kind"] == "PodMonitor"
+                and _selects(o["spec"]["selector"].get("matchLabels") or {}, gateway.PROXY_POD_LABELS)
+                and any(e.get("path") == gateway.PROXY_METRICS_PATH for e in o["spec"]["podMetricsEndpoints"])]
+    if not monitors:
+        return (f"{gateway.MANIFEST} holds no PodMonitor of the Envoy proxies' {gateway.PROXY_METRICS_PATH} "
+                "(tritonops.k8s.gateway.objects)")
+    platform = cluster.platform
+    if platform is not None and platform.monitoring.enabled:
+        from tritonops.k8s.stacks.platform.charts import monitoring_release
+
+        spec = monitoring_release(platform).values["prometheus"]["prometheusSpec"]
+        if spec.get("podMonitorSelectorNilUsesHelmValues", True):
+            return (f"the platform's Prometheus ({cluster.platform_file}) selects only its own release's "
+                    f"PodMonitors, not {gateway.POD_MONITOR}")
+    return _prometheus_selects_all(cluster)
+
+
+def _gateway_wake_counted(objs: list[Obj], ns: str | None, query: str) -> str | None:
+    """Every route the wake query names is routed to its Service's cluster IP by a BackendTrafficPolicy
+    (``routingType: Service``): with endpoint routing, Envoy Gateway answers a Service without endpoints with a
+    direct response that no cluster counter sees (tritonops.k8s.stacks.triton.exposure.wake_routing_policy)."""
+    from tritonops.k8s.stacks.triton.exposure import BACKEND_TRAFFIC_POLICY
+
+    routes = {o["metadata"]["name"] for o in objs if o.get("kind") in ("HTTPRoute", "GRPCRoute")
+              and o["metadata"].get("namespace") == ns and f"/{ns}/" in query
+              and re.search(rf"[(|]{re.escape(o['metadata']['name'])}[)|]", query)}
+    by_service = {ref.get("name") for o in objs
+                  if (o.get("apiVersion"), o.get("kind")) == BACKEND_TRAFFIC_POLICY
+                  and o["metadata"].get("namespace") == ns and o["spec"].get("routingType") == "Service"
+                  for ref in o["spec"].get("targetRefs") or []}
+    missing = sorted(routes - by_service)
+    if not routes:
+        return f"the wake query names no HTTPRoute or GRPCRoute the stack renders in namespace {ns}"
+    if missing:
+        return (f"routes {missing} use endpoint routing: while the Service has no endpoints Envoy Gateway answers "
+                "them with a direct 503 that no cluster counter sees; a BackendTrafficPolicy with routingType "
+                "Service must target them (tritonops.k8s.stacks.triton.exposure.wake_routing_policy)")
+    return None
+
+
 def _dcgm_scraped(cluster: Any, deploy: Obj) -> str | None:
     from tritonops.k8s.stacks.cluster_aws.eks import node_labels
     from tritonops.k8s.stacks.platform.charts import gpu_operator_release
@@ -106,9 +157,10 @@ def _dcgm_scraped(cluster: Any, deploy: Obj) -> str | None:
 
 
 def problems(cfg: TritonStackConfig, objs: list[Obj], path: Path, cluster: Any,
-             ingress_nginx_command: str) -> Iterator[Problem]:
+             ingress_nginx_command: str, gateway_command: str = "") -> Iterator[Problem]:
     """A :class:`Problem` per (ScaledObject trigger, metric) whose series nothing in this cluster produces;
-    ``cluster``: the cluster contract's ``Cluster``, ``ingress_nginx_command``: its install command."""
+    ``cluster``: the cluster contract's ``Cluster``, ``ingress_nginx_command`` and ``gateway_command``: its
+    install commands of ingress-nginx and Envoy Gateway."""
     index = {name_of(s): i for i, s in enumerate(cfg.model_services)}
     deploys = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
                for o in objs if o.get("kind") == "Deployment"}
@@ -130,6 +182,9 @@ def problems(cfg: TritonStackConfig, objs: list[Obj], path: Path, cluster: Any,
                     why = _triton_scraped(objs, ns, deploy) if deploy is not None else None
                 elif producer.name == INGRESS_NGINX:
                     why = _ingress_nginx_scraped(cluster, ingress_nginx_command)
+                elif producer.name == ENVOY_GATEWAY:
+                    why = (_envoy_gateway_scraped(cluster, gateway_command)
+                           or _gateway_wake_counted(objs, ns, trig["metadata"]["query"]))
                 elif producer.name == DCGM_EXPORTER:
                     why = _dcgm_scraped(cluster, deploy) if deploy is not None else None
                 else:

@@ -34,6 +34,20 @@ from tritonops.observability.metrics import PENDING, QUEUE_DURATION_US, REQUEST_
 # nginx_ingress_controller, counter "requests"; labels status, method, path, namespace, ingress,
 # service, canary, and host with --metrics-per-host, the default).
 INGRESS_REQUESTS = "nginx_ingress_controller_requests"
+# Envoy's per-cluster response counter, as Envoy Gateway's proxies export it at /stats/prometheus (container port
+# "metrics", 19001): cluster stat upstream_rq_<N>xx, tags envoy_cluster_name and envoy_response_code_class
+# (https://www.envoyproxy.io/docs/envoy/latest/configuration/upstream/cluster_manager/cluster_stats, read 2026-12-07).
+# Verified in source (envoyproxy/gateway v1.9.0, read 2026-12-07; v1.9.1's release notes change none of it):
+# - internal/gatewayapi/helpers.go irRouteDestinationName: a route rule's cluster is
+#   "<httproute|grpcroute>/<namespace>/<route>/rule/<index>" (unless an EnvoyProxy turns on mergeBackends, which
+#   names clusters after the Service, or sets telemetry.metrics.clusterStatName; tritonops sets neither);
+# - internal/infrastructure/kubernetes/proxy/resource.go: the proxy's container port "metrics" (19001), path
+#   /stats/prometheus.
+# While the rule's Service has no ready endpoints, endpoint routing (the default) turns the rule into a 503 direct
+# response that no cluster counter sees; the triton stack therefore renders, for a service that may scale to zero,
+# a BackendTrafficPolicy with routingType Service (tritonops.k8s.stacks.triton.exposure.wake_routing_policy,
+# which says why in full), so the router answers that request's 503 on the rule's cluster and this counter grows.
+GATEWAY_REQUESTS = "envoy_cluster_upstream_rq_xx"
 # dcgm-exporter's GPU utilisation gauge (0..100 %). With the GPU Operator's ServiceMonitor
 # (honorLabels false) the pod it attributes a GPU to is in exported_namespace / exported_pod.
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -121,6 +135,16 @@ def ingress_requests_query(namespace: str, ingresses: list[str], window: str = "
         raise ValueError("ingresses: the wake-up trigger needs at least one Ingress")
     names = "|".join(ingresses)
     return f'sum(increase({INGRESS_REQUESTS}{{exported_namespace="{namespace}",ingress=~"{names}"}}[{window}]))'
+
+
+def gateway_requests_query(namespace: str, routes: list[str], window: str = "1m") -> str:
+    """PromQL: responses Envoy Gateway's proxies gave for the rules of ``routes`` (HTTPRoute and GRPCRoute
+    names in ``namespace``) over ``window``, a 503 for a Service without endpoints included."""
+    if not routes:
+        raise ValueError("routes: the wake-up trigger needs at least one route")
+    names = "|".join(routes)
+    clusters = f"(httproute|grpcroute)/{namespace}/({names})/rule/[0-9]+"
+    return f'sum(increase({GATEWAY_REQUESTS}{{envoy_cluster_name=~"{clusters}"}}[{window}]))'
 
 
 def trigger(

@@ -5,7 +5,8 @@ exporter emits it and some scrape configuration brings it to the Prometheus the 
 says, per metric name, who that is: Triton's own metrics port (scraped through the ServiceMonitor the
 triton stack renders per model service), ingress-nginx's controller (scraped through the ServiceMonitor
 its chart creates with ``controller.metrics.serviceMonitor.enabled=true``, the cluster contract's install
-command) and dcgm-exporter (the GPU Operator's DaemonSet and ServiceMonitor, platform stack
+command), Envoy Gateway's proxies (the gateway mode's wake signal: a PodMonitor the contract's Envoy Gateway
+command applies) and dcgm-exporter (the GPU Operator's DaemonSet and ServiceMonitor, platform stack
 ``gpuOperator.dcgmServiceMonitor``; it runs only where the operator's components run, never on
 Bottlerocket pools). ``tritonops.k8s.cluster_contract`` holds every rendered ScaledObject query against
 it (:func:`producer_of`): a metric no producer emits, or whose producer the cluster does not set up, is a
@@ -22,6 +23,7 @@ from tritonops.observability import keda
 from tritonops.observability.metrics import TRITON_METRICS, metric_names
 
 TRITON, INGRESS_NGINX, DCGM_EXPORTER = "triton", "ingress-nginx", "dcgm-exporter"
+ENVOY_GATEWAY = "envoy-gateway"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,15 @@ PRODUCERS: dict[str, Producer] = {
             "cluster contract's install command), selected by the platform's Prometheus",
             "https://github.com/kubernetes/ingress-nginx/blob/helm-chart-4.15.1/internal/ingress/metric/collectors/"
             "socket.go",
+            "2026-12-07",
+        ),
+        Producer(
+            ENVOY_GATEWAY,
+            frozenset({keda.GATEWAY_REQUESTS}),
+            "PodMonitor envoy-gateway-proxies (port metrics, /stats/prometheus) of "
+            "stacks/prerequisites/envoy-gateway.yaml, which "
+            "the cluster contract's Envoy Gateway install command applies, selected by the platform's Prometheus",
+            "https://www.envoyproxy.io/docs/envoy/latest/configuration/upstream/cluster_manager/cluster_stats",
             "2026-12-07",
         ),
         Producer(

@@ -69,8 +69,21 @@ def test_a_kind_missing_from_the_contract_fails_the_check(monkeypatch: pytest.Mo
     assert "renders ScaledObject (keda.sh/v1alpha1), which the cluster contract does not know" in out
 
 
-def test_an_ingress_with_no_controller_names_the_class_key(tmp_path: Path) -> None:
+def test_a_route_to_a_gateway_nobody_creates_names_the_gateway_key(tmp_path: Path) -> None:
     path = _copy_stacks(tmp_path) / "triton" / "Pulumi.dev.yaml"
+    line = _edit(path, "    gatewayName: inference\n", "    gatewayName: public\n")
+    code, out = _check(tmp_path, "triton", "dev")
+    assert code == 2, out
+    assert f"{path}:{line}: tritonops-triton:ingress.gatewayName:" in out
+    assert "attaches to Gateway gateway/public: no stack creates it" in out and "known: gateway/inference" in out
+    assert "Traceback" not in out
+
+
+def test_an_ingress_with_no_controller_names_the_class_key(tmp_path: Path) -> None:
+    """The legacy ingress-nginx mode (dev ships in gateway mode): an IngressClass nothing serves."""
+    path = _copy_stacks(tmp_path) / "triton" / "Pulumi.dev.yaml"
+    _edit(path, "    mode: gateway\n", "    mode: ingress\n    className: nginx\n"
+          "    tlsSecret: dev-tritonops-example-com-tls\n")
     line = _edit(path, "    className: nginx\n", "    className: traefik\n")
     code, out = _check(tmp_path, "triton", "dev")
     assert code == 2, out

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import Mocks, direct_prod_services, run_program
+from k8s_harness import Mocks, direct_prod_services, legacy_ingress, run_program
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, PlatformConfig, TritonStackConfig
 from tritonops.k8s.parse import parse_config
@@ -100,12 +100,18 @@ def _routes(env: str, kind: str) -> list[Obj]:
     return [o for o in _objects(load_stack_config("triton", env)) if o["kind"] == kind]  # type: ignore[arg-type]
 
 
+def _legacy_ingresses() -> list[Obj]:
+    """dev's Ingresses in the legacy ingress-nginx mode (dev ships in gateway mode, the default way in)."""
+    cfg = legacy_ingress(load_stack_config("triton", "dev"))  # type: ignore[arg-type]
+    return [o for o in _objects(cfg) if o["kind"] == "Ingress"]
+
+
 def _http_ingresses() -> list[Obj]:
-    return [i for i in _routes("dev", "Ingress") if i["metadata"]["name"].endswith("-http")]
+    return [i for i in _legacy_ingresses() if i["metadata"]["name"].endswith("-http")]
 
 
 def _grpc_ingresses() -> list[Obj]:
-    return [i for i in _routes("dev", "Ingress") if i["metadata"]["name"].endswith("-grpc")]
+    return [i for i in _legacy_ingresses() if i["metadata"]["name"].endswith("-grpc")]
 
 
 @pytest.mark.parametrize("path", ROUTED_HTTP["dev"] + UNROUTED_HTTP["dev"])
@@ -128,7 +134,9 @@ def test_grpc_routes_only_the_inference_methods(method: str) -> None:
     for route in _routes("prod", "GRPCRoute"):
         assert _grpcroute_routes(route, service, method) == (method in ROUTED_GRPC)
         assert not _grpcroute_routes(route, "grpc.reflection.v1alpha.ServerReflection", "ServerReflectionInfo")
-    for ing in _grpc_ingresses():
+    grpc_ingresses = _grpc_ingresses()
+    assert len(grpc_ingresses) == 2  # stable and canary
+    for ing in grpc_ingresses:
         assert _ingress_routes(ing, f"/{service}/{method}") == (method in ROUTED_GRPC)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import k8s_refs as refs
 import pytest
 import yaml
-from k8s_harness import STACKS_DIR, committed, k8s_objects, user_stacks
+from k8s_harness import STACKS_DIR, committed, k8s_objects, legacy_ingress, user_stacks
 from tritonops.k8s import render
 from tritonops.k8s.config import project_name
 from tritonops.k8s.parse import parse_config
@@ -125,14 +125,14 @@ def test_registered_references_resolve(stack: str, env: str, render_root: Path) 
 
 
 def _triton(env: str, services: list[Obj] | None = None) -> Any:
-    raw, _ = read_stack_file("triton", env)
+    raw, _ = read_stack_file("triton", env, user_stacks())  # with the user's release public key set
     if services is not None:
         raw = {**raw, "modelServices": services}
     return parse_config("triton", raw)
 
 
 def _dev_services() -> list[Obj]:
-    return [dict(s) for s in read_stack_file("triton", "dev")[0]["modelServices"]]
+    return [dict(s) for s in read_stack_file("triton", "dev", user_stacks())[0]["modelServices"]]
 
 
 def _with_reader_secret() -> Any:
@@ -143,10 +143,13 @@ def _with_reader_secret() -> Any:
     return _triton("dev", services)
 
 
-def test_dev_pods_name_three_objects_only_the_user_or_the_stack_creates() -> None:
+@pytest.mark.parametrize("mode", ["gateway", "ingress"])
+def test_dev_pods_name_three_objects_only_the_user_or_the_stack_creates(mode: str) -> None:
     """Without secrets-required.yaml's entries and the stack's trusted-keys ConfigMap, the dev pods'
-    references to the release keys, the release reader and the TLS Secret dangle, named by field."""
-    rs = render_set("triton", "dev", _with_reader_secret())
+    references to the release keys, the release reader and the way in (the contract's Gateway; in the legacy
+    ingress mode the TLS Secret and the IngressClass) dangle, named by field."""
+    cfg = _with_reader_secret()
+    rs = render_set("triton", "dev", cfg if mode == "gateway" else legacy_ingress(cfg))
     keys_cm = [o for o in rs.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "tritonops-release-keys"]
     assert len(keys_cm) == 1 and "-----BEGIN PUBLIC KEY-----" in keys_cm[0]["data"]["release.pub"]
     without = [o for o in rs.objects if o not in keys_cm]
@@ -160,15 +163,24 @@ def test_dev_pods_name_three_objects_only_the_user_or_the_stack_creates() -> Non
         "Deployment triton/triton-vision spec.template.spec.initContainers[0].env[1].valueFrom.secretKeyRef -> "
         "Secret triton/tritonops-release-reader key 'AWS_ACCESS_KEY_ID'" in text
     )
-    assert "Ingress triton/triton-vision-http spec.tls[0].secretName -> Secret triton/dev-tritonops-example-com-tls" in text
-    assert "IngressClass nginx" in text
+    if mode == "gateway":
+        assert "HTTPRoute triton/triton-vision-http spec.parentRefs[0] -> Gateway gateway/inference" in text
+        assert "GRPCRoute triton/triton-vision-grpc spec.parentRefs[0] -> Gateway gateway/inference" in text
+        assert "BackendTrafficPolicy triton/triton-vision-wake apiVersion/kind -> CustomResourceDefinition " \
+            "gateway.envoyproxy.io/BackendTrafficPolicy" in text
+    else:
+        assert "Ingress triton/triton-vision-http spec.tls[0].secretName -> Secret triton/dev-tritonops-example-com-tls" \
+            in text
+        assert "IngressClass nginx" in text
     # With them, nothing dangles.
     entries = rs.secrets + rs.prerequisites
     assert not refs.dangling(refs.references(rs.objects), _provided(rs.objects, entries, ["kube-prometheus-stack", "keda"]))
 
 
 def test_secrets_required_gives_the_command_and_no_value() -> None:
-    rs = render_set("triton", "dev", _with_reader_secret())
+    """In the legacy ingress mode the Ingresses' TLS Secret is the user's (gateway mode: the Gateway's, outside
+    the stack's namespace, made in the walkthrough)."""
+    rs = render_set("triton", "dev", legacy_ingress(_with_reader_secret()))
     by_name = {s["name"]: s for s in rs.secrets}
     reader = by_name["tritonops-release-reader"]
     assert reader["keys"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
@@ -355,19 +367,20 @@ def test_chart_kinds_match_the_charts_crds(folder: str, chart: str) -> None:
         assert kind in refs.CHART_KINDS[chart], f"{path.name}: {kind} missing from CHART_KINDS[{chart!r}]"
 
 
-def test_services_sharing_a_keys_config_map_give_it_the_same_keys() -> None:
+def test_services_sharing_a_keys_config_map_give_it_the_same_keys(tmp_path: Path) -> None:
+    from tritonops.agent.signing import keygen
     from tritonops.k8s.config import ConfigError
 
-    raw, _ = read_stack_file("triton", "prod")
+    raw, _ = read_stack_file("triton", "prod", user_stacks())
     services = [dict(s) for s in raw["modelServices"]]
     rel = dict(services[1]["release"])
-    rel["trustedKeys"] = {"configMap": "tritonops-release-keys", "keys": ["release.pub"]}  # no publicKeys
+    rel["trustedKeys"] = {"configMap": "tritonops-release-keys", "keys": ["release.pub"]}  # no publicKeys (prod's)
     services[1] = {**services[1], "release": rel}
     cfg = parse_config("triton", {**raw, "modelServices": services})  # mounts the ConfigMap vision's keys make
     rs = render_set("triton", "prod", cfg)
     assert not any(s["name"] == "tritonops-release-keys" for s in rs.secrets)
     assert [o["metadata"]["name"] for o in rs.objects if o["kind"] == "ConfigMap"].count("tritonops-release-keys") == 1
-    other = _dev_services()[0]["release"]["trustedKeys"]["publicKeys"]["release.pub"].replace("Ard3", "Brd3")
+    other = keygen(tmp_path / "other.key", tmp_path / "other.pub")[1].read_text()
     rel["trustedKeys"] = {"configMap": "tritonops-release-keys", "publicKeys": {"release.pub": other}}
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", {**raw, "modelServices": services})

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from k8s_harness import ROOT, envs, strict_schema
+from k8s_harness import ROOT, envs, legacy_ingress, strict_schema, user_stacks
 from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from tritonops import versions
 from tritonops.k8s import waits
@@ -80,7 +80,7 @@ def _zero(env: str, **autoscaling: Any) -> dict[str, Any]:
 
 
 def _scaled_objects(env: str) -> list[dict[str, Any]]:
-    return [o for o in build("triton", env).objects if o["kind"] == "ScaledObject"]
+    return [o for o in build("triton", env, user_stacks()).objects if o["kind"] == "ScaledObject"]
 
 
 # --- KEDA's CRD schema ---------------------------------------------------------------------------
@@ -138,15 +138,20 @@ def test_dev_example_scales_to_zero_with_a_wake_trigger() -> None:
     # An outage of Prometheus never scales to zero: KEDA only keeps a failing target up with fallback.replicas > 0.
     assert so["fallback"] == {"failureThreshold": 3, "replicas": 1, "behavior": "currentReplicasIfHigher"}
     (wake,) = [t for t in so["triggers"] if t["name"] == "wake"]
-    ingress_names = [o["metadata"]["name"] for o in exposure.ingresses(cfg, svc)]
-    assert wake["metadata"]["query"] == keda.ingress_requests_query(cfg.namespace, ingress_names, "1m")
+    route_names = [o["metadata"]["name"] for o in exposure.gateway_routes(cfg, svc)]
+    assert wake["metadata"]["query"] == keda.gateway_requests_query(cfg.namespace, route_names, "1m")
     assert wake["metadata"]["activationThreshold"] == "0"
+    # The legacy ingress-nginx mode wakes on ingress-nginx's per-Ingress counter.
+    legacy = legacy_ingress(cfg)
+    (legacy_wake,) = [t for t in scaling.scaled_object(legacy, svc)["spec"]["triggers"] if t["name"] == "wake"]
+    ingress_names = [o["metadata"]["name"] for o in exposure.ingresses(legacy, svc)]
+    assert legacy_wake["metadata"]["query"] == keda.ingress_requests_query(cfg.namespace, ingress_names, "1m")
     # The wake trigger only activates: it never asks for a second replica.
     assert keda.desired_replicas(10_000, keda.ScalingPolicy(threshold=keda.WAKE_TARGET, max_replicas=10)) == 1
 
 
 def _deployment(env: str, name: str) -> dict[str, Any]:
-    (d,) = [o for o in build("triton", env).objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+    (d,) = [o for o in build("triton", env, user_stacks()).objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
     return d
 
 
@@ -160,7 +165,7 @@ def test_a_scaled_object_at_zero_holds_its_first_scale_in_until_the_first_up_has
             assert "initialCooldownPeriod" not in spec  # a floor of 1+ keeps its pods anyway
             continue
         deploy = _deployment(env, spec["scaleTargetRef"]["name"])
-        planned = waits.plan(build("triton", env).objects)[waits.key(deploy)]
+        planned = waits.plan(build("triton", env, user_stacks()).objects)[waits.key(deploy)]
         # The same figure as the Deployment's wait and its progress deadline: KEDA may scale in only after
         # `pulumi up` has seen a pod Ready (release gate included) or given up on it.
         assert spec["initialCooldownPeriod"] == planned.create_s == deploy["spec"]["progressDeadlineSeconds"]
@@ -209,10 +214,9 @@ def test_scale_to_zero_is_refused_naming_file_and_field(env: str, change: dict[s
     assert str(stack_file("triton", env)) in str(exc.value)
 
 
-@pytest.mark.parametrize("mode", ["none", "gateway"])
-def test_scale_to_zero_needs_ingress_nginx_to_wake(mode: str) -> None:
+def test_scale_to_zero_needs_a_router_to_wake() -> None:
     raw = _zero("dev")
-    raw["ingress"] = {"mode": mode, "hostSuffix": "x.example.com", "gatewayName": "gw"}
+    raw["ingress"] = {"mode": "none", "hostSuffix": "x.example.com", "gatewayName": "gw"}
     raw["modelServices"][0]["release"].pop("canary")  # a canary needs a router; not the point here
     with pytest.raises(ConfigError) as exc:
         _cfg("dev", raw)
@@ -301,7 +305,7 @@ def test_policy_refuses_scale_to_zero_without_a_wake_trigger() -> None:
     so = scaling.scaled_object(cfg, cfg.model_services[0])
     assert _violations(pcl.validate_scaled_object_wake_up, so, {}) == []
     assert _violations(pcl.validate_scaled_object_fallback, so, {}) == []
-    assert pc.WAKE_METRICS == (keda.INGRESS_REQUESTS,)
+    assert pc.WAKE_METRICS == (keda.GATEWAY_REQUESTS, keda.INGRESS_REQUESTS)
     so["spec"]["triggers"] = [t for t in so["spec"]["triggers"] if t["name"] != "wake"]
     (msg,) = _violations(pcl.validate_scaled_object_wake_up, so, {})
     assert "never wake" in msg

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 import pytest
-from k8s_harness import container, direct_config, triton_config
+from k8s_harness import container, direct_config, legacy_ingress, legacy_ingress_raw, triton_config
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
@@ -79,7 +79,7 @@ def test_network_policy_inference_from_allowed_namespaces_metrics_from_prometheu
     inference, metrics = np_["spec"]["ingress"]
     assert {p["port"] for p in inference["ports"]} == {8000, 8001}
     allowed = inference["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert set(allowed) == {"triton", "apps", "search", "gateway"}
+    assert set(allowed) == {"triton", "apps", "search", "gateway", "envoy-gateway-system"}  # Envoy's proxies run there
     assert {p["port"] for p in metrics["ports"]} == {8002}
     peer = metrics["from"][0]
     assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
@@ -109,7 +109,7 @@ def test_scaled_object_uses_observability_trigger_and_safe_fallback() -> None:
 
 
 def test_ingress_grpc_backend_protocol() -> None:
-    cfg = triton_config("dev")
+    cfg = legacy_ingress(triton_config("dev"))
     http, grpc = exposure.ingresses(cfg, cfg.model_services[0])[:2]  # then the canary's twins
     assert http["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTP"
     assert grpc["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
@@ -132,8 +132,11 @@ def test_gateway_routes() -> None:
 
 
 def test_service_objects_follow_ingress_mode() -> None:
+    legacy = legacy_ingress(triton_config("dev"))
+    kinds = {o["kind"] for o in triton.service_objects(legacy, legacy.model_services[0])}
+    assert "Ingress" in kinds and "HTTPRoute" not in kinds and "BackendTrafficPolicy" not in kinds
     kinds = {o["kind"] for o in triton.service_objects(triton_config("dev"), triton_config("dev").model_services[0])}
-    assert "Ingress" in kinds and "HTTPRoute" not in kinds
+    assert {"HTTPRoute", "GRPCRoute", "BackendTrafficPolicy"} <= kinds and "Ingress" not in kinds  # the default
     kinds = {o["kind"] for o in triton.service_objects(triton_config("prod"), triton_config("prod").model_services[0])}
     assert {"HTTPRoute", "GRPCRoute"} <= kinds and "Ingress" not in kinds
 
@@ -152,17 +155,20 @@ def test_namespace_objects_use_observability_rules_and_dashboards() -> None:
 
 def test_grpc_ingress_needs_tls() -> None:
     raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
+    raw["ingress"] = legacy_ingress_raw(raw["ingress"])
     del raw["ingress"]["tlsSecret"]
     with pytest.raises(ConfigError) as exc:
         parse_config("triton", raw)
     assert exc.value.key == "tritonops-triton:ingress.tlsSecret"
-    http, grpc = exposure.ingresses(triton_config("dev"), triton_config("dev").model_services[0])[:2]
+    legacy = legacy_ingress(triton_config("dev"))
+    http, grpc = exposure.ingresses(legacy, legacy.model_services[0])[:2]
     assert grpc["spec"]["tls"] == [
         {"hosts": ["grpc-vision.dev.tritonops.example.com"], "secretName": "dev-tritonops-example-com-tls"}
     ]
 
 
-@pytest.mark.parametrize("cfg", [triton_config("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+@pytest.mark.parametrize("cfg", [legacy_ingress(triton_config("dev")), _prod_canary_cfg()],
+                         ids=["dev-ingress", "prod-gateway"])
 def test_canary_deployment_follows_the_canary_channel(cfg: TritonStackConfig) -> None:
     svc = cfg.model_services[0]
     canary = svc.release.canary  # type: ignore[union-attr]
@@ -180,7 +186,8 @@ def test_canary_deployment_follows_the_canary_channel(cfg: TritonStackConfig) ->
     assert _pod(dep)["volumes"] == _pod(stable)["volumes"]
 
 
-@pytest.mark.parametrize("cfg", [triton_config("dev"), _prod_canary_cfg()], ids=["dev-ingress", "prod-gateway"])
+@pytest.mark.parametrize("cfg", [legacy_ingress(triton_config("dev")), _prod_canary_cfg()],
+                         ids=["dev-ingress", "prod-gateway"])
 def test_each_track_selects_only_its_own_pods(cfg: TritonStackConfig) -> None:
     """Deployment selectors, Services, spread and the PDB select one track; NetworkPolicy and
     ServiceMonitor cover both."""
@@ -230,7 +237,7 @@ def test_scaled_object_and_drift_check_stay_on_stable() -> None:
 
 
 def test_ingress_nginx_canary_twins_carry_the_weight() -> None:
-    cfg = triton_config("dev")
+    cfg = legacy_ingress(triton_config("dev"))
     svc = cfg.model_services[0]
     http, grpc, c_http, c_grpc = exposure.ingresses(cfg, svc)
     for main, twin in ((http, c_http), (grpc, c_grpc)):

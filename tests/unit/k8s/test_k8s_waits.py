@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import typer
-from k8s_harness import STACK_FILES, STACKS_DIR, as_ints, committed, k8s_objects, triton_config
+from k8s_harness import STACK_FILES, STACKS_DIR, as_ints, committed, k8s_objects, legacy_ingress, triton_config
 from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s import waits
 from tritonops.k8s.stacks.triton import objects as triton
@@ -23,8 +23,9 @@ AWAITED = {
 }
 
 
-def _objs(env: str) -> list[dict[str, Any]]:
-    cfg = triton_config(env)
+def _objs(env: str, legacy: bool = False) -> list[dict[str, Any]]:
+    """``legacy``: in the legacy ingress-nginx mode (dev and staging ship in gateway mode)."""
+    cfg = legacy_ingress(triton_config(env)) if legacy else triton_config(env)
     return [o for svc in cfg.model_services for o in triton.service_objects(cfg, svc)]
 
 
@@ -58,7 +59,7 @@ def test_plan_create_one_pod_update_every_step_to_keda_max() -> None:
 
 
 def test_canary_and_its_routes_skip_await_ingress_waits_for_load_balancer() -> None:
-    objs = _objs("dev")  # dev: ingress mode, a canary track
+    objs = _objs("dev", legacy=True)  # dev in the legacy ingress mode, a canary track
     plan = waits.plan(objs)
     canary = [o for o in objs if o["metadata"]["name"].endswith("-canary") and o["kind"] in ("Deployment", "Service")]
     assert canary

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from k8s_harness import ROOT, STACKS_DIR, envs
+from k8s_harness import ROOT, STACKS_DIR, envs, user_stacks
 from tritonops.k8s import cluster_contract as cc
 from tritonops.k8s import gpu_operator, series
 from tritonops.k8s.config import STACKS, ClusterAwsConfig, PlatformConfig, TritonStackConfig
@@ -34,7 +34,7 @@ OLD_INGRESS_NGINX_COMMAND = (  # the contract's command before issue 43: metrics
 
 def _queries(env: str) -> list[tuple[str, str, str]]:
     return [(so["metadata"]["name"], str(t.get("name")), t["metadata"]["query"])
-            for so in build("triton", env).objects if so["kind"] == "ScaledObject"
+            for so in build("triton", env, user_stacks()).objects if so["kind"] == "ScaledObject"
             for t in so["spec"]["triggers"] if t["type"] == "prometheus"]
 
 
@@ -46,6 +46,19 @@ def _copy_stacks(tmp_path: Path) -> Path:
     stacks = tmp_path / "stacks"
     for stack in STACKS:
         shutil.copytree(STACKS_DIR / stack, stacks / stack, ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    return stacks
+
+
+def _legacy_stacks(tmp_path: Path) -> Path:
+    """A copy of the stacks whose dev triton file uses the legacy ingress-nginx mode (it ships in gateway mode)."""
+    stacks = _copy_stacks(tmp_path)
+    path = stacks / "triton" / "Pulumi.dev.yaml"
+    gateway_mode = "    mode: gateway\n"
+    text = path.read_text()
+    assert gateway_mode in text
+    text = text.replace(gateway_mode, "    mode: ingress\n    className: nginx\n"
+                        "    tlsSecret: dev-tritonops-example-com-tls\n", 1)
+    path.write_text(text.replace("    gatewayName: inference\n", "", 1).replace("    gatewayNamespace: gateway\n", "", 1))
     return stacks
 
 
@@ -65,15 +78,18 @@ def test_every_shipped_producer_is_set_up_by_the_stacks_or_the_contract(env: str
 
 
 def test_the_shipped_queries_read_all_three_producers() -> None:
-    """The parametrized tests above cover Triton's, ingress-nginx's and DCGM's series."""
+    """The parametrized tests above cover Triton's, Envoy Gateway's and DCGM's series (ingress-nginx's, the legacy
+    mode's, the tests on _legacy_stacks)."""
     seen = {p.name for env in envs("triton") for *_, q in _queries(env) for p in producers.series_of(q).values() if p}
-    assert seen == {producers.TRITON, producers.INGRESS_NGINX, producers.DCGM_EXPORTER}
+    assert seen == {producers.TRITON, producers.ENVOY_GATEWAY, producers.DCGM_EXPORTER}
 
 
 def test_the_old_ingress_nginx_command_leaves_the_wake_trigger_without_its_series(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stacks = _legacy_stacks(tmp_path)
+    assert _series_problems("dev", stacks) == []
     monkeypatch.setattr(cc, "INGRESS_NGINX", dataclasses.replace(cc.INGRESS_NGINX, command=OLD_INGRESS_NGINX_COMMAND))
-    (problem,) = _series_problems("dev")
+    (problem,) = _series_problems("dev", stacks)
     assert "tritonops-triton:modelServices[0].autoscaling.minReplicas" in problem
     assert keda.INGRESS_REQUESTS in problem and "controller.metrics.serviceMonitor.enabled=true" in problem
 
@@ -97,8 +113,26 @@ def test_the_docs_run_the_contract_command_after_the_platform_up() -> None:
     assert walk.index(command) > walk.index("pulumi up", platform_up)
 
 
-def test_a_platform_prometheus_that_selects_only_its_release_loses_the_ingress_series(tmp_path: Path) -> None:
+def test_a_platform_prometheus_that_selects_only_its_release_loses_the_gateway_series(tmp_path: Path) -> None:
     stacks = _copy_stacks(tmp_path)
+    assert _series_problems("dev", stacks) == []
+    from tritonops.k8s.stacks.platform import charts
+
+    original = charts.monitoring_release
+
+    def own_release_only(cfg: PlatformConfig) -> HelmRelease:
+        rel = original(cfg)
+        rel.values["prometheus"]["prometheusSpec"]["podMonitorSelectorNilUsesHelmValues"] = True
+        return rel
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(charts, "monitoring_release", own_release_only)
+        (problem,) = _series_problems("dev", stacks)
+    assert "selects only its own release's PodMonitors" in problem and keda.GATEWAY_REQUESTS in problem
+
+
+def test_a_platform_prometheus_that_selects_only_its_release_loses_the_ingress_series(tmp_path: Path) -> None:
+    stacks = _legacy_stacks(tmp_path)
     assert _series_problems("dev", stacks) == []
     from tritonops.k8s.stacks.platform import charts
 
@@ -118,11 +152,12 @@ def test_a_platform_prometheus_that_selects_only_its_release_loses_the_ingress_s
 def test_a_metric_nothing_produces_is_refused() -> None:
     cfg = load_stack_config("triton", "dev")
     assert isinstance(cfg, TritonStackConfig)
-    objs = build("triton", "dev").objects
+    objs = build("triton", "dev", user_stacks()).objects
     so = next(o for o in objs if o["kind"] == "ScaledObject")
     so["spec"]["triggers"][0]["metadata"]["query"] = "sum(rate(my_made_up_requests_total[1m]))"
     cluster = cc.cluster_of("triton", "dev", cfg, None)
-    (problem,) = series.problems(cfg, objs, Path("Pulumi.dev.yaml"), cluster, cc.INGRESS_NGINX.command or "")
+    (problem,) = series.problems(cfg, objs, Path("Pulumi.dev.yaml"), cluster, cc.INGRESS_NGINX.command or "",
+                                 cc.GATEWAY.command or "")
     assert problem.key == "tritonops-triton:modelServices[0].autoscaling.pendingPerReplica"
     assert "my_made_up_requests_total" in problem.message and "nothing" in problem.message
 

@@ -99,10 +99,28 @@ def _kubeconfig(tmp_path: Path, server: str) -> Path:
     return path
 
 
-def _preflight(tmp_path: Path, server: str, stack: str, env: str) -> tuple[int, str]:
-    result = runner.invoke(app, ["preflight", "--stack", stack, "--env", env, "--json",
+def _preflight(tmp_path: Path, server: str, stack: str, env: str, project_dir: Path | None = None) -> tuple[int, str]:
+    where = ["--project-dir", str(project_dir)] if project_dir is not None else []
+    result = runner.invoke(app, ["preflight", "--stack", stack, "--env", env, "--json", *where,
                                  "--kubeconfig", str(_kubeconfig(tmp_path, server))])
     return result.exit_code, result.output
+
+
+def _legacy_ingress_project(tmp_path: Path) -> Path:
+    """A project folder whose dev triton file uses the legacy ingress-nginx mode (dev ships in gateway mode)."""
+    import shutil
+
+    from k8s_harness import STACKS_DIR
+
+    dest = tmp_path / "legacy"
+    shutil.copytree(STACKS_DIR, dest / "stacks", ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    path = dest / "stacks" / "triton" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    assert "    mode: gateway\n" in text
+    text = text.replace("    mode: gateway\n", "    mode: ingress\n    className: nginx\n"
+                        "    tlsSecret: dev-tritonops-example-com-tls\n", 1)
+    path.write_text(text.replace("    gatewayName: inference\n", "", 1).replace("    gatewayNamespace: gateway\n", "", 1))
+    return dest
 
 
 def _missing(output: str) -> set[str]:
@@ -133,12 +151,33 @@ def test_a_complete_cluster_exits_0(fake: FakeApi, tmp_path: Path, stack: str, e
     assert _missing(out) == set() and json.loads(out)["checks"]
 
 
+def test_three_gateway_prerequisites_removed_are_exactly_those_listed(fake: FakeApi, tmp_path: Path) -> None:
+    """dev (gateway mode): the contract's Gateway, Envoy Gateway's BackendTrafficPolicy CRD (the wake routing)
+    and the CNI's network-policy option, each with the command that provides it."""
+    del fake.responses["/apis/gateway.networking.k8s.io/v1/namespaces/gateway/gateways/inference"]
+    del fake.responses["/apis/gateway.envoyproxy.io/v1alpha1"]
+    agent = fake.responses["/apis/apps/v1/namespaces/kube-system/daemonsets/aws-node"]["spec"]["template"]["spec"]
+    agent["containers"][1]["args"][1] = "--enable-network-policy=false"  # the add-on's default
+    code, out = _preflight(tmp_path, fake.url, "triton", "dev")
+    assert code == 1, out
+    missing = _missing(out)
+    assert "CRD backendtrafficpolicies.gateway.envoyproxy.io v1alpha1" in missing
+    assert "VPC CNI network policy (aws-eks-nodeagent --enable-network-policy=true)" in missing
+    # Without the Gateway, its GatewayClass cannot be read either: both named, one command.
+    assert {"Gateway gateway/inference", "GatewayClass of Gateway gateway/inference"} <= missing
+    assert len(missing) == 4, missing
+    commands = {c["what"]: c["command"] for c in json.loads(out)["checks"] if not c["ok"]}
+    assert commands["CRD backendtrafficpolicies.gateway.envoyproxy.io v1alpha1"].startswith(
+        "helm upgrade --install eg oci://docker.io/envoyproxy/gateway-helm")
+
+
 def test_three_prerequisites_removed_are_exactly_the_three_listed(fake: FakeApi, tmp_path: Path) -> None:
+    """The legacy ingress-nginx mode: its IngressClass and the Ingresses' TLS Secret."""
     del fake.responses["/apis/networking.k8s.io/v1/ingressclasses/nginx"]
     del fake.responses["/api/v1/namespaces/triton/secrets/dev-tritonops-example-com-tls"]
     agent = fake.responses["/apis/apps/v1/namespaces/kube-system/daemonsets/aws-node"]["spec"]["template"]["spec"]
     agent["containers"][1]["args"][1] = "--enable-network-policy=false"  # the add-on's default
-    code, out = _preflight(tmp_path, fake.url, "triton", "dev")
+    code, out = _preflight(tmp_path, fake.url, "triton", "dev", _legacy_ingress_project(tmp_path))
     assert code == 1, out
     assert _missing(out) == {
         "IngressClass nginx",
@@ -157,7 +196,7 @@ def test_before_the_stacks_first_up_its_namespaces_secrets_are_later_not_missing
     comes after that stack's first up; preflight says so (exit 0), as the walkthrough runs it."""
     del fake.responses["/api/v1/namespaces/triton"]
     del fake.responses["/api/v1/namespaces/triton/secrets/dev-tritonops-example-com-tls"]
-    code, out = _preflight(tmp_path, fake.url, "triton", "dev")
+    code, out = _preflight(tmp_path, fake.url, "triton", "dev", _legacy_ingress_project(tmp_path))  # legacy mode
     assert code == 0, out
     later = {c["what"]: c for c in json.loads(out)["checks"] if c["later"]}
     assert set(later) == {"Secret triton/dev-tritonops-example-com-tls"}
@@ -191,7 +230,7 @@ def test_crd_versions_gateway_and_class_and_the_zero_digests(fake: FakeApi, tmp_
 
 
 def test_secrets_are_read_as_metadata_with_the_kubeconfigs_token_never_printed(fake: FakeApi, tmp_path: Path) -> None:
-    code, out = _preflight(tmp_path, fake.url, "triton", "dev")
+    code, out = _preflight(tmp_path, fake.url, "triton", "dev", _legacy_ingress_project(tmp_path))  # a TLS Secret
     assert code == 0
     secrets = [r for r in fake.requests if "/secrets/" in r[0]]
     assert secrets and all("as=PartialObjectMetadata" in accept for _, accept, _ in secrets)

@@ -199,7 +199,7 @@ def _check_public_keys(tk: TrustedKeys, loc: tuple[int | str, ...], source: str 
             "the stack creates the ConfigMap named by configMap from publicKeys: set configMap, not secret",
             source,
         )
-    if set(tk.public_keys) != set(tk.keys):
+    if not set(tk.public_keys) <= set(tk.keys):  # a key of keys it lacks is the user's to set (required.user_values)
         raise ConfigError(
             config_key("triton", (*loc, "publicKeys")),
             f"keys {sorted(tk.keys)} and publicKeys {sorted(tk.public_keys)} must name the same keys",
@@ -249,11 +249,12 @@ def _check_canary(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], sour
 def _check_scale_to_zero(cfg: Any, svc: Any, loc: tuple[int | str, ...], source: str | None) -> None:
     """minReplicas 0: a wake-up path, prod's explicit consent, and a cooldown longer than a cold start."""
     a = svc.autoscaling
-    if cfg.ingress.mode != "ingress":
+    if cfg.ingress.mode not in ("gateway", "ingress"):
         raise ConfigError(
             config_key("triton", (*loc, "minReplicas")),
-            "0 needs a wake-up signal that exists while no Triton pod runs: ingress-nginx's request "
-            f"counter for the service's Ingresses; set ingress.mode to ingress (it is {cfg.ingress.mode!r})",
+            "0 needs a wake-up signal that exists while no Triton pod runs: the router's request counter for "
+            "the service's routes; set ingress.mode to gateway (Envoy Gateway) or ingress (legacy ingress-nginx) "
+            f"(it is {cfg.ingress.mode!r})",
             source,
         )
     if cfg.tier == PRODUCTION and not a.allow_scale_to_zero:

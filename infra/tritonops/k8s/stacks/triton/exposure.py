@@ -26,6 +26,7 @@ from tritonops.k8s.labels import (
 )
 from tritonops.k8s.stacks.triton.release_agent import AGENT_PORT
 from tritonops.observability.metrics import CANARY, STABLE
+from tritonops.versions import ENVOY_GATEWAY_NAMESPACE
 
 
 def hosts(cfg: TritonStackConfig, svc: ModelService) -> tuple[str, str]:
@@ -161,6 +162,43 @@ def gateway_routes(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
     ]
 
 
+# Envoy Gateway's policy kind for how a route reaches its backends (CRD of the contract's Envoy Gateway chart).
+BACKEND_TRAFFIC_POLICY = ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy")
+
+
+def wake_routing_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
+    """A BackendTrafficPolicy that makes Envoy Gateway route the service's HTTPRoute and GRPCRoute to the Services'
+    cluster IPs (``routingType: Service``) instead of to their pods' endpoints: rendered for a service that may
+    scale to zero, so the request that must wake it is counted on the route rule's cluster.
+
+    Why (Envoy Gateway v1.9.0 source, internal/gatewayapi/route.go, read 2026-12-07; the v1.9.1 release notes
+    list no change to it): with endpoint routing, the default, a Service without ready endpoints makes the
+    translator give the rule a 503 *direct response* ("setting 503 direct response in routes due to no ready
+    endpoints"), and Envoy's router answers a direct response before it picks a cluster (envoyproxy/envoy
+    source/common/router/router.cc, ``Filter::decodeHeaders``: only ``rq_direct_response`` grows), so no counter
+    naming the route moves and KEDA never sees the request. With service routing the rule keeps its cluster
+    ``<httproute|grpcroute>/<ns>/<route>/rule/<i>`` whose one endpoint is the cluster IP; with no pods kube-proxy
+    rejects the connection (kubernetes pkg/proxy/iptables/proxier.go: REJECT for a Service port without
+    endpoints), and the router charges the 503 it answers to that cluster (``chargeUpstreamAbort`` ->
+    ``chargeUpstreamCode``): ``envoy_cluster_upstream_rq_xx`` grows (tritonops.observability.keda.GATEWAY_REQUESTS).
+    The price: kube-proxy, not Envoy, spreads connections over the pods (per connection, not per request), so
+    only services that may scale to zero get it. Not run against a live Envoy Gateway here."""
+    routes = gateway_routes(cfg, svc)
+    api_version, kind = BACKEND_TRAFFIC_POLICY
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": object_meta(f"{name_of(svc)}-wake", cfg, svc),
+        "spec": {
+            "targetRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": r["kind"], "name": r["metadata"]["name"]}
+                for r in routes
+            ],
+            "routingType": "Service",
+        },
+    }
+
+
 # --- NetworkPolicies ------------------------------------------------------------------------------
 
 
@@ -202,8 +240,11 @@ def network_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     callers = {cfg.namespace, *cfg.allowed_namespaces}
     if cfg.ingress.mode == "ingress":
         callers.add(cfg.ingress.controller_namespace)
-    if cfg.ingress.mode == "gateway" and cfg.ingress.gateway_namespace:
-        callers.add(cfg.ingress.gateway_namespace)
+    if cfg.ingress.mode == "gateway":
+        # Envoy Gateway runs the Gateway's Envoy proxies in its own namespace, not the Gateway's.
+        callers.add(ENVOY_GATEWAY_NAMESPACE)
+        if cfg.ingress.gateway_namespace:
+            callers.add(cfg.ingress.gateway_namespace)
     tcp = "TCP"
     store = model_store_ports(svc)
     egress: list[Obj] = (

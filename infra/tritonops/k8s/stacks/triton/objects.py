@@ -2,10 +2,11 @@
 
 ``service_objects`` returns what one model service needs, in apply order (ServiceAccount, Deployments,
 Services, PodDisruptionBudget, NetworkPolicy, ServiceMonitor, ScaledObject, Ingresses or Gateway API
-routes, the drift CronJob); ``namespace_objects`` what the stack needs once (Namespace, the
-namespace's NetworkPolicies, PriorityClass, PrometheusRule, dashboards ConfigMap, the release
-agent's ConfigMap, trusted-keys ConfigMaps). The objects themselves come from the builders:
-``labels``, ``workload``, ``release_agent``, ``exposure``, ``scaling``, ``monitoring``, ``drift``.
+routes (with, for a service that may scale to zero, Envoy Gateway's BackendTrafficPolicy that routes them
+to the Services' cluster IPs: ``exposure.wake_routing_policy``), the drift CronJob); ``namespace_objects``
+what the stack needs once (Namespace, the namespace's NetworkPolicies, PriorityClass, PrometheusRule,
+dashboards ConfigMap, the release agent's ConfigMap, trusted-keys ConfigMaps). The objects themselves come from
+the builders: ``labels``, ``workload``, ``release_agent``, ``exposure``, ``scaling``, ``monitoring``, ``drift``.
 Pure dicts: no Pulumi.
 """
 
@@ -25,6 +26,7 @@ from tritonops.k8s.stacks.triton.exposure import (
     kube_api_egress_policy,
     namespace_egress_policy,
     network_policy,
+    wake_routing_policy,
 )
 from tritonops.k8s.stacks.triton.monitoring import dashboards_config_map, prometheus_rule, service_monitor
 from tritonops.k8s.stacks.triton.release_agent import agent_config_map, trusted_keys_config_maps
@@ -66,6 +68,8 @@ def service_objects(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = N
         objs += ingresses(cfg, svc)
     elif cfg.ingress.mode == "gateway":
         objs += gateway_routes(cfg, svc)
+        if svc.autoscaling.enabled and svc.autoscaling.min_replicas == 0:
+            objs.append(wake_routing_policy(cfg, svc))  # the wake request must reach a route's cluster
     objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.stacks.triton.drift)
     return waits.annotate(objs)  # pulumi.com/skipAwait where readiness is the canary gate's
 

@@ -17,7 +17,7 @@ from tritonops.k8s import waits
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import Obj, name_of, object_meta
 from tritonops.k8s.stacks.triton.budget import service_budget
-from tritonops.k8s.stacks.triton.exposure import ingresses
+from tritonops.k8s.stacks.triton.exposure import gateway_routes, ingresses
 from tritonops.k8s.stacks.triton.workload import deployment
 from tritonops.observability import keda
 from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
@@ -70,9 +70,14 @@ def scaling_triggers(cfg: TritonStackConfig, svc: ModelService) -> list[Obj]:
                             ignore_null_values=a.min_replicas == 0)
         triggers.append({**trig, "name": "gpu"})
     if a.min_replicas == 0:
-        # Triton's series vanish with its pods: ingress-nginx's counter is what wakes the service.
-        ingress_names = [o["metadata"]["name"] for o in ingresses(cfg, svc)]
-        expr = keda.ingress_requests_query(cfg.namespace, ingress_names, policy.window)
+        # Triton's series vanish with its pods: the router's request counter is what wakes the service
+        # (Envoy Gateway's per-route clusters in gateway mode, ingress-nginx's per-Ingress counter in legacy mode).
+        if cfg.ingress.mode == "gateway":
+            route_names = [o["metadata"]["name"] for o in gateway_routes(cfg, svc)]
+            expr = keda.gateway_requests_query(cfg.namespace, route_names, policy.window)
+        else:
+            ingress_names = [o["metadata"]["name"] for o in ingresses(cfg, svc)]
+            expr = keda.ingress_requests_query(cfg.namespace, ingress_names, policy.window)
         trig = keda.trigger(expr, url, threshold=keda.WAKE_TARGET, activation_threshold=a.activation_requests)
         triggers.append({**trig, "name": "wake"})
     return triggers
