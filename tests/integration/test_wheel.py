@@ -132,11 +132,13 @@ def installed(built: Built) -> Installed:
     return built.bare
 
 
-def _project(installed: Installed) -> Path:
-    project = installed.cwd.parent / "project"
-    if not project.exists():
-        shutil.copytree(ROOT / "stacks", project / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
-    return project
+@pytest.fixture(scope="module")
+def project(built: Built, user_project: Path) -> Path:
+    """The stacks as a user has set them (their release public key), outside the checkout."""
+    dest = built.bare.cwd.parent / "project"
+    if not dest.exists():
+        shutil.copytree(user_project / "stacks", dest / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 def _hint(command: str, extra: str) -> str:
@@ -204,9 +206,9 @@ def test_smoke_against_a_real_tritonserver(installed: Installed, triton) -> None
         p.name for p in SAMPLE.iterdir() if (p / "golden.json").is_file())
 
 
-def test_render_check_config_needs_no_extra(installed: Installed) -> None:
+def test_render_check_config_needs_no_extra(installed: Installed, project: Path) -> None:
     res = installed.run("tritonops", "render", "--stack", "triton", "--env", "dev", "--check-config",
-                        "--project-dir", str(_project(installed)))
+                        "--project-dir", str(project))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Pulumi.dev.yaml: valid" in res.stdout
 
@@ -221,8 +223,8 @@ def test_render_check_config_needs_no_extra(installed: Installed) -> None:
     (("release", "status", "--store", "s3://bucket/vision", "--channel", "stable"), "release status", "s3"),
 ], ids=lambda a: a if isinstance(a, str) else None)
 def test_a_command_needing_an_extra_says_which_and_exits_3(installed: Installed, args: tuple[str, ...],
-                                                           command: str, extra: str) -> None:
-    res = installed.run("tritonops", *(a.format(project=_project(installed)) for a in args))
+                                                           command: str, extra: str, project: Path) -> None:
+    res = installed.run("tritonops", *(a.format(project=project) for a in args))
     assert (res.returncode, res.stderr, res.stdout) == (3, _hint(command, extra), "")
 
 
@@ -253,10 +255,10 @@ def test_obs_bench_gets_past_the_extra_to_the_server(built: Built) -> None:
     assert "no Triton answers" in res.stderr and "needs the" not in res.stderr
 
 
-def test_obs_render_from_a_project_dir(built: Built) -> None:
+def test_obs_render_from_a_project_dir(built: Built, project: Path) -> None:
     obs = built.extras["obs"]
     res = obs.run("tritonops", "render", "--stack", "triton", "--env", "dev", "--out", "rendered",
-                  "--project-dir", str(_project(obs)), "--json")
+                  "--project-dir", str(project), "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     written = json.loads(res.stdout)
     assert {"Deployment", "Service", "Namespace"} <= {w["kind"] for w in written}
@@ -273,10 +275,10 @@ def test_obs_render_without_a_project_names_the_file_and_folder(built: Built) ->
     assert "Traceback" not in flat
 
 
-def test_k8s_drift_pulumi_source_from_a_project_dir(built: Built) -> None:
+def test_k8s_drift_pulumi_source_from_a_project_dir(built: Built, project: Path) -> None:
     """The source finds every stack under --project-dir; with no Pulumi CLI it fails (3), naming them."""
     k8s = built.extras["k8s"]
-    res = k8s.run("tritonops", "drift", "--source", "pulumi", "--project-dir", str(_project(k8s)), "--json")
+    res = k8s.run("tritonops", "drift", "--source", "pulumi", "--project-dir", str(project), "--json")
     assert res.returncode == 3, res.stdout + res.stderr
     [result] = json.loads(res.stdout)["results"]
     # Every stack file found (dev, prod, staging, ...), never a fixed list of names.
