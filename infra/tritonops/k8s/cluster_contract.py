@@ -411,14 +411,11 @@ def _gateway(stack: str, objs: list[Obj], path: Path, ours: list[Obj]) -> Iterat
                 return
 
 
-# GPUs of one instance by size (the families of tritonops.k8s.catalog; sizes not listed: 1).
-_GPUS_BY_SIZE = {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}
-_GPUS_BY_TYPE = {"p4d.24xlarge": 8, "p4de.24xlarge": 8, "p5.48xlarge": 8, "p5e.48xlarge": 8,
-                 "g6e.24xlarge": 4, "g6e.48xlarge": 8}
-
-
 def gpus_per_instance(instance_type: str) -> int:
-    return _GPUS_BY_TYPE.get(instance_type) or _GPUS_BY_SIZE.get(instance_type.split(".", 1)[-1], 1)
+    """GPUs of one instance of the type (tritonops.world.INSTANCE_TYPES; check-config refuses a type it lacks)."""
+    from tritonops.world import instance_type as facts
+
+    return facts(instance_type).gpus
 
 
 def reachable_gpus(pool: GpuNodePoolConfig) -> tuple[int, str]:
