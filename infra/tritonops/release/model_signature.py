@@ -26,9 +26,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,6 @@ from tritonops.agent import manifest
 from tritonops.core.errors import ReleaseError, UsageError
 
 SIGNATURE_FILE = "model.sig"
-_DIFF = re.compile(r"Hash mismatch for '([^']+)'")
-_GONE = re.compile(r"Cannot use '([^']+)' as file or directory")
 
 
 def statement(sig: Path) -> dict[str, Any]:
@@ -95,28 +93,48 @@ def _library_verify(repository: Path, sig: Path, key: Path) -> str | None:
     return None
 
 
-def _relative(repo: Path, name: str) -> str:
-    try:
-        return Path(name).relative_to(repo).as_posix()
-    except ValueError:
-        return name
+def _differences(repo: Path, predicate: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The signed files that differ from their signed digest, and those missing: found by hashing each
+    file again as the statement says it was hashed, never by reading the library's message (whose text
+    quotes the digests and varies with their bytes). A statement of shards (not whole files) or a digest
+    algorithm hashlib lacks names nothing here."""
+    changed: list[str] = []
+    gone: list[str] = []
+    if predicate.get("serialization", {}).get("method") != "files":
+        return changed, gone
+    for r in predicate["resources"]:
+        name, algorithm = r["name"], str(r.get("algorithm", ""))
+        path = repo / name
+        if not path.is_file():
+            gone.append(name)
+        elif algorithm in hashlib.algorithms_available:
+            with path.open("rb") as f:
+                if hashlib.file_digest(f, algorithm).hexdigest() != r.get("digest"):
+                    changed.append(name)
+    return sorted(changed), sorted(gone)
+
+
+def _listed(names: list[str]) -> str:
+    return f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
 
 
 def _refusal(repo: Path, sig: Path, keys: list[Path], reasons: list[str]) -> ReleaseError:
-    """One line: which files differ (a verified signature over other content), or why no key matched."""
-    changed = sorted({name for r in reasons for name in _DIFF.findall(r)})
+    """One line: which files differ (a verified signature over other content), or why no key matched.
+
+    A reason other than a key mismatch means the library verified the signature under some key and then
+    found the content different: the statement is then the producer's, and hashing the files again names
+    them."""
+    content = [r for r in reasons if not r.startswith("Key mismatch")]
+    if not content:
+        return ReleaseError(f"{sig}: refused: signed by none of the {len(keys)} configured producer key(s) "
+                            f"({', '.join(str(k) for k in keys)})")
+    changed, gone = _differences(repo, statement(sig)["predicate"])
     if changed:
         return ReleaseError(f"{sig}: refused: {len(changed)} file(s) differ from what the producer signed: "
-                            f"{', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}")
-    gone = sorted({_relative(repo, name) for r in reasons for name in _GONE.findall(r)})
+                            f"{_listed(changed)}")
     if gone:
-        return ReleaseError(f"{sig}: refused: {len(gone)} signed file(s) missing: {', '.join(gone[:5])}"
-                            f"{' ...' if len(gone) > 5 else ''}")
-    content = [r for r in reasons if not r.startswith("Key mismatch")]
-    if content:
-        return ReleaseError(f"{sig}: refused: {content[0][:300]}")
-    return ReleaseError(f"{sig}: refused: signed by none of the {len(keys)} configured producer key(s) "
-                        f"({', '.join(str(k) for k in keys)})")
+        return ReleaseError(f"{sig}: refused: {len(gone)} signed file(s) missing: {_listed(gone)}")
+    return ReleaseError(f"{sig}: refused: {content[0][:300]}")
 
 
 def verify(repository: Path, producer_keys: list[Path], files: dict[str, str] | None = None) -> dict[str, Any]:
@@ -145,5 +163,5 @@ def verify(repository: Path, producer_keys: list[Path], files: dict[str, str] | 
     uncovered = sorted(set(shipped) - names - {SIGNATURE_FILE})
     if uncovered:
         raise ReleaseError(f"{sig}: refused: {len(uncovered)} file(s) the producer did not sign: "
-                           f"{', '.join(uncovered[:5])}{' ...' if len(uncovered) > 5 else ''}")
+                           f"{_listed(uncovered)}")
     return {"repository": str(repository), "signature": str(sig), "producer_key": str(key), "files": len(names)}

@@ -12,11 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tritonops.agent import signing
 from tritonops.cli import app
 from tritonops.core.exitcodes import ExitCode
@@ -158,3 +163,67 @@ def test_a_bundle_of_the_older_format_without_a_key_hint(signed: dict[str, Path]
     res = RUNNER.invoke(app, ["release", "verify", str(signed["repo"]), "--producer-key", str(signed["public"]),
                               "--json"])
     assert res.exit_code == ExitCode.OK and json.loads(res.stdout)["files"] == 18
+
+
+@pytest.fixture(scope="module")
+def signed_template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    where = tmp_path_factory.mktemp("signed")
+    repo = where / "repo"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    private, public = _ec_pair(where, "producer")
+    _sign(repo, private)
+    return {"repo": repo, "public": public}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_flipped_byte_of_any_signed_file_is_named_in_one_line(signed_template: dict[str, Path],
+                                                                  tmp_path: Path, data: st.DataObject) -> None:
+    """Whatever the digests' bytes (a quote in the library's text once cut the message to a raw dump), the
+    refusal names the one file changed, read by hashing again rather than from the library's words."""
+    repo = Path(tempfile.mkdtemp(dir=tmp_path)) / "repo"
+    shutil.copytree(signed_template["repo"], repo)
+    files = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*")
+                   if p.is_file() and p.name != "model.sig" and p.stat().st_size)
+    name = data.draw(st.sampled_from(files))
+    body = bytearray((repo / name).read_bytes())
+    at = data.draw(st.integers(0, len(body) - 1))
+    body[at] ^= data.draw(st.integers(1, 255))
+    (repo / name).write_bytes(bytes(body))
+    code, out = _verify(repo, signed_template["public"])
+    assert code == ExitCode.FINDINGS
+    assert out == f"error: {repo / 'model.sig'}: refused: 1 file(s) differ from what the producer signed: {name}"
+
+
+def test_the_producers_own_verifier_passes_on_a_nodes_installed_copy(signed: dict[str, Path],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What docs/releases.md tells an operator to run on a node: the ``model_signing verify key`` command line
+    (its click program, run here in-process) on the folder the agent installed, the agent's own
+    ``MANIFEST.sha256.json`` named with ``--ignore-paths``; without it the producer's verifier refuses the
+    extra file, as the docs say. The folder is the release the link points at (``readlink -f``): the
+    verifier refuses a symbolic link."""
+    from click.testing import CliRunner as ClickRunner
+    from model_signing import _cli as model_signing_cli
+    from tritonops.agent import bundle
+
+    store = signed["tmp"] / "store"
+    code, out = _publish(signed, store)
+    assert code == ExitCode.OK, out
+    node = signed["tmp"] / "node"
+    (node / "releases").mkdir(parents=True)
+    pyz = bundle.build(signed["tmp"] / "tritonops-agent.pyz")
+    done = subprocess.run([sys.executable, "-I", str(pyz), "sync", "--store", str(store), "--channel", "stable",
+                           "--link", str(node / "models"), "--releases", str(node / "releases"),
+                           "--trusted-key", str(signed["tmp"] / "release.pub")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    # The CLI starts OpenTelemetry when it can import it; the dev venv's copy (pulumi's) is too old for it.
+    monkeypatch.setitem(sys.modules, "opentelemetry.instrumentation", None)
+    models = (node / "models").resolve()  # the release folder the link points at: the verifier refuses a link
+    argv = ["verify", "key", str(models), "--public_key", str(signed["public"]),
+            "--signature", str(models / "model.sig")]
+    plain = ClickRunner().invoke(model_signing_cli.main, argv)
+    assert plain.exit_code == 1 and "MANIFEST.sha256.json" in plain.output, plain.output
+    ignoring = ClickRunner().invoke(model_signing_cli.main, [*argv, "--ignore-paths",
+                                                             str(models / "MANIFEST.sha256.json")])
+    assert ignoring.exit_code == 0 and "Verification succeeded" in ignoring.output, ignoring.output
