@@ -227,7 +227,8 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
     sending none of ``headers`` there or after (a presigned URL carries its own authorization), never
     from https to http. ``data``: bytes, or a file object (with a Content-Length header) for an upload.
     Raises ``error`` naming ``what`` (default: the URL, no query) when the deadline passes, ``cancel``
-    is set, the body is over ``limit``, a redirect leaves the origin, or the connection fails.
+    is set, the body is over ``limit``, a redirect leaves the origin, or the connection fails (the
+    socket's or TLS's own exception as its ``__cause__``, for a caller that knows what fixes it).
     """
     what = what or safe_url(url)
     start = origin(url)
@@ -273,7 +274,7 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
                 if watch.fired:
                     break
                 reason = getattr(e, "reason", None) or e
-                raise error(f"{what}: {reason}") from None
+                raise error(f"{what}: {reason}") from (reason if isinstance(reason, BaseException) else e)
             if watch.fired:
                 break
             return Response(status, resp.headers, url, body, size)

@@ -221,13 +221,40 @@ class Registry:
 
     # --- auth ---------------------------------------------------------------------------------
 
+    def _refused(self, what: str, status: int) -> UsageError:
+        """The registry (or its token service) refused the credentials given: no retry fixes that, so a usage
+        error (exit 2) naming where they came from, never "retry later" (exit 3)."""
+        if self.ecr:
+            source = "the ECR token GetAuthorizationToken gave (the AWS credentials' role lacks ecr:BatchGetImage?)"
+        elif self.credentials is None:
+            source = ("no credentials (set TRITONOPS_REGISTRY_AUTH to a docker config.json naming "
+                      f"{self.host}, or a folder with username and password)")
+        else:
+            var = next((v for v in ("TRITONOPS_REGISTRY_AUTH", "REGISTRY_AUTH_FILE")
+                        if os.environ.get(v) and Path(os.environ[v]) == self.auth_file), None)
+            source = f"the credentials for {self.host} in {self.auth_file}" + (f" ({var})" if var else "")
+        return UsageError(f"{what}: HTTP {status} {netio.reason(status)}: the registry refused {source}: check the "
+                          f"user name and password, and the user's access to {self.repo}")
+
+    def _tls_hint(self, e: StoreError) -> StoreError | UsageError:
+        """A TLS failure says which setting fixes it: the registry's CA, or plain HTTP for a test registry."""
+        cause = e.__cause__
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return UsageError(f"{e}: the registry's certificate is not signed by a trusted CA: set "
+                              "TRITONOPS_REGISTRY_CA to the CA file that signed it")
+        if isinstance(cause, ssl.SSLError):
+            return UsageError(f"{e}: no TLS answer from {self.host} (a plain-HTTP registry? tritonops speaks HTTPS; "
+                              f"TRITONOPS_REGISTRY_PLAIN_HTTP={self.host} allows plain HTTP, for a loopback test "
+                              "registry only)")
+        return e
+
     def _basic(self, deadline: float = 10.0) -> str:
         if self.ecr and (self.credentials is None or time.time() >= self._credentials_until):
             user, pw, self._credentials_until = ecr_login(self.host, deadline, self.owner.cancel)
             self.owner.requests += 1
             self.credentials = (user, pw)
         if self.credentials is None:
-            raise StoreError(f"{self.url}: the registry asks for credentials and none were given "
+            raise UsageError(f"{self.url}: the registry asks for credentials and none were given "
                              f"(TRITONOPS_REGISTRY_AUTH: a docker config.json naming {self.host}, or a folder "
                              "with username and password)")
         user, pw = self.credentials
@@ -253,9 +280,10 @@ class Registry:
         self.owner.requests += 1
         resp = netio.request(url, what=f"{self.url} token", headers=headers, deadline=deadline, limit=TOKEN_MAX,
                              error=StoreError, cancel=self.owner.cancel, context=self.context)
+        if resp.status in (401, 403):
+            raise self._refused(f"{self.url}: the token service", resp.status)
         if resp.status != 200:
-            raise StoreError(f"{self.url}: the token service answered HTTP {resp.status} {netio.reason(resp.status)}"
-                             " (wrong credentials, or no access to the repository)")
+            raise StoreError(f"{self.url}: the token service answered HTTP {resp.status} {netio.reason(resp.status)}")
         try:
             doc = json.loads(resp.body)
             token = doc.get("token") or doc.get("access_token")
@@ -287,17 +315,25 @@ class Registry:
             self.owner.requests += 1
             if hasattr(data, "seek"):
                 data.seek(0)
-            resp = netio.request(url, what=what, headers=sign, data=data, method=method, deadline=deadline,
-                                 limit=limit, error=StoreError, sink=sink, cancel=self.owner.cancel,
-                                 context=self.context, foreign_redirects=method in ("GET", "HEAD"))
-            if resp.status != 401 or attempt == 2:
+            try:
+                resp = netio.request(url, what=what, headers=sign, data=data, method=method, deadline=deadline,
+                                     limit=limit, error=StoreError, sink=sink, cancel=self.owner.cancel,
+                                     context=self.context, foreign_redirects=method in ("GET", "HEAD"))
+            except StoreError as e:
+                raise self._tls_hint(e) from e.__cause__
+            if resp.status == 400 and self.base.startswith("http:") and b"HTTPS" in resp.body:
+                raise UsageError(f"{what}: the registry speaks HTTPS, but TRITONOPS_REGISTRY_PLAIN_HTTP={self.host} "
+                                 "sends it plain HTTP: unset it")
+            if resp.status != 401:
                 return resp
+            if attempt == 2:  # answered with the credentials (or token) just given: they are refused
+                break
             challenge = resp.headers.get("WWW-Authenticate")
             if not challenge:
                 break
             with self._lock:
                 self._login(challenge, scope, deadline)
-        raise StoreError(f"{what}: HTTP 401 Unauthorized (wrong credentials, or no access to {self.repo})")
+        raise self._refused(what, 401)
 
     # --- reads --------------------------------------------------------------------------------
 

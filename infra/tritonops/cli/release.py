@@ -222,7 +222,12 @@ def promote_cmd(
         return
     if "gate" in out:
         _gate_table(out["gate"])
-    console.print(f"channel [bold]{channel}[/] -> {out['release']} (was {out['previous']})")
+    console.print(f"channel [bold]{channel}[/] -> {out['release']} ({_moved(out)})")
+
+
+def _moved(out: dict[str, Any]) -> str:
+    """What a channel pointed to before (promote, rollback): a release, or nothing (a new channel)."""
+    return f"was {out['previous']}" if out.get("previous") else "new channel"
 
 
 def _fmt(value: float | None, scale: float = 1, spec: str = ".4g", unit: str = "") -> str:
@@ -268,7 +273,7 @@ def rollback_cmd(
     seconds = _expires(expires)
     run_release_op(lambda: pub.rollback(where, channel, release, s3_endpoint, keys=_signing(key), expires=seconds),
                    as_json,
-                   lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} (was {o['previous']})"))
+                   lambda o: console.print(f"channel [bold]{channel}[/] -> {o['release']} ({_moved(o)})"))
 
 
 @app.command("refresh")

@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 from tritonops.agent import oci
 from tritonops.agent.store import Store
+from tritonops.cli import app
 from tritonops.core.errors import StoreError, UsageError
+from tritonops.core.exitcodes import ExitCode
 from tritonops.core.keys import blob_key
+from typer.testing import CliRunner
 
 POINTER = b'{"signed": {"type": "channel"}, "signatures": []}'
 FILE = b"model bytes " * 1000
@@ -172,8 +175,39 @@ def test_wrong_credentials_are_said_as_such(stand_in: StandIn, tmp_path: Path, m
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"auths": {stand_in.host: {"username": USER, "password": "wrong"}}}))
     monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(config))
-    with pytest.raises(StoreError, match="token service answered HTTP 401"):
+    with pytest.raises(UsageError, match=rf"token service: HTTP 401 Unauthorized: the registry refused the "
+                                         rf"credentials for {stand_in.host} in {config} \(TRITONOPS_REGISTRY_AUTH\)"):
         Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
+
+
+def _status(url: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["release", "status", "--store", url, "--channel", "stable"])
+    assert "Traceback" not in res.output
+    return res.exit_code, " ".join(res.output.split())
+
+
+def test_the_real_registry_says_which_setting_fixes_each_refusal(
+        oci_registry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the distribution registry (TLS, htpasswd): a wrong password names the credentials file and its
+    variable, and is a usage error (exit 2), not "retry later" (3); an untrusted certificate names
+    TRITONOPS_REGISTRY_CA; plain HTTP sent to a TLS registry names TRITONOPS_REGISTRY_PLAIN_HTTP."""
+    url = oci_registry.url("errors/models")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {oci_registry.host: {"username": "publisher", "password": "wrong"}}}))
+    monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(config))
+    monkeypatch.setenv("TRITONOPS_REGISTRY_CA", str(oci_registry.ca))
+    code, out = _status(url)
+    assert code == ExitCode.USAGE, out
+    assert f"HTTP 401 Unauthorized: the registry refused the credentials for {oci_registry.host} in {config} " \
+           "(TRITONOPS_REGISTRY_AUTH)" in out
+    monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(oci_registry.config))
+    monkeypatch.delenv("TRITONOPS_REGISTRY_CA")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-cas.pem"))  # not the machine's CAs either
+    code, out = _status(url)
+    assert code == ExitCode.USAGE and "set TRITONOPS_REGISTRY_CA to the CA file that signed it" in out, out
+    monkeypatch.setenv("TRITONOPS_REGISTRY_PLAIN_HTTP", oci_registry.host)
+    code, out = _status(url)
+    assert code == ExitCode.USAGE and f"TRITONOPS_REGISTRY_PLAIN_HTTP={oci_registry.host} sends it plain HTTP" in out, out
 
 
 def test_auth_files_docker_config_and_a_basic_auth_folder(tmp_path: Path) -> None:

@@ -294,6 +294,10 @@ def test_promote_without_prometheus_works_as_before(tmp_path: Path) -> None:
     res = _promote(store)
     assert res.exit_code == 0, res.output
     assert "channel stable -> r2 (was r1)" in res.output and _stable(store) == "r2"
+    (Path(store) / "channels" / "stable.json").unlink()  # stable not made yet: promote creates it
+    res = _promote(store)
+    assert res.exit_code == 0, res.output
+    assert "channel stable -> r2 (new channel)" in res.output and "None" not in res.output
 
 
 @pytest.mark.parametrize(
