@@ -13,15 +13,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from tritonops.cli.extras import require_store
 from tritonops.cli.output import console, run_release_op
 from tritonops.cli.params import AgentUrl, AsJson, RolloutStore, S3Endpoint, path
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
-from tritonops.release import publish as pub
-from tritonops.release import rollout as ro
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Staged rollouts: a channel's release to a share of the fleet, wave by wave, on evidence.")
@@ -40,15 +37,21 @@ ReportKey = Annotated[list[Path] | None, typer.Option(
 
 
 def _fleet(fleet: Path | None) -> Any:
+    from tritonops.release import rollout as ro
+
     return ro.parse_fleet(fleet) if fleet is not None else None
 
 
 def _signing(key: list[Path] | None, expires: str) -> dict[str, Any]:
     """How the pointer is signed when it moves (release.publish.move_pointer's keys and expiry)."""
+    from tritonops.release import publish as pub
+
     return {"keys": list(key or []), "expires": pub.duration(expires)}
 
 
 def waves_table(out: dict[str, Any]) -> None:
+    from rich.table import Table
+
     r = out.get("rollout")
     rid = r["id"] if isinstance(r, dict) else str(r)  # summary: the rollout; advance: its id
     t = Table(title=f"rollout {escape(rid)} of {escape(out['release'])} "
@@ -87,6 +90,8 @@ def start_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Point CHANNEL at RELEASE with a rollout at wave 0: only that wave's agents take it."""
+    from tritonops.release import rollout as ro
+
     require_store("release rollout start", store)
 
     def run() -> dict[str, Any]:
@@ -110,6 +115,9 @@ def advance_cmd(
         help="Override the threshold the rollout was started with (5% or 0.05)")] = None,
     rollback_on_halt: Annotated[bool, typer.Option(
         help="When the rollout halts, move the channel back to its previous release")] = False,
+    unbound_reports: Annotated[bool, typer.Option(
+        help="UNSAFE: accept several --report-key without a fleet file binding each agent to its key (key=): "
+             "any of the keys then signs for any agent")] = False,
     key: Key = None,
     expires: Expires = "30d",
     s3_endpoint: S3Endpoint = None,
@@ -117,13 +125,15 @@ def advance_cmd(
 ) -> None:
     """Move to the next wave if every targeted agent has an outcome and the failed share is at most the
     threshold; halt (exit 1) when it is over; exit 1 "waiting" while an agent has no outcome yet."""
+    from tritonops.release import rollout as ro
+
     require_store("release rollout advance", store)
     out: dict[str, Any] = {}
 
     def run() -> dict[str, Any]:
         limit = ro.parse_threshold(max_failures) if max_failures is not None else None
         out.update(ro.advance(store, channel, agent_url or [], s3_endpoint, _fleet(fleet), report_key or None,
-                              limit, rollback_on_halt, _signing(key, expires)))
+                              limit, rollback_on_halt, _signing(key, expires), unbound_reports))
         return out
 
     def render(o: dict[str, Any]) -> None:
@@ -150,6 +160,8 @@ def status_cmd(
     as_json: AsJson = False,
 ) -> None:
     """The channel's rollout: per wave, its agents and how many applied / gated / failed (read only)."""
+    from tritonops.release import rollout as ro
+
     require_store("release rollout status", store)
 
     def run() -> dict[str, Any]:

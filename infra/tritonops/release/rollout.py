@@ -381,16 +381,36 @@ def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | Non
             "unattributed": len(got["rejected"])}
 
 
+def check_bindings(fleet: Fleet | None, report_keys: list[Path] | None, where: str) -> None:
+    """Refuse reports any of several keys may sign for any agent: with more than one ``--report-key``,
+    every agent that counts must be bound to its own key (``key=`` in the fleet file), or one agent's key
+    can report its failing neighbour "gated". One shared key (a lab) and bound fleets pass."""
+    if len(report_keys or []) < 2:
+        return
+    unbound = [agent for agent, _groups, key in fleet or [] if key is None]
+    if fleet is None or unbound:
+        who = "no --fleet file binds agents to keys"
+        if fleet is not None:
+            who = (f"{len(unbound)} agent(s) of the fleet file have no key= ({', '.join(unbound[:5])}"
+                   f"{' ...' if len(unbound) > 5 else ''})")
+        raise UsageError(f"{where}: {len(report_keys or [])} --report-key given and {who}: any of those keys could "
+                         "sign any agent's report (a failed node reported 'gated' by its neighbour's key); bind "
+                         "each agent with 'AGENT-ID key=FILE' in --fleet, or pass --unbound-reports (unsafe)")
+
+
 def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpoint: str | None = None,
             fleet: Fleet | None = None, report_keys: list[Path] | None = None,
             max_failures: float | None = None, rollback_on_halt: bool = False,
-            pointer_args: dict[str, Any] | None = None) -> dict[str, Any]:
+            pointer_args: dict[str, Any] | None = None, unbound_reports: bool = False) -> dict[str, Any]:
     """Judge waves 0..wave; then the next wave, a halt (and a rollback), or nothing yet ("waiting").
 
     result: "advanced", "complete" (the last wave is reached and healthy), "waiting" (an agent has no
     outcome yet, or none is known), "halted" (failed share over the threshold; written now), or
     "already halted". The threshold is ``max_failures`` or the one ``start`` wrote into the rollout.
+    Several report keys not bound to agents are refused (:func:`check_bindings`) unless ``unbound_reports``.
     """
+    if not unbound_reports:
+        check_bindings(fleet, report_keys, "release rollout advance")
     writer = pub.Writer(to, s3_endpoint)
     p, ro = _current(writer, channel)
     where = f"{to}/channels/{channel}.json"

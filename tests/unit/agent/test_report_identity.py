@@ -89,6 +89,30 @@ def test_a_report_signed_with_another_agents_key_is_not_counted(tmp_path: Path, 
     assert code == 0 and "complete" in out, out
 
 
+def test_several_report_keys_not_bound_to_agents_are_refused_unless_named_unsafe(
+        tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
+    """With two report keys and no key= bindings, node-b's key could report its failing neighbour "gated":
+    advance refuses (exit 2) before reading anything, names the fix, and moves nothing; --unbound-reports
+    (named unsafe in --help) lets a lab go on, and counts exactly that forged report."""
+    store, digest = started(tmp_path, keys, published)
+    report(store, "node-a", digest, key=keys["b"])  # node-b's key vouches "gated" for node-a
+    report(store, "node-b", digest, key=keys["b"])
+    unbound = tmp_path / "unbound.txt"
+    unbound.write_text("node-a\nnode-b\n")
+    common = ("release", "rollout", "advance", "--channel", "stable", "--store", store, "--key", keys["release"],
+              "--report-key", keys["a.pub"], "--report-key", keys["b.pub"])
+    for fleet in (("--fleet", unbound), ()):
+        code, out = cli(*common, *fleet)
+        assert code == 2, out
+        assert "2 --report-key given and" in out and "bind each agent with 'AGENT-ID key=FILE'" in out, out
+        assert pub.read_pointer(Store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
+    assert "2 agent(s) of the fleet file have no key= (node-a, node-b)" in cli(*common, "--fleet", unbound)[1]
+    code, out = cli(*common, "--fleet", fleet_file(tmp_path, keys))  # bound: judged, the forgery not counted
+    assert code == 1 and "1 of 2 targeted agents have no outcome yet" in out, out
+    code, out = cli(*common, "--fleet", unbound, "--unbound-reports")
+    assert code == 0 and "complete" in out, out
+
+
 def test_an_expired_report_is_not_counted(tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
     store, digest = started(tmp_path, keys, published)
     report(store, "node-a", digest, key=keys["a"], expires=-60)
