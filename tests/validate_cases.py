@@ -160,6 +160,15 @@ CASES: dict[str, Case] = {
     # --- the model as a whole (ValidateModelConfig) ---
     "cfg_negative_max_batch": Case(py(mbs=-1), "max_batch_size"),
     "cfg_unknown_platform": Case(py(head='platform: "magic"'), "platform"),
+    "cfg_misspelt_platform": Case(py(head='platform: "onnxruntime_onx"'), "platform"),
+    "cfg_unknown_backend": Case(py(head='backend: "onnx"'), "backend"),
+    "cfg_misspelt_field": Case(py().replace("max_batch_size", "max_batch"), "parse"),
+    "cfg_misspelt_data_type": Case(py(x="dims: [ 4 ]").replace("TYPE_FP32", "TYPE_FLOAT", 1), "parse"),
+    # a backend the model carries itself, where Triton looks first (parity: an empty file is no library)
+    "ok_custom_backend_in_model_folder": Case(py(head='backend: "custom"'), None,
+                                              files=("1/model.py", "libtriton_custom.so"), parity=False),
+    "ok_custom_backend_in_version_folder": Case(py(head='backend: "custom"\nruntime: "libcustom.so"'), None,
+                                                files=("1/libcustom.so",), parity=False),
     "cfg_platform_backend_pair": Case(py(head='platform: "tensorrt_plan"\nbackend: "onnxruntime"'), "platform",
                                       files=("1/model.onnx",)),
     "cfg_ensemble_with_backend": Case(ensemble(step("echo", "x", "y")).replace('platform: "ensemble"',
@@ -174,6 +183,9 @@ CASES: dict[str, Case] = {
     "ig_model_with_gpus": Case(py("instance_group [ { kind: KIND_MODEL gpus: [ 0 ] } ]\n"), "instance_group.gpus"),
     "ig_gpu_without_gpus": Case(py("instance_group [ { kind: KIND_GPU } ]\n"), "target.gpu"),
     "ig_auto_with_gpu_id": Case(py("instance_group [ { gpus: [ 0 ] } ]\n"), "target.gpu"),
+    "ig_negative_gpu_id": Case(py("instance_group [ { kind: KIND_GPU gpus: [ -1 ] } ]\n"), "instance_group.gpus"),
+    "ig_gpu_id_no_node_has": Case(py("instance_group [ { kind: KIND_GPU gpus: [ 0, 64 ] } ]\n"),
+                                  "instance_group.gpus"),
     "ig_profile_not_tensorrt": Case(py('instance_group [ { kind: KIND_CPU profile: [ "0" ] } ]\n'),
                                     "instance_group.profile"),
     # --- layout ---
@@ -190,6 +202,9 @@ CASES: dict[str, Case] = {
                                "ensemble.config"),
     "ens_batch_above_step": Case(ensemble(step("echo", "x", "y"), mbs=16), "ensemble.batch"),
     "ens_missing_model": Case(ensemble(step("nosuchmodel", "x", "y")), "ensemble.model"),
+    "ens_misspelt_model": Case(ensemble(step("echoo", "x", "y")), "ensemble.model"),
+    "ens_data_type": Case(ensemble(step("echo", "x", "y")).replace("TYPE_FP32", "TYPE_INT32", 1), "ensemble.datatype"),
+    "ens_dims": Case(ensemble(step("echo", "x", "y")).replace("dims: [ 4 ]", "dims: [ 5 ]", 1), "ensemble.dims"),
     "ens_unknown_step_input": Case(ensemble(step("echo", "x", "y").replace('key: "x"', 'key: "q"')), "ensemble.input"),
 }
 # Two ensembles that call each other (A -> B -> A): written together by the tests.

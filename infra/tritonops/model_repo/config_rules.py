@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tritonops.model_repo.spec import ModelSpec, QueuePolicy, SequenceBatching, Tensor
+from tritonops.model_repo.triton_names import did_you_mean
 
 # code, message, field (a dotted path into the config, e.g. "input.1.dims")
 Emit = Callable[[str, str, str | None], None]
@@ -38,6 +39,8 @@ BACKEND_DEFAULT_PLATFORM = {"tensorrt": "tensorrt_plan", "onnxruntime": "onnxrun
 BOOL_CONTROLS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY")
 CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 TRT_PRECISIONS = {"FP32", "FP16", "INT8"}
+# GPUs one node can have: the largest single servers hold 16 (HGX/DGX-2); an id from 64 up is a typo, not a GPU.
+MAX_GPUS = 64
 WILDCARD = -1
 
 
@@ -90,8 +93,10 @@ def _check_platform(spec: ModelSpec, kind: Resolved, err: Emit) -> None:
         err("platform", f"Ensemble model '{name}' must have platform type 'ensemble' and empty backend type",
             "backend")
     elif spec.platform and not kind.backend and spec.platform != ENSEMBLE:
-        err("platform", f"unexpected platform type '{spec.platform}' for {name} (known platforms: "
-            f"{', '.join(sorted([*PLATFORM_BACKEND, ENSEMBLE]))}; otherwise name a backend)", "platform")
+        known = sorted([*PLATFORM_BACKEND, ENSEMBLE])
+        err("platform", f"unexpected platform type '{spec.platform}' for {name}"
+            f"{did_you_mean(spec.platform, known)} (known platforms: {', '.join(known)}; otherwise name a "
+            "backend)", "platform")
     elif kind.backend in BACKEND_PLATFORMS and kind.platform not in BACKEND_PLATFORMS[kind.backend]:
         err("platform", f"unexpected 'platform' and 'backend' pair, got:{kind.platform}, {kind.backend}",
             "platform")
@@ -414,6 +419,11 @@ def _check_instance_groups(spec: ModelSpec, kind: Resolved, err: Emit, warn: Emi
                  "default (1; 2 on CPU for onnxruntime and tensorflow)", f"{fld}.count")
         if g.gpus and g.kind in ("KIND_CPU", "KIND_MODEL"):
             err("instance_group.gpus", f"{who} has kind {g.kind} but specifies one or more GPUs", f"{fld}.gpus")
+        else:
+            for j, gid in enumerate(g.gpus):
+                if not 0 <= gid < MAX_GPUS:
+                    err("instance_group.gpus", f"{who} specifies gpu id {gid}, which no GPU has: CUDA numbers a "
+                        f"node's GPUs 0..N-1 and no node has {MAX_GPUS} (ids 0..{MAX_GPUS - 1})", f"{fld}.gpus.{j}")
         if g.profile and kind.platform != TENSORRT_PLAN:
             err("instance_group.profile", f"{who} and platform {kind.platform} specifies profile field which is "
                 "only supported for TensorRT models", f"{fld}.profile")

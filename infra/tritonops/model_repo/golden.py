@@ -9,36 +9,45 @@ reader does (tests/unit/release/test_golden_parity.py).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tritonops.agent.golden import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
     GOLDEN_MAX_BYTES,
+    WIRE_DATATYPES,
     tensor_data_error,
 )
 from tritonops.core.fsio import read_bounded
 
-# Triton wire datatypes <-> numpy
-NUMPY_DTYPES: dict[str, Any] = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "BYTES": np.object_,
-}
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@functools.cache
+def numpy_dtypes() -> dict[str, Any]:
+    """Triton wire datatypes <-> numpy (numpy is imported when a tensor is made, not to validate a file)."""
+    import numpy as np
+
+    return {
+        "BOOL": np.bool_,
+        "UINT8": np.uint8,
+        "UINT16": np.uint16,
+        "UINT32": np.uint32,
+        "UINT64": np.uint64,
+        "INT8": np.int8,
+        "INT16": np.int16,
+        "INT32": np.int32,
+        "INT64": np.int64,
+        "FP16": np.float16,
+        "FP32": np.float32,
+        "FP64": np.float64,
+        "BYTES": np.object_,
+    }
 
 
 def wire_datatype(config_type: str) -> str:
@@ -60,15 +69,17 @@ class Tensor(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Tensor:
-        if self.datatype not in NUMPY_DTYPES:
-            raise ValueError(f"unknown datatype {self.datatype!r}; expected one of {sorted(NUMPY_DTYPES)}")
+        if self.datatype not in WIRE_DATATYPES:
+            raise ValueError(f"unknown datatype {self.datatype!r}; expected one of {sorted(WIRE_DATATYPES)}")
         why = tensor_data_error(self.datatype, self.shape, self.data)
         if why:
             raise ValueError(why)
         return self
 
     def array(self) -> np.ndarray:
-        return np.array(self.data, dtype=NUMPY_DTYPES[self.datatype]).reshape(self.shape)
+        import numpy as np
+
+        return np.array(self.data, dtype=numpy_dtypes()[self.datatype]).reshape(self.shape)
 
     @classmethod
     def of(cls, array: np.ndarray, datatype: str) -> Tensor:
@@ -102,6 +113,8 @@ class Golden(BaseModel):
 
 def compare(expected: Tensor, actual: np.ndarray, rtol: float, atol: float) -> str | None:
     """None when ``actual`` matches ``expected`` within tolerance, else a one-line reason."""
+    import numpy as np
+
     want = expected.array()
     if list(actual.shape) != list(want.shape):
         return f"shape {list(actual.shape)} != expected {list(want.shape)}"

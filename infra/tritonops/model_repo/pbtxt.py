@@ -10,20 +10,43 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
 from pydantic import ValidationError
-from tritonclient.grpc import model_config_pb2
 
 from tritonops.core.errors import ReleaseError
 from tritonops.core.fsio import read_bounded
 from tritonops.model_repo.spec import ModelSpec
+from tritonops.model_repo.triton_names import DATATYPE_ALIASES, did_you_mean
 
-ModelConfig = model_config_pb2.ModelConfig
+
+def _model_config_pb2() -> Any:
+    """Triton's generated ``tritonclient.grpc.model_config_pb2``, loaded by itself: the package's
+    ``__init__`` imports grpc and numpy (some 0.3 s), which parsing a config never uses. It is registered
+    under its own name, so a later ``import tritonclient.grpc`` reuses it (one registration in protobuf's pool).
+    """
+    name = "tritonclient.grpc.model_config_pb2"
+    if name in sys.modules:
+        return sys.modules[name]
+    package = importlib.util.find_spec("tritonclient")  # its __init__ is empty
+    if package is None or not package.submodule_search_locations:
+        raise ModuleNotFoundError("tritonclient is not installed", name="tritonclient")
+    path = Path(package.submodule_search_locations[0]) / "grpc" / "model_config_pb2.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ModelConfig = _model_config_pb2().ModelConfig
 # Real configs are a few kB (large ensembles some tens of kB); protobuf's text parser is slow and greedy
 # on huge inputs (50 MB: minutes and GBs), so refuse anything above this before parsing it.
 MAX_CONFIG_BYTES = 1 << 20
@@ -50,7 +73,8 @@ class ModelConfigError(Exception):
         return f"{where}:{field} {self.message}"
 
 
-_NO_FIELD = re.compile(r'has no field named "([^"]+)"')
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)"')
+_NO_VALUE = re.compile(r'Enum type "([\w.]+)" has no value named (\w+)')
 _FIELD_BEFORE = re.compile(r"(\w+)\s*:?\s*[^:]*$")
 
 
@@ -65,12 +89,13 @@ def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
         detail = re.sub(r"^'.*?': ", "", detail)  # the parser repeats the whole line; we give line:col
         m = _NO_FIELD.search(detail)
         if m:
-            field = m.group(1)
+            field = m.group(2)
         else:  # the field whose value is wrong: the last name before the error column
             src = text.splitlines()[line - 1][: column - 1] if 0 < line <= len(text.splitlines()) else ""
             before = _FIELD_BEFORE.search(src)
             field = before.group(1) if before else None
-        raise ModelConfigError(path, detail, line, column, field) from None
+        hint = _suggestion(detail)
+        raise ModelConfigError(path, detail.rstrip(".") + hint if hint else detail, line, column, field) from None
     except ValueError as e:  # a value protobuf checks after tokenizing (an enum number out of range)
         value = str(e).rsplit(": ", 1)[-1]
         lines = text.splitlines()
@@ -78,6 +103,21 @@ def parse_proto(text: str, path: Path | str = "config.pbtxt") -> Any:
         before = _FIELD_BEFORE.search(lines[at - 1].split(value)[0]) if at else None
         raise ModelConfigError(path, str(e), at, None, before.group(1) if before else None) from None
     return msg
+
+
+def _suggestion(detail: str) -> str:
+    """Did-you-mean for an unknown field or enum value, from the names Triton's protobuf declares there."""
+    pool = ModelConfig.DESCRIPTOR.file.pool
+    if m := _NO_FIELD.search(detail):
+        with contextlib.suppress(KeyError):
+            return did_you_mean(m.group(2), pool.FindMessageTypeByName(m.group(1)).fields_by_name)
+    elif m := _NO_VALUE.search(detail):
+        alias = DATATYPE_ALIASES.get(m.group(2).upper()) if m.group(1) == "inference.DataType" else None
+        if alias:
+            return f' (did you mean "{alias}"?)'
+        with contextlib.suppress(KeyError):
+            return did_you_mean(m.group(2), pool.FindEnumTypeByName(m.group(1)).values_by_name)
+    return ""
 
 
 def proto_to_spec(msg: Any) -> ModelSpec:

@@ -14,7 +14,6 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +25,8 @@ from tritonops.core.names import GOLDEN_FILE, check_path
 from tritonops.model_repo import config_rules, pbtxt
 from tritonops.model_repo.golden import Golden, wire_datatype
 from tritonops.model_repo.spec import ModelSpec, Tensor
+from tritonops.model_repo.target import Target
+from tritonops.model_repo.triton_names import CPU_BACKENDS, KNOWN_BACKENDS, SHIPPED_WITH, did_you_mean
 
 CONFIG = "config.pbtxt"
 ALT_CONFIGS = "configs"
@@ -51,33 +52,26 @@ AUTOFILL_FILES = {"model.savedmodel": "tensorflow", "model.graphdef": "tensorflo
 INT64_MAX = 2**63 - 1
 
 
-class Target(StrEnum):
-    """The hardware a repository is meant for."""
+class Location(BaseModel):
+    """A place in a file: ``path:line`` and the dotted field there."""
 
-    cpu = "cpu"  # CPU-only gateways: no KIND_GPU
-    gpu = "gpu"  # x86 servers with NVIDIA GPUs
-    jetson = "jetson"  # Jetson (integrated GPU)
-
-    @property
-    def has_gpu(self) -> bool:
-        return self is not Target.cpu
-
-    @property
-    def gpu_count(self) -> int | None:
-        """GPUs the target has, where the profile says (a Jetson has one integrated GPU, id 0)."""
-        return {Target.cpu: 0, Target.jetson: 1}.get(self)
-
-
-class Finding(BaseModel):
-    severity: Literal["error", "warning"]
     path: str
     line: int | None = None
     field: str | None = None
-    code: str
-    message: str
 
     def location(self) -> str:
         return f"{self.path}:{self.line}" if self.line else self.path
+
+    @classmethod
+    def of(cls, cfg: pbtxt.LoadedConfig, fld: str) -> Location:
+        return cls(path=str(cfg.path), line=cfg.line(fld), field=fld)
+
+
+class Finding(Location):
+    severity: Literal["error", "warning"]
+    code: str
+    message: str
+    related: list[Location] = []  # the other places it is about (the golden file, the ensemble step)
 
 
 class Report(BaseModel):
@@ -119,11 +113,12 @@ class _Collector:
         self.findings: list[Finding] = []
 
     def add(self, severity: Literal["error", "warning"], code: str, path: Path, message: str,
-            cfg: pbtxt.LoadedConfig | None = None, fld: str | None = None, line: int | None = None) -> None:
+            cfg: pbtxt.LoadedConfig | None = None, fld: str | None = None, line: int | None = None,
+            related: list[Location] | None = None) -> None:
         if line is None and cfg is not None and fld is not None:
             line = cfg.line(fld)
         self.findings.append(Finding(severity=severity, path=str(path), line=line, field=fld,
-                                     code=code, message=message))
+                                     code=code, message=message, related=related or []))
 
     def error(self, code: str, path: Path, message: str, **kw: object) -> None:
         self.add("error", code, path, message, **kw)  # type: ignore[arg-type]
@@ -259,8 +254,9 @@ def _check_model(model: Model, repo: dict[str, Model], target: Target | None, gp
         return
     configs = [(model.config, True), *[(alt, False) for alt in model.alternatives]]
     for cfg, active in configs:
-        _check_config(model, cfg, versions, out)
+        kind = _check_config(model, cfg, versions, out)
         if active:
+            _check_target_backend(cfg, kind, target, out)
             _check_gpus(cfg, target, gpus, out)
             if cfg.spec.is_ensemble and cfg.spec.ensemble_scheduling:
                 _check_ensemble(cfg, repo, out)
@@ -302,7 +298,9 @@ def _resolve(spec: ModelSpec, versions: list[Path]) -> config_rules.Resolved:
     return kind
 
 
-def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], out: _Collector) -> None:
+def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path],
+                  out: _Collector) -> config_rules.Resolved:
+    """Checks one config (active or alternative); returns its platform/backend as Triton completes them."""
     spec, path = cfg.spec, cfg.path
     err = functools.partial(out.error, cfg=cfg)
     warn = functools.partial(out.warning, cfg=cfg)
@@ -314,6 +312,12 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], o
     if not kind.platform and not kind.backend and not spec.default_model_filename:
         err("platform", path, f"must specify 'platform' or 'backend' for '{model.name}' (no model file in "
             f"version {versions[0].name if versions else '-'} tells Triton which backend it is)", fld="name")
+    if spec.backend and spec.backend not in KNOWN_BACKENDS and not _ships_backend(model, spec, versions):
+        err("backend", path, f"unknown backend {spec.backend!r} for '{model.name}'"
+            f"{did_you_mean(spec.backend, KNOWN_BACKENDS)}: Triton {SHIPPED_WITH} ships "
+            f"{', '.join(sorted(KNOWN_BACKENDS))}; a custom backend loads when its "
+            f"{spec.runtime or f'libtriton_{spec.backend}.so'} is in the model's folder or in every version folder",
+            fld="backend")
 
     # The model file each version folder must hold.
     expected = spec.default_model_filename or MODEL_FILES.get(kind.platform) or MODEL_FILES.get(kind.backend)
@@ -338,22 +342,50 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], o
         report(code, path, message, fld=fld)
 
     config_rules.check(named, kind, functools.partial(emit, err), functools.partial(emit, warn))
+    return kind
+
+
+def _ships_backend(model: Model, spec: ModelSpec, versions: list[Path]) -> bool:
+    """The model carries its own backend library where Triton looks before its backend directory: the version
+    folder, then the model's (``runtime``, else ``libtriton_<backend>.so``)."""
+    lib = spec.runtime or f"libtriton_{spec.backend}.so"
+    return (model.folder / lib).is_file() or bool(versions) and all((v / lib).is_file() for v in versions)
+
+
+def _check_target_backend(cfg: pbtxt.LoadedConfig, kind: config_rules.Resolved, target: Target | None,
+                          out: _Collector) -> None:
+    """A backend the CPU build lacks, on a --target cpu repository: it loads only where a node runs NGC's image."""
+    if target is Target.cpu and kind.backend in KNOWN_BACKENDS - CPU_BACKENDS:
+        out.warning("target.backend", cfg.path, f"backend {kind.backend!r} is not in the CPU build tritonops "
+                    f"installs on CPU nodes (install method wheel: {', '.join(sorted(CPU_BACKENDS))} only); it loads "
+                    "where the node runs NGC's image (install method container)", cfg=cfg,
+                    fld="backend" if cfg.spec.backend else "platform" if cfg.spec.platform else "name")
 
 
 def _check_gpus(cfg: pbtxt.LoadedConfig, target: Target | None, gpus: int | None, out: _Collector) -> None:
     """Instance groups against the GPUs the target has (Triton's ValidateInstanceGroup on that host)."""
     spec = cfg.spec
-    if gpus is None or spec.is_ensemble:
+    if spec.is_ensemble:
         return
     where = f"target {target.value!r}" if target is not None and target.gpu_count == gpus else "the target"
     for i, g in enumerate(spec.instance_group):
         who = f"instance group {g.name or f'{spec.name}_{i}'} of model {spec.name}"
-        if gpus == 0 and (g.kind == "KIND_GPU" or (g.gpus and g.kind in (None, "KIND_AUTO"))):
+        on_gpu = g.kind == "KIND_GPU" or (g.gpus and g.kind in (None, "KIND_AUTO"))
+        if on_gpu and gpus is None and target is None:
+            out.warning("target.gpu", cfg.path, f"{who} runs on GPUs ({g.kind or 'KIND_AUTO'}"
+                        f"{f' gpus {g.gpus}' if g.gpus else ''}): Triton refuses to load it on a node without one, "
+                        "and no --target says what the repository is for (--target gpu or --gpus N silences this, "
+                        "--target cpu makes it an error)", cfg=cfg,
+                        fld=f"instance_group.{i}.{'kind' if g.kind else 'gpus'}")
+            continue
+        if gpus is None:
+            continue
+        if gpus == 0 and on_gpu:
             out.error("target.gpu", cfg.path, f"{who} has kind {g.kind or 'KIND_AUTO'} with GPUs but no GPUs are "
                       f"available on {where} (use KIND_CPU)", cfg=cfg, fld=f"instance_group.{i}.kind")
             continue
-        for j, gid in enumerate(g.gpus):
-            if not 0 <= gid < gpus and g.kind in (None, "KIND_AUTO", "KIND_GPU"):
+        for j, gid in enumerate(g.gpus):  # ids no GPU can have are config_rules' (instance_group.gpus)
+            if gpus <= gid < config_rules.MAX_GPUS and g.kind in (None, "KIND_AUTO", "KIND_GPU"):
                 out.error("target.gpu", cfg.path, f"{who} specifies invalid or unsupported gpu id {gid}; "
                           f"{where} has {gpus} GPU{'s' if gpus != 1 else ''} (ids 0..{gpus - 1})",
                           cfg=cfg, fld=f"instance_group.{i}.gpus.{j}")
@@ -378,6 +410,11 @@ class _TensorNode:
     data_type: str
     dims: list[int]
     full_dims: list[int]
+    cfg: pbtxt.LoadedConfig | None  # the config that declares the tensor, at ``declared``
+    declared: str
+
+    def where(self, what: str) -> list[Location]:
+        return [Location.of(self.cfg, f"{self.declared}.{what}")] if self.cfg is not None else []
 
 
 def _check_ensemble(cfg: pbtxt.LoadedConfig, repo: dict[str, Model], out: _Collector) -> None:
@@ -386,16 +423,21 @@ def _check_ensemble(cfg: pbtxt.LoadedConfig, repo: dict[str, Model], out: _Colle
     steps = spec.ensemble_scheduling.step if spec.ensemble_scheduling else []
     mbs = spec.max_batch_size or 0
     tensors: dict[str, _TensorNode] = {}
-    for t in [*spec.input, *spec.output]:
-        dims = t.reshape.shape if t.reshape is not None else t.dims
-        tensors.setdefault(t.name, _TensorNode(f"ensemble {spec.name}", t.data_type, dims, _full_dims(dims, mbs > 0)))
+    for side, own in (("input", spec.input), ("output", spec.output)):
+        for i, t in enumerate(own):
+            dims = t.reshape.shape if t.reshape is not None else t.dims
+            tensors.setdefault(t.name, _TensorNode(f"ensemble {spec.name}", t.data_type, dims,
+                                                   _full_dims(dims, mbs > 0), cfg, f"{side}.{i}"))
     for s, step in enumerate(steps):
         base = f"ensemble_scheduling.step.{s}"
         target = repo.get(step.model_name)
         if target is None or target.spec is None:
             if step.model_name:
                 out.error("ensemble.model", path, f"ensemble {spec.name} contains models that are not available: "
-                          f"{step.model_name} (step {s})", cfg=cfg, fld=f"{base}.model_name")
+                          f"{step.model_name} (step {s})" + (" (its config does not load: see its error)"
+                                                               if target is not None else
+                                                               did_you_mean(step.model_name, repo)),
+                          cfg=cfg, fld=f"{base}.model_name")
             continue
         tspec = target.spec
         tmbs = tspec.max_batch_size or 0
@@ -403,31 +445,33 @@ def _check_ensemble(cfg: pbtxt.LoadedConfig, repo: dict[str, Model], out: _Colle
             out.error("ensemble.batch", path, f"ensemble {spec.name} allows maximum batch size {mbs}, but it "
                       f"contains model {step.model_name} which only allows maximum batch size to be {tmbs}",
                       cfg=cfg, fld=f"{base}.model_name")
-        t_inputs: dict[str, Tensor] = {t.name: t for t in tspec.input}
-        t_outputs: dict[str, Tensor] = {t.name: t for t in tspec.output}
+        t_inputs: dict[str, tuple[int, Tensor]] = {t.name: (i, t) for i, t in enumerate(tspec.input)}
+        t_outputs: dict[str, tuple[int, Tensor]] = {t.name: (i, t) for i, t in enumerate(tspec.output)}
         where = f"in ensemble {spec.name}, ensemble tensor"
         for side, mapping, declared in (("input", step.input_map, t_inputs), ("output", step.output_map, t_outputs)):
             for key, tensor in mapping.items():
                 fld = f"{base}.{side}_map.{key}"
-                mapped = declared.get(key)
-                if mapped is None:
+                if key not in declared:
                     verb = "mapping to" if side == "input" else "mapped from"
                     out.error(f"ensemble.{side}", path, f"{where} {tensor} is {verb} non-existing {side} {key} in "
-                              f"model {step.model_name} ({side}s: {sorted(declared)})", cfg=cfg, fld=fld)
+                              f"model {step.model_name}{did_you_mean(key, declared)} ({side}s: {sorted(declared)})",
+                              cfg=cfg, fld=fld)
                     continue
+                index, mapped = declared[key]
                 node = _TensorNode(f"model {step.model_name}", mapped.data_type, mapped.dims,
-                                   _full_dims(mapped.dims, tmbs > 0))
+                                   _full_dims(mapped.dims, tmbs > 0), target.config, f"{side}.{index}")
                 have = tensors.setdefault(tensor, node)
                 if have is node:
                     continue
-                if have.data_type != node.data_type:
+                if have.data_type != node.data_type:  # both declarations are related places
                     out.error("ensemble.datatype", path, f"{where} {tensor}: inconsistent data type: "
                               f"{have.data_type} is inferred from {have.origin} while {node.data_type} is "
-                              f"inferred from {node.origin} ({side} {key})", cfg=cfg, fld=fld)
+                              f"inferred from {node.origin} ({side} {key})", cfg=cfg, fld=fld,
+                              related=[*have.where("data_type"), *node.where("data_type")])
                 elif not _dims_match(have.dims, node.dims) and not _dims_match(have.full_dims, node.full_dims):
                     out.error("ensemble.dims", path, f"{where} {tensor}: inconsistent shape: {have.full_dims} is "
                               f"inferred from {have.origin} while {node.full_dims} is inferred from {node.origin} "
-                              f"({side} {key})", cfg=cfg, fld=fld)
+                              f"({side} {key})", cfg=cfg, fld=fld, related=[*have.where("dims"), *node.where("dims")])
         for name, ti in {t.name: t for t in tspec.input}.items():
             if name not in step.input_map and not ti.optional:
                 out.error("ensemble.input", path, f"in ensemble {spec.name}, input {name} in model "
@@ -487,20 +531,26 @@ def _check_golden(model: Model, out: _Collector) -> None:
         loc = ".".join(str(x) for x in first["loc"])
         out.error("golden.invalid", path, f"{first['msg']}", fld=loc or None, line=_json_line(path, first["loc"]))
         return
-    declared: dict[str, dict[str, Tensor]] = {"inputs": {t.name: t for t in spec.input},
-                                              "outputs": {t.name: t for t in spec.output}}
+    cfg = model.config
+    assert cfg is not None  # spec is not None
+    declared: dict[str, dict[str, tuple[int, Tensor]]] = {
+        "inputs": {t.name: (i, t) for i, t in enumerate(spec.input)},
+        "outputs": {t.name: (i, t) for i, t in enumerate(spec.output)}}
     for c, case in enumerate(golden.cases):
         for side in ("inputs", "outputs"):
             for name, tensor in getattr(case, side).items():
                 fld = f"cases.{c}.{side}.{name}"
-                t = declared[side].get(name)
-                if t is None:
+                here = Location(path=str(path), line=_json_line(path, (name,)), field=fld)
+                if name not in declared[side]:
                     out.error("golden.tensor", path, f"case {case.name!r} has {side[:-1]} {name!r}, which "
-                              f"{model.name!r} does not declare", fld=fld, line=_json_line(path, (name,)))
-                elif tensor.datatype != wire_datatype(t.data_type):
-                    out.error("golden.datatype", path, f"case {case.name!r} {side[:-1]} {name!r} is "
-                              f"{tensor.datatype} but the config says {t.data_type}", fld=fld,
-                              line=_json_line(path, (name,)))
+                              f"{model.name!r} does not declare{did_you_mean(name, declared[side])}", fld=fld,
+                              line=here.line)
+                    continue
+                i, t = declared[side][name]
+                if tensor.datatype != wire_datatype(t.data_type):  # the config line first, the golden file beside
+                    out.error("golden.datatype", cfg.path, f"the config says {t.data_type} for {side[:-1]} {name!r}, "
+                              f"but golden case {case.name!r} in {path.name} has {tensor.datatype}", cfg=cfg,
+                              fld=f"{side[:-1]}.{i}.data_type", related=[here])
 
 
 def _json_line(path: Path, loc: tuple[object, ...] | list[object]) -> int | None:

@@ -119,6 +119,13 @@ def version_dir(name: str) -> Callable[[Path], None]:
     return step
 
 
+def edit(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def step(tmp: Path) -> None:
+        p = tmp / rel
+        p.write_text(p.read_text().replace(old, new, 1))
+    return step
+
+
 def pointer(channel: str = "canary", history: list | None = None) -> Callable[[Path], None]:
     """A signed channel pointer (version 1, valid a day) to release r1 (a manifest without files, signed for
     canary and stable), signed by {tmp}/keys/release.key."""
@@ -236,6 +243,13 @@ def _cases() -> list[Case]:
              setup=with_(version_dir("\u0661"))))
     add(Case("validate-model-name-hostile", ("validate", R), expect=1, names=("$(reboot)",), owner=g,
              setup=with_(lambda t: shutil.copytree(t / "repo" / "mlp", t / "repo" / "$(reboot)"))))
+    # what Triton refuses at load time: an unknown backend, a misspelt field, a GPU id no GPU has (exit 1, the field)
+    for cid, was, now, named in (("validate-backend-unknown", 'backend: "python"', 'backend: "onnx"', "onnxruntime"),
+                                 ("validate-field-misspelt", "max_batch_size", "max_batch", "max_batch_size"),
+                                 ("validate-gpu-id-negative", "kind: KIND_CPU", "kind: KIND_GPU\n  gpus: -1",
+                                  "instance_group.0.gpus.0")):
+        add(Case(cid, ("validate", R), expect=1, names=(named,), owner=g,
+                 setup=with_(edit("repo/mlp/config.pbtxt", was, now))))
 
     # manifest (helper A: infra/tritonops/cli/model_repo.py, infra/tritonops/agent/manifest.py)
     add(Case("manifest-missing", ("manifest", f"{T}/nope"), names=("nope",), setup=kit))

@@ -189,7 +189,11 @@ def test_golden_data_must_match_the_config(tmp_path: Path) -> None:
     golden = repo / "mlp" / "golden.json"
     golden.write_text(golden.read_text().replace('"FP32"', '"FP64"', 1))
     e = only_error(validate(repo), "golden.datatype")
-    assert e.path == str(golden) and e.field == "cases.0.inputs.features"
+    cfg = repo / "mlp" / "config.pbtxt"  # the config line that declares the type, the golden file beside it
+    assert (e.path, e.field) == (str(cfg), "input.0.data_type")
+    assert cfg.read_text().splitlines()[e.line - 1].strip() == "data_type: TYPE_FP32"  # type: ignore[operator]
+    assert [(r.path, r.field) for r in e.related] == [(str(golden), "cases.0.inputs.features")]
+    assert e.related[0].line == 1 and "FP64" in e.message and "TYPE_FP32" in e.message
 
 
 def test_cli_exit_codes_and_json(tmp_path: Path) -> None:

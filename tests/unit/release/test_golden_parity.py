@@ -29,7 +29,7 @@ from tritonops.agent.golden import WIRE_DATATYPES, golden_gate, read_golden
 from tritonops.agent.triton import Triton
 from tritonops.core.errors import ReleaseError
 from tritonops.core.names import GOLDEN_FILE
-from tritonops.model_repo.golden import NUMPY_DTYPES, Golden
+from tritonops.model_repo.golden import Golden, numpy_dtypes
 from tritonops.release import push
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -208,7 +208,7 @@ def test_the_agents_refusal_names_the_field(tmp_path: Path) -> None:
 
 
 def test_both_readers_know_the_same_datatypes() -> None:
-    assert set(NUMPY_DTYPES) == set(WIRE_DATATYPES)
+    assert set(numpy_dtypes()) == set(WIRE_DATATYPES)
 
 
 def test_golden_file_is_named_once() -> None:
