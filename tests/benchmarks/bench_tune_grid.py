@@ -45,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "infra"), str(ROOT / "tests")]
 
+import record  # noqa: E402
 import wide_mlp  # noqa: E402
 from tritonops.cli.load import tune_cmd  # noqa: E402
 from tritonops.model_repo import pbtxt  # noqa: E402
@@ -90,8 +91,9 @@ def main() -> int:
             log(f"{name}:" + (f" (beside {n} CPU burners)" if n else ""))
             started = time.monotonic()
             with burners(n), load_sampler() as sampled:
+                # The grid is the reference: its single runs, no runoff (the climb's is what is judged).
                 results[name] = tune.tune(s.http_url, spec, space, load, budget, search=search,  # type: ignore[arg-type]
-                                          on_trial=show)
+                                          on_trial=show, rounds=tune.RUNOFF_ROUNDS if search == "climb" else 0)
             if n:
                 busy_load = {"runnable_mean": sampled.mean, "loadavg_1m_end": round(os.getloadavg()[0], 1)}
             seconds[name] = round(time.monotonic() - started, 1)
@@ -122,32 +124,46 @@ def main() -> int:
         "fastest_ratio_budget_aside": round(raw_ratio, 3),
         "seconds": seconds, "wall_s": round(time.monotonic() - t0, 1),
         "burners": args.burn, "busy_load": busy_load,
+        "comparisons": [c.to_dict() for c in climb.comparisons],
+        # The target met, or the paired comparison of the pick's rivals could not tell them apart.
+        "indistinguishable": any(c.verdict == "indistinguishable" for c in climb.comparisons),
     }
+    lines: list[str] = []
     if args.json:
-        print(json.dumps(out, indent=2))
+        lines.append(json.dumps(out, indent=2))
     else:
-        print(f"\n{wide_mlp.NAME}, http, concurrency {args.concurrency}; tune's defaults: p95 budget {budget:g} ms, "
+        lines.append(f"\n{wide_mlp.NAME}, http, concurrency {args.concurrency}; tune's defaults: p95 budget {budget:g} ms, "
               f"{d['duration']} s per setting, stability {d['stability']}%, instances {d['instances']}, "
               f"delays {d['delays']} us")
-        print(f"{'setting (full grid)':<45} {'inf/s':>8} {'p95 ms':>8}  measured")
+        lines.append(f"{'setting (full grid)':<45} {'inf/s':>8} {'p95 ms':>8}  measured")
         for t in grid.trials:
             mark = " <- grid best" if t is grid_best else (" <- recommended" if t is in_grid else "")
             if t is grid_best and t is in_grid:
                 mark = " <- grid best = recommended"
-            print(f"{t.setting.label:<45} {t.report.inferences_per_s:8.0f} {t.report.p95_ms:8.1f}  {t.measured}"
+            lines.append(f"{t.setting.label:<45} {t.report.inferences_per_s:8.0f} {t.report.p95_ms:8.1f}  {t.measured}"
                   f"{'' if t.within_budget else ' (over budget)'}{mark}")
         own = f"{rec.report.inferences_per_s:.0f} inf/s as the climb measured it" if rec else "-"
-        print(f"climb: {len(climb.trials)} settings in {seconds['climb']} s, recommended "
+        lines.append(f"climb: {len(climb.trials)} settings in {seconds['climb']} s, recommended "
               f"{rec.setting.label if rec else None} ({own}) {climb.incomplete}")
-        print(f"grid: {len(grid.trials)} settings in {seconds['grid']} s {grid.incomplete}")
+        lines.append(f"grid: {len(grid.trials)} settings in {seconds['grid']} s {grid.incomplete}")
         if args.burn:
-            print(f"the climb ran beside {args.burn} CPU burners (runnable threads {busy_load['runnable_mean']:.1f} "
+            lines.append(f"the climb ran beside {args.burn} CPU burners (runnable threads {busy_load['runnable_mean']:.1f} "
                   f"on average on {os.cpu_count()} CPUs, 1-minute load average {busy_load['loadavg_1m_end']} at its "
                   "end); the grid on the quiet machine after them")
-        print(f"budget aside: the climb's fastest ({out['climb_fastest']}) / the grid's fastest "
+        lines.append(f"budget aside: the climb's fastest ({out['climb_fastest']}) / the grid's fastest "
               f"({out['grid_fastest']}), as the grid measured them: {raw_ratio:.3f}")
-        print(f"recommendation / grid best (both as the grid measured them): {ratio:.3f}"
+        lines.append(f"recommendation / grid best (both as the grid measured them): {ratio:.3f}"
               f"   within {args.tolerance:.0%}: {ok}   (wall {out['wall_s']} s)")
+        lines += [f"runoff: {c.says}" for c in climb.comparisons] or ["runoff: none (no rival within the band)"]
+    text = "\n".join(lines)
+    print(text)
+    record.write("bench_tune_grid" + (f"-burn{args.burn}" if args.burn else ""), {
+        "ratio_to_grid_best": out["ratio_to_grid_best"], "fastest_ratio_budget_aside": out["fastest_ratio_budget_aside"],
+        "recommended": out["recommended"] or "-", "grid_best": out["grid_best"] or "-",
+        "climb_s": seconds["climb"], "grid_s": seconds["grid"], "wall_s": out["wall_s"],
+        "runoff": "; ".join(c.says for c in climb.comparisons) or "-",
+        "indistinguishable": int(out["indistinguishable"]), "ok": int(ok)}, text,
+        note="2-core machine shared with other helpers' work (tests, containers): not a quiet host")
     return 0 if ok else 1
 
 

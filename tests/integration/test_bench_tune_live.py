@@ -187,10 +187,12 @@ def test_tune_sweeps_through_the_repository_api_and_writes_the_recommendation(
         best = out["recommended"]
         assert all(t["engine"] == "perf_analyzer" for t in out["trials"])  # ranked on perf_analyzer's figures
         assert all(t["bound"]["says"].startswith("the model computes ") for t in out["trials"])  # each says why
-        # The fastest, or the first measured of those within noise (5%, or the spread a runoff measured) of it.
+        # The setting the runoff's paired comparisons kept; without finalists to pair, the fastest, or the
+        # first measured of those within noise (5%, or their spreads together) of it.
         top = max((t for t in out["trials"] if not t["errors"]), key=lambda t: t["inferences_per_s"])
-        assert best == next(t for t in out["trials"] if not t["errors"] and t["inferences_per_s"] * (
-            1 + max(0.05, t["spread"] + top["spread"])) >= top["inferences_per_s"])
+        assert best == (next(t for t in out["trials"] if t["label"] == out["comparisons"][-1]["kept"])
+                        if out["comparisons"] else next(t for t in out["trials"] if not t["errors"] and t[
+                            "inferences_per_s"] * (1 + max(0.05, t["spread"] + top["spread"])) >= top["inferences_per_s"]))
         assert config.read_text().startswith(header)  # the operator's header stays
         written = pbtxt.parse(config.read_text())
         assert written.instance_group[0].count == best["setting"]["instances"]

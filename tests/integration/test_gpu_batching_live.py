@@ -34,7 +34,7 @@ def test_the_table_has_off_pick_and_grid_best_measured_by_perf_analyzer(run: gb.
     for r in run.rows:
         assert r.trial and r.trial.report.engine == "perf_analyzer"
         assert r.trial.measured in (steady.STABLE, steady.RETRIED, f"median-of-{steady.MEDIAN_ROUNDS}",
-                                    f"runoff-median-of-{tune.RUNOFF_ROUNDS + 1}")
+                                    f"paired-median-of-{tune.RUNOFF_ROUNDS}")
         assert r.trial.report.inferences_per_s > 0 and r.trial.report.server.requests > 0
         assert r.bound is not None  # from Triton's own counters
     assert {t.setting for t in run.grid.trials} == set(tune.Space(64, (1,), (0,)).grid())

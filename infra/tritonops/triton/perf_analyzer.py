@@ -11,9 +11,11 @@ small machine, so its figures are the reference; this module runs it, bounded in
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import io
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,6 +93,18 @@ class PerfAnalyzer:
     def command(self, cfg: BenchConfig, csv_path: Path) -> list[str]:
         """perf_analyzer's command line for one bounded measurement of ``cfg``."""
         return [str(self.binary), *arguments(cfg), "-f", str(csv_path), "--verbose-csv"]
+
+    def shell_command(self, cfg: BenchConfig, header_value: str = "") -> str:
+        """The command line an operator runs to measure ``cfg`` with perf_analyzer (its own console report),
+        with the library path :meth:`env` gives it in front.
+
+        The admin header's value is ``header_value``: shell text the shell expands (``$(cat FILE)``,
+        ``${VAR}``), so the key itself is never shown (:func:`arguments` puts the real one in argv)."""
+        env = self.env()
+        words = [f"LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])}"] if self.cudart_dir else []
+        words += [shlex.quote(w) for w in (str(self.binary), *arguments(dataclasses.replace(cfg, headers=())))]
+        words += [f'-H "{name}:{header_value}"' for name, _ in cfg.headers if cfg.protocol == "http"]
+        return " ".join(words)
 
     def measure(self, cfg: BenchConfig) -> Measurement:
         """Run perf_analyzer once for ``cfg``; PerfAnalyzerError with its own message when it fails."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from tritonops.triton import bench, perf_analyzer
 from tritonops.triton.load_config import BenchConfig
@@ -29,6 +31,11 @@ def longer(load: BenchConfig, scale: int = RETRY_SCALE) -> BenchConfig:
     """``load`` with windows ``scale`` times longer and ``scale`` times as many of them."""
     return dataclasses.replace(load, max_seconds=load.max_seconds * scale * scale,
                                max_windows=load.max_windows * scale)
+
+
+def loose(load: BenchConfig) -> BenchConfig:
+    """``load`` as one short round: any three windows count as stable, and the round reports their average."""
+    return dataclasses.replace(load, stability_pct=ROUND_STABILITY_PCT, max_windows=3)
 
 
 def median_report(reports: Sequence[bench.BenchReport]) -> bench.BenchReport:
@@ -79,6 +86,60 @@ def measure_steadily(
 def _rounds(load: BenchConfig, run: Callable[[BenchConfig], bench.BenchReport], rounds: int,
             why: str) -> tuple[bench.BenchReport, str, str]:
     """``rounds`` short runs that accept any three windows, and their median (its spread is the noise)."""
-    loose = dataclasses.replace(load, stability_pct=ROUND_STABILITY_PCT, max_windows=3)
-    reports = [run(loose) for _ in range(rounds)]
+    reports = [run(loose(load)) for _ in range(rounds)]
     return median_report(reports), f"median-of-{rounds}", why
+
+
+@dataclass(frozen=True)
+class Try:
+    """One run of a measurement: perf_analyzer's windows and stability for it, and why it failed ("": it measured)."""
+
+    window_ms: int
+    windows: int
+    stability_pct: float
+    failure: str = ""
+
+    @classmethod
+    def of(cls, cfg: BenchConfig, failure: str = "") -> Try:
+        return cls(perf_analyzer.window_ms(cfg), cfg.max_windows, cfg.stability_pct, failure)
+
+    @property
+    def stability(self) -> str:
+        # Above 100% no window can fall outside it: the rounds of measure_steadily, "any three windows".
+        return f"{self.stability_pct:g}%" if self.stability_pct <= 100 else "none demanded"
+
+
+class Tries:
+    """:func:`bench.run` as :func:`measure_steadily` calls it (one config), keeping each run's
+    windows, stability and failure: what its retries relaxed, for the report. ``on_try(k, cfg)`` before run k."""
+
+    def __init__(self, on_done: Callable[[int], None] | None = None,
+                 on_try: Callable[[int, BenchConfig], None] | None = None) -> None:
+        self.tries: list[Try] = []
+        self.on_done = on_done
+        self.on_try = on_try
+
+    def __call__(self, cfg: BenchConfig) -> bench.BenchReport:
+        if self.on_try:
+            self.on_try(len(self.tries) + 1, cfg)
+        try:
+            report = bench.run(cfg, on_done=self.on_done)
+        except perf_analyzer.PerfAnalyzerError as e:
+            self.tries.append(Try.of(cfg, str(e)))
+            raise
+        self.tries.append(Try.of(cfg))
+        return report
+
+    def relaxed(self) -> list[str]:
+        """What the run that counted (the last) relaxed from the first, as asked: [] when nothing was."""
+        if not self.tries:
+            return []
+        asked, used = self.tries[0], self.tries[-1]
+        out = [f"windows {asked.window_ms} -> {used.window_ms} ms"] if used.window_ms != asked.window_ms else []
+        out += [f"at most {asked.windows} -> {used.windows} windows"] if used.windows != asked.windows else []
+        if used.stability_pct != asked.stability_pct:
+            out.append(f"stability {asked.stability} -> {used.stability}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"relaxed": self.relaxed(), "tries": [asdict(t) for t in self.tries]}

@@ -6,20 +6,24 @@ is applied to a model *without touching the repository*: Triton (in explicit mod
 reloads the model from a config override sent through the repository API
 (``load_model(name, config=json)``). Each setting is measured with :mod:`tritonops.triton.bench`; the
 recommendation is the highest throughput whose p95 stays within the latency budget and that had no
-errors (settings within 5% of it count as equal; the simplest, measured first, wins). The
+errors, where settings that paired comparisons cannot tell apart count as equal (the simplest, measured
+first, wins). The
 recommendation is written back into the model's ``config.pbtxt`` changing only the batching and
 instance fields (:mod:`tritonops.model_repo.pbtxt_edit`), and a PNG plots throughput against p95 for
-every setting.
+every setting, its spread drawn as an error bar.
 
 A setting perf_analyzer could not measure stably (a busy machine: at concurrency 64 the load generator
 alone keeps two cores busy) is measured again with windows twice as long and twice as many, and if
 still unstable, or at once when a run overran its time limit, as the median of short rounds each
 averaging perf_analyzer's last three windows with no stability demanded (:mod:`tritonops.triton.steady`).
-The rounds' spread is the noise measured (``BenchReport.spread``): two settings rank only when they
-differ by more than it (and by :data:`MIN_GAIN`), so a busy machine still gets a
-recommendation, the simpler setting when the ranking is not clear beyond the noise. A host whose load
-drifts between runs gets a runoff (:func:`runoff`): the pick and its close rivals measured again in
-turns, ranked by their medians. With a gRPC address the search also measures over gRPC (the clients'
+The rounds' spread is the noise measured (``BenchReport.spread``): the climb keeps a step only when it
+gains more than it (and than :data:`MIN_GAIN`). The search's single runs do not decide between close
+settings: a host's load drifts from one run to the next. The runoff (:func:`runoff`) measures the
+finalists (the settings within :data:`FINALIST_BAND` of the fastest) in turns and compares them in pairs
+(:class:`Comparison`): the drift cancels within a pair, and a more complex setting wins over a simpler
+one only when a distribution-free bound on its median throughput ratio clears 1 + :data:`MIN_GAIN` and
+its p95 is not worse beyond its own bound; otherwise tune says the two are indistinguishable and keeps
+the simpler. With a gRPC address the search also measures over gRPC (the clients'
 protocol: reported, not written). Every trial says how it was
 measured (:attr:`Trial.measured`); none is dropped, and the climb stops rather than step past a
 dimension whose setting could not be measured at all (:attr:`TuneResult.incomplete`).
@@ -34,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import tritonclient.http as httpclient
 from google.protobuf import json_format
@@ -42,127 +46,17 @@ from google.protobuf import json_format
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelSpec
 from tritonops.triton import bench, perf_analyzer
-from tritonops.triton.load_config import BenchConfig, Engine, Protocol
-from tritonops.triton.steady import STABLE, UNMEASURED, measure_steadily, median_report
+from tritonops.triton.load_config import BenchConfig
+from tritonops.triton.paired import MIN_GAIN, Comparison
+from tritonops.triton.steady import STABLE, UNMEASURED, loose, measure_steadily, median_report
+from tritonops.triton.tune_space import WARMUP_REQUESTS, Search, Setting, Space, TuneConfig
 
-Search = Literal["climb", "grid"]
-# A setting must beat another by more than this fraction of throughput to count as better: below it,
-# two perf_analyzer runs of one setting differ on a busy machine.
-MIN_GAIN = 0.05
-# The runoff (:func:`runoff`): at most this many finalists, each measured this many more times, in turns.
-RUNOFF_FINALISTS = 4
-RUNOFF_ROUNDS = 2
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One point of the sweep."""
-
-    dynamic_batching: bool
-    instances: int = 1
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_us: int = 0
-    # How the clients send: not part of the model's configuration (write_recommendation leaves it out), but
-    # the frontend can bound a setting (bounds.LIFT), and gRPC may lift it.
-    protocol: Protocol = "http"
-
-    @property
-    def label(self) -> str:
-        over = "" if self.protocol == "http" else f", {self.protocol}"
-        if not self.dynamic_batching:
-            return f"batching off, {self.instances} inst{over}"
-        pref = ",".join(map(str, self.preferred_batch_sizes)) or "-"
-        return f"batching pref={pref} delay={self.max_queue_delay_us}us, {self.instances} inst{over}"
-
-
-# The instance counts and queue delays (microseconds) searched unless told otherwise.
-INSTANCE_COUNTS = (1, 2)
-QUEUE_DELAYS_US = (0, 500, 2000)
-# Requests sent to each setting after its reload, before it is measured.
-WARMUP_REQUESTS = 50
-
-
-@dataclass(frozen=True)
-class Space:
-    """What the tuner may change: dynamic batching (a model with a batch dimension), instances, delays."""
-
-    max_batch_size: int
-    instance_counts: tuple[int, ...] = INSTANCE_COUNTS
-    queue_delays_us: tuple[int, ...] = QUEUE_DELAYS_US
-    protocols: tuple[Protocol, ...] = ("http",)  # with "grpc": the search also measures over gRPC
-
-    def __post_init__(self) -> None:
-        if not self.instance_counts or min(self.instance_counts) < 1:
-            raise ValueError(f"instance counts: need at least one, each >= 1, got {list(self.instance_counts)}")
-        if not self.queue_delays_us or min(self.queue_delays_us) < 0:
-            raise ValueError(f"queue delays: need at least one, each >= 0, got {list(self.queue_delays_us)}")
-
-    @property
-    def counts(self) -> list[int]:
-        return sorted(set(self.instance_counts))
-
-    @property
-    def delays(self) -> list[int]:
-        return sorted(set(self.queue_delays_us))
-
-    def grid(self) -> list[Setting]:
-        """Every setting: batching off, and on with no preferred size / the max batch size, per delay and
-        count; each over every protocol (HTTP first)."""
-        grid = [Setting(False, n) for n in self.counts]
-        if self.max_batch_size > 0:  # a model without a batch dimension cannot batch dynamically
-            for n in self.counts:
-                for pref in ((), (self.max_batch_size,)):
-                    grid += [Setting(True, n, pref, delay) for delay in self.delays]
-        return [dataclasses.replace(s, protocol=p) for p in self.protocols for s in grid]
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """What one tune run is (the settings of ``tritonops tune``, one default each), checked when made.
-
-    :attr:`load` is the :class:`BenchConfig` each setting is measured with; :meth:`space` what is searched
-    for a model of a given max batch size; :func:`run` tunes with it.
-    """
-
-    url: str  # host:port of Triton's HTTP endpoint (tune reloads models through its repository API)
-    model: str
-    budget_ms: float = 50.0  # the p95 latency a recommendation must keep
-    # 16, not bench's 4: dynamic batching gains only when requests wait together, and with 4 in flight a
-    # batch never holds more than 4; 16 lets the batcher fill batches that show what it is worth.
-    concurrency: int = 16
-    max_requests: int | None = None  # per setting; None: only max_seconds bounds each measurement
-    max_seconds: float = 5.0  # measurement time budget per setting
-    engine: Engine = "perf_analyzer"  # the reference
-    stability_pct: float = BenchConfig.stability_pct
-    instance_counts: tuple[int, ...] = INSTANCE_COUNTS
-    queue_delays_us: tuple[int, ...] = QUEUE_DELAYS_US
-    search: Search = "climb"
-    grpc_url: str | None = None  # host:port of Triton's gRPC endpoint: the search also tries gRPC
-    warmup_requests: int = WARMUP_REQUESTS
-    # The admin header for the restricted APIs (BenchConfig.headers): a secret, never in repr().
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    allowed_hosts: tuple[str, ...] = ()  # non-loopback hosts that may receive load (BenchConfig's)
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.budget_ms) and self.budget_ms > 0):  # --budget-ms, as the CLI names it
-            raise ValueError(f"budget-ms: must be a finite number > 0, got {self.budget_ms}")
-        _ = self.load  # BenchConfig checks the load's own bounds
-        if self.search not in ("climb", "grid"):
-            raise ValueError(f"search: must be climb or grid, got {self.search!r}")
-        if self.grpc_url and self.headers and self.engine == "perf_analyzer":
-            raise ValueError("grpc-url: perf_analyzer sends no headers over gRPC, and this Triton's restricted "
-                             "APIs need the admin key: tune over HTTP only, or with --engine python")
-
-    @property
-    def load(self) -> BenchConfig:
-        return BenchConfig(url=self.url, model=self.model, concurrency=self.concurrency,
-                           max_requests=self.max_requests, max_seconds=self.max_seconds, engine=self.engine,
-                           stability_pct=self.stability_pct, headers=self.headers,
-                           allowed_hosts=self.allowed_hosts)
-
-    def space(self, max_batch_size: int) -> Space:
-        return Space(max_batch_size, self.instance_counts, self.queue_delays_us,
-                     ("http", "grpc") if self.grpc_url else ("http",))
+# The runoff (:func:`runoff`): the usable settings whose single run came within this fraction of the fastest
+# (or within the spread both measured, when wider) are finalists; at most RUNOFF_FINALISTS of them (the
+# fastest), each measured RUNOFF_ROUNDS more times, in turns: round r is one measurement of each.
+FINALIST_BAND = 0.2
+RUNOFF_FINALISTS = 3
+RUNOFF_ROUNDS = 5
 
 
 def _margin(min_gain: float, *trials: Trial) -> float:
@@ -200,21 +94,11 @@ def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN
     as if the setting had lost (it went on with batching off, and recommended it, when batching on was
     unmeasured).
     """
-    counts, delays = space.counts, space.delays
-    best = trial(Setting(False, counts[0]))
+    best = trial(Setting(False, space.counts[0]))
     if best.unmeasured:
         return _stopped("batching", best)
-    # Each dimension's steps, as changes to the best setting so far, walked while each gains.
-    steps: dict[str, list[dict[str, Any]]] = {
-        "batching": ([{"dynamic_batching": True, "max_queue_delay_us": delays[0]}]
-                     if space.max_batch_size > 0 else []),
-        "instances": [{"instances": n} for n in counts[1:]],
-        "queue delay": [{"max_queue_delay_us": d} for d in delays[1:]],
-        "preferred batch size": [{"preferred_batch_sizes": (space.max_batch_size,)}],
-        "protocol": [{"protocol": p} for p in space.protocols[1:]],
-    }
-    for dimension, changes in steps.items():
-        if dimension in ("queue delay", "preferred batch size") and not best.setting.dynamic_batching:
+    for dimension, changes in _steps(space).items():
+        if dimension in BATCHING_STEPS and not best.setting.dynamic_batching:
             continue  # batching's own settings, where batching lost
         for change in changes:
             t = trial(dataclasses.replace(best.setting, **change))
@@ -224,6 +108,32 @@ def climb(space: Space, trial: Callable[[Setting], Trial], min_gain: float = MIN
                 break
             best = t
     return None
+
+
+# The climb's dimensions that only a setting with dynamic batching has.
+BATCHING_STEPS = ("queue delay", "preferred batch size")
+
+
+def _steps(space: Space) -> dict[str, list[dict[str, Any]]]:
+    """The climb's steps per dimension, as changes to the best setting so far, walked while each gains."""
+    return {
+        "batching": ([{"dynamic_batching": True, "max_queue_delay_us": space.delays[0]}]
+                     if space.max_batch_size > 0 else []),
+        "instances": [{"instances": n} for n in space.counts[1:]],
+        "queue delay": [{"max_queue_delay_us": d} for d in space.delays[1:]],
+        "preferred batch size": [{"preferred_batch_sizes": (space.max_batch_size,)}],
+        "protocol": [{"protocol": p} for p in space.protocols[1:]],
+    }
+
+
+def planned(space: Space, search: Search) -> int:
+    """The most settings ``search`` measures in ``space`` (the climb stops a dimension sooner when a step
+    does not gain); the runoff's measurements come after (at most RUNOFF_FINALISTS x RUNOFF_ROUNDS)."""
+    if search == "grid":
+        return len(space.grid())
+    batching = space.max_batch_size > 0
+    return 1 + sum(len(changes) for dimension, changes in _steps(space).items()
+                   if batching or dimension not in BATCHING_STEPS)
 
 
 def _stopped(dimension: str, t: Trial) -> str:
@@ -312,6 +222,7 @@ class TuneResult:
     trials: list[Trial]
     best: Trial | None
     incomplete: str = ""  # why the search is undecided (a setting could not be measured); then best is None
+    comparisons: list[Comparison] = field(default_factory=list)  # the runoff's, in the order judged
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -319,18 +230,23 @@ class TuneResult:
             "p95_budget_ms": self.budget_ms,
             "incomplete": self.incomplete or None,
             "recommended": self.best.to_dict() if self.best else None,
+            "comparisons": [c.to_dict() for c in self.comparisons],
             "trials": [t.to_dict() for t in self.trials],
         }
 
 
-def recommend(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial | None:
-    """Highest throughput among error-free trials within the p95 budget.
+def recommend(trials: Sequence[Trial], min_gain: float = MIN_GAIN,
+              comparisons: Sequence[Comparison] = ()) -> Trial | None:
+    """The runoff's pick (the setting its last paired comparison kept), when there was one; otherwise the
+    highest throughput among error-free trials within the p95 budget.
 
-    Trials within ``min_gain`` of the highest count as equal (run-to-run noise), and the one measured
-    first wins: both searches measure the simpler settings first (batching off before on, fewer
-    instances, no queue delay, no preferred size).
+    Without a runoff, trials within ``min_gain`` of the highest (or within the spread both measured) count
+    as equal, and the one measured first wins: both searches measure the simpler settings first (batching
+    off before on, fewer instances, no queue delay, no preferred size).
     """
     ok = [t for t in trials if t.usable]
+    if comparisons:
+        return next(t for t in ok if t.setting == comparisons[-1].kept)
     if not ok:
         return None
     top = max(ok, key=lambda t: t.report.inferences_per_s)
@@ -386,43 +302,63 @@ def measure(
     return bench.run(load)
 
 
+def finalists(trials: Sequence[Trial]) -> list[Trial]:
+    """The settings the runoff compares: usable, and within :data:`FINALIST_BAND` of the fastest (or within
+    the spread both measured, when wider); at most :data:`RUNOFF_FINALISTS`, the fastest; in the order
+    measured (the simpler first). Fewer than two: no runoff."""
+    ok = [t for t in trials if t.usable]
+    if len(ok) < 2:
+        return []
+    top = max(ok, key=lambda t: t.report.inferences_per_s)
+    near = [t for t in ok if t.report.inferences_per_s * (1 + max(FINALIST_BAND, t.report.spread + top.report.spread))
+            >= top.report.inferences_per_s]
+    kept = sorted(near, key=lambda t: -t.report.inferences_per_s)[:RUNOFF_FINALISTS]
+    return [t for t in ok if t in kept] if len(kept) > 1 else []
+
+
 def runoff(trials: dict[Setting, Trial], again: Callable[[Setting], Trial], budget_ms: float,
-           min_gain: float = MIN_GAIN) -> None:
-    """Judge the pick again where the host's load drifts between runs, in place in ``trials``.
+           min_gain: float = MIN_GAIN, rounds: int = RUNOFF_ROUNDS) -> list[Comparison]:
+    """Decide between the :func:`finalists` by paired comparisons; each becomes the median of its rounds in
+    ``trials`` (in place, ``paired-median-of-N``, its spread their noise). Returns the comparisons.
 
     perf_analyzer's stability covers one run; a busy host also drifts from one run to the next (another
-    job's load comes and goes), so settings measured a minute apart may differ by that drift alone. The
-    pick is measured once more (``again``: a fresh reload and measurement): when the two figures agree
-    within ``min_gain`` the ranking stands. Otherwise the finalists (the usable settings within twice the
-    drift of the pick, at most :data:`RUNOFF_FINALISTS`) are measured :data:`RUNOFF_ROUNDS` more times
-    each, in turns so that each round sees the same load, and each becomes the median of its runs, its
-    spread their noise ("runoff-median-of-N"): :func:`recommend` then ranks them only beyond it.
+    job's load comes and goes), so settings measured a minute apart differ by that drift alone. So the
+    finalists are measured ``rounds`` more times each (``again``: a fresh reload and measurement), in
+    turns, each round one measurement of each, every other round in reverse order (A B, B A, A B ...: a
+    drift that keeps rising favours neither). Starting from the simplest, each next finalist is compared
+    with the setting kept so far, round by round (:class:`Comparison`), and replaces it only when it is
+    better beyond the bound; a finalist whose median misses the budget is not compared.
     """
-    pick = recommend(list(trials.values()), min_gain)
-    if pick is None:
-        return
-    second = again(pick.setting)
-    if not second.usable:
-        drift = 1.0  # the pick itself did not hold: every usable setting is a finalist
-    else:
-        drift = abs(second.report.inferences_per_s - pick.report.inferences_per_s) / pick.report.inferences_per_s
-        if drift <= min_gain:
-            return
-    ranked = sorted((t for t in trials.values() if t.usable), key=lambda t: -t.report.inferences_per_s)
-    floor = pick.report.inferences_per_s * (1 - 2 * drift - min_gain)
-    finals = [t for t in ranked if t.report.inferences_per_s >= floor][:RUNOFF_FINALISTS]
-    if pick not in finals:
-        finals[-1:] = [pick]
-    runs = {t.setting: [t] for t in finals}
-    for r in range(RUNOFF_ROUNDS):  # the pick's second run is its part of the first round
-        for t in finals:
-            runs[t.setting].append(second if r == 0 and t is pick else again(t.setting))
-    why = f"runoff: {pick.setting.label} measured {drift:.0%} apart on a second run (the host's load drifts)"
+    order = [t.setting for t in finalists(list(trials.values()))]
+    if not order:
+        return []
+    runs: dict[Setting, list[Trial]] = {s: [] for s in order}
+    for r in range(rounds):
+        for setting in order if r % 2 == 0 else order[::-1]:
+            runs[setting].append(again(setting))
+    why = f"runoff: {len(order)} finalists measured {rounds} more times each, in turns, compared in pairs"
     for setting, seen in runs.items():
         measured = [t for t in seen if not t.unmeasured]
+        if not measured:
+            trials[setting] = seen[0]  # never measured again: it leaves the runoff, unmeasured, and says why
+            continue
         report = median_report([t.report for t in measured])
         trials[setting] = Trial(setting, report, within_budget=report.p95_ms <= budget_ms,
-                                measured=f"runoff-median-of-{len(measured)}", note=why)
+                                measured=f"paired-median-of-{len(measured)}", note=why)
+    left = [s for s in order if trials[s].usable]
+    comparisons: list[Comparison] = []
+    if not left:
+        return comparisons
+    kept = left[0]
+    for other in left[1:]:
+        pairs = [(a, b) for a, b in zip(runs[kept], runs[other], strict=True)
+                 if all(t.error_free and not t.unmeasured for t in (a, b))
+                 and a.report.inferences_per_s > 0 and a.report.p95_ms > 0]
+        if not pairs:
+            continue
+        comparisons.append(Comparison.of(kept, other, pairs, min_gain))
+        kept = comparisons[-1].kept
+    return comparisons
 
 
 def tune(
@@ -435,16 +371,23 @@ def tune(
     search: Search = "climb",
     warmup_requests: int = WARMUP_REQUESTS,
     on_trial: Callable[[Trial], None] | None = None,
+    on_measure: Callable[[Setting, int, int], None] | None = None,
     restore: bool = True,
     run: Callable[[BenchConfig], bench.BenchReport] = bench.run,
     grpc_url: str | None = None,
+    rounds: int = RUNOFF_ROUNDS,
 ) -> TuneResult:
-    """Search ``space`` (``climb``: :func:`climb`; ``grid``: every setting) and recommend a setting.
+    """Search ``space`` (``climb``: :func:`climb`; ``grid``: every setting), judge the finalists in pairs
+    (:func:`runoff`, ``rounds`` pairs; 0: no runoff, the single runs rank) and recommend a setting.
 
-    Each setting is measured with :func:`measure_steadily` (``run`` is one bounded run). A setting that
-    still could not be measured stays among the trials, unmeasured; then the search is incomplete and
-    nothing is recommended. ``spec`` (the repository's config) is reloaded at the end. A setting over gRPC
-    is measured at ``grpc_url`` (needed when ``space.protocols`` has gRPC).
+    Each setting is measured with :func:`measure_steadily` (``run`` is one bounded run); each runoff round
+    with one short run that accepts any three windows (the pairs, not a run's stability, carry the
+    noise). A setting that still could not be measured stays among the trials, unmeasured; then the
+    search is incomplete and nothing is recommended. ``spec`` (the repository's config) is reloaded at
+    the end. A setting over gRPC is measured at ``grpc_url`` (needed when ``space.protocols`` has gRPC).
+    ``on_measure(setting, k, n)`` is told before the k-th measurement of at most n (n shrinks to the
+    exact count once the search is over); ``on_trial`` after each measurement (a runoff round's reads
+    ``one-round``) and each finalist's median (which has no run of its own).
     """
     if not (math.isfinite(budget_ms) and budget_ms > 0):
         raise ValueError(f"budget_ms: must be a finite number > 0, got {budget_ms}")
@@ -456,12 +399,19 @@ def tune(
         raise ValueError("grpc_url: needed to measure over gRPC")
     grpc_load = dataclasses.replace(load, url=grpc_url, protocol="grpc") if grpc_url else load
     trials: dict[Setting, Trial] = {}
+    plan = [0, planned(space, search) + RUNOFF_FINALISTS * rounds]  # measurements: done, at most
 
-    def measured(setting: Setting) -> Trial:
+    def measured(setting: Setting, once: bool = False) -> Trial:
         over = grpc_load if setting.protocol == "grpc" else load
+        plan[0] += 1
+        if on_measure:
+            on_measure(setting, plan[0], plan[1])
         try:
             load_setting(http_url, spec, setting, over, warmup_requests=warmup_requests)
-            report, how, note = measure_steadily(over, run)
+            if once and over.engine == "perf_analyzer":
+                report, how, note = run(loose(over)), "one-round", ""
+            else:
+                report, how, note = measure_steadily(over, run)
             t = Trial(setting, report, within_budget=report.p95_ms <= budget_ms, measured=how, note=note)
         except perf_analyzer.PerfAnalyzerError as e:  # it could not measure this setting at all
             t = Trial(setting, bench.BenchReport.unmeasured(load, {"unmeasured": 1}), within_budget=False,
@@ -476,6 +426,7 @@ def tune(
         return trials[setting]
 
     incomplete: str | None = None
+    comparisons: list[Comparison] = []
     try:
         if search == "grid":
             for setting in space.grid():
@@ -485,24 +436,28 @@ def tune(
                 incomplete = f"the grid could not measure {len(missing)} setting(s): {'; '.join(missing)}"
         else:
             incomplete = climb(space, trial)
-        if not incomplete:
-            runoff(trials, measured, budget_ms)
+        if not incomplete and rounds:
+            plan[1] = plan[0] + len(finalists(list(trials.values()))) * rounds
+            comparisons = runoff(trials, lambda s: measured(s, once=True), budget_ms, rounds=rounds)
             for t in trials.values():
-                if on_trial and t.measured.startswith("runoff"):
-                    on_trial(t)  # each finalist's median, after its runs
+                if on_trial and t.measured.startswith("paired"):
+                    on_trial(t)  # each finalist's median, after its rounds
     finally:
         if restore:
             # Back to the repository's configuration. A plain load_model(name) is not enough:
             # Triton skips reloading a model whose files did not change, keeping the override.
             _reload(http_url, load, spec)
     done = list(trials.values())
-    return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done), incomplete or "")
+    return TuneResult(spec.name, budget_ms, done, None if incomplete else recommend(done, comparisons=comparisons),
+                      incomplete or "", comparisons)
 
 
-def run(cfg: TuneConfig, spec: ModelSpec, on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+def run(cfg: TuneConfig, spec: ModelSpec, on_trial: Callable[[Trial], None] | None = None,
+        on_measure: Callable[[Setting, int, int], None] | None = None) -> TuneResult:
     """:func:`tune` ``spec`` (the model's repository configuration) as ``cfg`` says."""
     return tune(cfg.url, spec, cfg.space(spec.max_batch_size or 0), cfg.load, cfg.budget_ms, search=cfg.search,
-                warmup_requests=cfg.warmup_requests, on_trial=on_trial, grpc_url=cfg.grpc_url)
+                warmup_requests=cfg.warmup_requests, on_trial=on_trial, on_measure=on_measure,
+                grpc_url=cfg.grpc_url)
 
 
 # The top-level fields a setting decides; write_recommendation changes these and nothing else.
@@ -523,7 +478,9 @@ def write_recommendation(config_path: Path, setting: Setting) -> ModelSpec:
 
 
 def plot(result: TuneResult, path: Path) -> Path:
-    """PNG: throughput (inferences/s) against p95 latency for every setting; budget and pick marked."""
+    """PNG: throughput (inferences/s) against p95 latency for every setting, each with its spread as an
+    error bar (+-spread of its throughput: the noise its rounds measured; none for one stable run);
+    budget and pick marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -535,8 +492,10 @@ def plot(result: TuneResult, path: Path) -> Path:
             continue  # nothing measured, nothing to place
         colour = "tab:green" if t.within_budget and t.error_free else "tab:red"
         marker = "o" if t.setting.dynamic_batching else "s"
-        ax.scatter(t.report.p95_ms, t.report.inferences_per_s, c=colour, marker=marker, s=50)
-        ax.annotate(t.setting.label, (t.report.p95_ms, t.report.inferences_per_s), fontsize=6,
+        ax.errorbar(t.report.p95_ms, t.report.inferences_per_s, yerr=t.report.spread * t.report.inferences_per_s,
+                    fmt=marker, color=colour, markersize=7, capsize=4, elinewidth=1)
+        spread = f" +-{t.report.spread:.0%}" if t.report.spread else ""
+        ax.annotate(t.setting.label + spread, (t.report.p95_ms, t.report.inferences_per_s), fontsize=6,
                     xytext=(4, 3), textcoords="offset points")
     if result.best:
         ax.scatter(result.best.report.p95_ms, result.best.report.inferences_per_s, s=260,
@@ -544,7 +503,8 @@ def plot(result: TuneResult, path: Path) -> Path:
     ax.axvline(result.budget_ms, color="grey", linestyle="--", label=f"p95 budget {result.budget_ms:g} ms")
     ax.set_xlabel("p95 latency (ms)")
     ax.set_ylabel("throughput (inferences/s)")
-    ax.set_title(f"tritonops tune {result.model}: squares = batching off, circles = dynamic batching")
+    ax.set_title(f"tritonops tune {result.model}: squares = batching off, circles = dynamic batching; "
+                 "bars = spread", fontsize=10)
     ax.legend(loc="best", fontsize=8)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()

@@ -49,3 +49,31 @@ def test_the_bench_line_uses_a_key_file_only_this_user_reads(tmp_path: Path) -> 
     assert key.read_text() == "s3cret\n" and stat.S_IMODE(key.stat().st_mode) == 0o600
     bench = next(ln for ln in _hint(tmp_path) if "tritonops bench" in ln)
     assert f"--admin-key-file {key}" in bench and "s3cret" not in "\n".join(_hint(tmp_path))
+
+
+def test_the_tune_line_is_accepted_as_printed_and_reaches_the_node(tmp_path: Path) -> None:
+    """The printed tune command parses, finds the model's config in the checkout, writes nothing, and goes on
+    to the node: against an address where nothing answers it exits 3 naming it (not 2, a usage error)."""
+    import shlex
+    import socket
+
+    from tritonops.cli import app
+    from typer.testing import CliRunner
+
+    with socket.socket() as probe:  # a loopback port nothing listens on, as the node's would be when down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    line = next(ln for ln in closing_hint(EDGE_NODE, "127.0.0.1", write_key_file(tmp_path / "key", "s3cret"), 1)
+                .splitlines() if "tritonops tune" in ln)
+    argv = shlex.split(line.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))
+    assert argv[:2] == ["tritonops", "tune"] and "--no-write" in argv
+    before = (ROOT / "examples/model_repository/mlp_batched/config.pbtxt").read_text()
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the hint's paths are the checkout's
+    try:
+        result = CliRunner().invoke(app, argv[1:])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 3, result.output
+    assert f"127.0.0.1:{port}" in result.output
+    assert (ROOT / "examples/model_repository/mlp_batched/config.pbtxt").read_text() == before

@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 from tritonops.cli import app
 from tritonops.model_repo import pbtxt, pbtxt_edit
 from tritonops.model_repo.spec import DynamicBatching, InstanceGroup, ModelInput, ModelOutput, ModelSpec
-from tritonops.triton import bench, perf_analyzer, server, tune
+from tritonops.triton import bench, paired, perf_analyzer, server, tune
 from tritonops.triton.load_config import BenchConfig
 from typer.testing import CliRunner
 
@@ -577,3 +577,32 @@ def test_the_report_says_which_protocol_the_clients_should_use(
         assert "clients: send over grpc (not part of config.pbtxt)" in out
     else:
         assert "over gRPC it read 900.0 inf/s, p95 5.00 ms: not a gain beyond the noise, so HTTP stays" in out
+
+
+def test_the_report_prints_every_trials_spread_and_the_paired_verdict(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+    from tritonops.cli import load as load_cli
+
+    a, b = tune.Setting(True, 1, (), 0), tune.Setting(True, 1, (), 500)
+    trials = [_trial(a, 1000.0, 5.0), _trial(b, 1030.0, 4.0)]
+    trials[1].report.spread = 0.12
+    pairs = [(_trial(a, 1000.0, 5.0), _trial(b, f, 5.0)) for f in (960.0, 1010.0, 1040.0, 1080.0, 1000.0)]
+    comparison = paired.Comparison.of(a, b, pairs)
+    result = tune.TuneResult("m", 50.0, trials, tune.recommend(trials, comparisons=[comparison]),
+                             comparisons=[comparison])
+    cfg = tune.TuneConfig(url="127.0.0.1:8000", model="m")
+    for as_json in (False, True):
+        with pytest.raises(typer.Exit):
+            load_cli._tune_report(result, cfg, tmp_path / "config.pbtxt", tmp_path / "p.png",  # noqa: SLF001
+                                  write=False, as_json=as_json)
+        out = capsys.readouterr().out
+        if as_json:
+            got = json.loads(out)["comparisons"]
+            assert [(c["verdict"], c["kept"], c["bound"]) for c in got] == [
+                ("indistinguishable", a.label, [0.96, 1.08])]
+        else:
+            text = " ".join(out.split())
+            assert ("runoff: indistinguishable: kept the simpler setting batching pref=- delay=0us, 1 inst over "
+                    "batching pref=- delay=500us, 1 inst: throughput x1.01 [0.96, 1.08]") in text
+            assert "+-12%" in text and "recommended: batching pref=- delay=0us, 1 inst" in text

@@ -120,14 +120,15 @@ def _spec() -> ModelSpec:
 
 
 def _tune(monkeypatch: pytest.MonkeyPatch, pa: FakePA, rule: Callable[[tune.Setting], dict[str, object]],
-          space: tune.Space, search: tune.Search = "climb") -> tune.TuneResult:
+          space: tune.Space, search: tune.Search = "climb", **kw: object) -> tune.TuneResult:
     """tune() against the fake perf_analyzer; ``rule(setting)`` is its behaviour while ``setting`` is loaded."""
 
     def load_setting(url: str, spec: ModelSpec, setting: tune.Setting, load: BenchConfig, **kw: object) -> None:
         pa.rule(**rule(setting))  # "reloading the model" changes what the fake measures
 
     monkeypatch.setattr(tune, "load_setting", load_setting)
-    return tune.tune("127.0.0.1:8000", _spec(), space, LOAD, 50, search=search, restore=False, run=pa.run)
+    return tune.tune("127.0.0.1:8000", _spec(), space, LOAD, 50, search=search, restore=False, run=pa.run,
+                     **kw)  # type: ignore[arg-type]
 
 
 def test_batching_that_never_settles_is_measured_by_median_and_still_wins(monkeypatch: pytest.MonkeyPatch,
@@ -138,13 +139,32 @@ def test_batching_that_never_settles_is_measured_by_median_and_still_wins(monkey
             return {"stable_from_ms": 0 if s.preferred_batch_sizes else 10**9, "figures": [400.0]}
         return {"stable_from_ms": 1500, "figures": [100.0]}
 
-    result = _tune(monkeypatch, pa, rule, tune.Space(8, (1,), (0,)))
-    how = {t.setting: t.measured for t in result.trials}
+    searched: list[tune.Trial] = []
+    result = _tune(monkeypatch, pa, rule, tune.Space(8, (1,), (0,)), on_trial=searched.append)
+    how = {t.setting: t.measured for t in searched[:3]}  # the search's trials; then the runoff's rounds, medians
     assert how == {tune.Setting(False, 1): "stable-after-retry", tune.Setting(True, 1, (), 0): "median-of-5",
                    tune.Setting(True, 1, (8,), 0): "stable"}  # the climb went on past batching, with it on
+    # Batching with and without a preferred size, as fast: paired in the runoff, indistinguishable, the
+    # simpler kept.
     assert result.best is not None and result.best.setting == tune.Setting(True, 1, (), 0)
-    assert result.best.measured == "median-of-5" and not result.incomplete
-    assert [t["measured"] for t in result.to_dict()["trials"]] == [how[t.setting] for t in result.trials]
+    assert [c.verdict for c in result.comparisons] == ["indistinguishable"] and not result.incomplete
+    assert [t["measured"] for t in result.to_dict()["trials"]] == [
+        "stable-after-retry", "paired-median-of-5", "paired-median-of-5"]
+
+
+def test_progress_counts_every_measurement_against_an_estimate_that_becomes_exact(monkeypatch: pytest.MonkeyPatch,
+                                                                                pa: FakePA) -> None:
+    seen: list[tuple[tune.Setting, int, int]] = []
+    space = tune.Space(8, (1, 2), (0, 2000))
+    rule = {"stable_from_ms": 0, "figures": [100.0]}  # nothing gains: the climb stops each dimension early
+    result = _tune(monkeypatch, pa, lambda s: rule, space, on_measure=lambda *a: seen.append(a))
+    assert [k for _, k, _ in seen] == list(range(1, len(seen) + 1))
+    at_most = tune.planned(space, "climb") + tune.RUNOFF_FINALISTS * tune.RUNOFF_ROUNDS
+    searched = len(result.trials)
+    assert {n for _, k, n in seen if k <= searched} == {at_most}  # the search: at most every step, then a runoff
+    assert searched == 3  # batching off; on; off with 2 instances: all as fast, all three finalists
+    assert {n for _, k, n in seen if k > searched} == {searched + 3 * tune.RUNOFF_ROUNDS}  # then exact
+    assert seen[-1][1] == seen[-1][2] and seen[0][0] == tune.Setting(False, 1)
 
 
 @pytest.mark.parametrize(("broken", "dimension", "seen"), [

@@ -1,12 +1,14 @@
 """``tune`` on a busy machine (issue 35): a perf_analyzer run that overran goes straight to short rounds, the
-rounds' spread is the noise measured, and settings rank only beyond it (the simpler one wins a tie)."""
+rounds' spread is the noise measured, and settings rank only beyond it (the simpler one wins a tie); the
+finalists are measured again in turns and compared in pairs (issue 45), so a host's drift cancels."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from tritonops.triton import bench, perf_analyzer, steady, tune
+from tritonops.triton import bench, paired, perf_analyzer, steady, tune
 from tritonops.triton.load_config import BenchConfig
 
 LOAD = BenchConfig(url="127.0.0.1:8000", model="m", concurrency=16, max_requests=None, max_seconds=5,
@@ -65,42 +67,87 @@ def test_the_json_trial_carries_its_spread() -> None:
 
 
 class Again:
-    """A fresh measurement per call, from each setting's own list of figures; records the order asked."""
+    """A fresh measurement per call: ``figure(setting, k)`` is the k-th measurement's throughput (k counts every
+    call, whatever the setting: the host's time), its p95 ``p95(setting, k)``; records the order asked."""
 
-    def __init__(self, figures: dict[tune.Setting, list[float]]) -> None:
-        self.left = {s: iter(f) for s, f in figures.items()}
+    def __init__(self, figure: Callable[[tune.Setting, int], float],
+                 p95: Callable[[tune.Setting, int], float] = lambda s, k: 2.0) -> None:
+        self.figure, self.p95 = figure, p95
         self.asked: list[tune.Setting] = []
 
     def __call__(self, setting: tune.Setting) -> tune.Trial:
+        k = len(self.asked)
         self.asked.append(setting)
-        return tune.Trial(setting, report(next(self.left[setting])), within_budget=True)
+        return tune.Trial(setting, replace(report(self.figure(setting, k)), p95_ms=self.p95(setting, k)),
+                          within_budget=True, measured="one-round")
 
 
-def _climbed(*figures: float) -> dict[tune.Setting, tune.Trial]:
-    trials = [_trial(i, f) for i, f in enumerate(figures)]
+def _climbed(*figures: float, spread: float = 0.0) -> dict[tune.Setting, tune.Trial]:
+    trials = [_trial(i, f, spread) for i, f in enumerate(figures)]
     return {t.setting: t for t in trials}
 
 
-def test_a_pick_that_holds_on_a_second_run_stands() -> None:
+def test_the_median_bound_is_the_sign_tests_order_statistics() -> None:
+    assert paired.median_bound([5, 1, 4, 2, 3]) == (3, 1, 5, 1 - 2 / 32)  # 5 values: smallest and largest, 93.8%
+    median, low, high, cover = paired.median_bound(range(1, 9))  # 8: the 2nd smallest and largest, 1 - 2 * 9/256
+    assert (median, low, high, cover) == (4.5, 2, 7, pytest.approx(1 - 18 / 256))
+    assert paired.median_bound([1.0, 2.0])[1:] == (1.0, 2.0, 0.5)  # too few to reach 90%: said, not hidden
+
+
+def test_a_setting_far_below_the_fastest_is_no_finalist_and_gets_no_runoff() -> None:
+    trials = _climbed(1000.0, 1300.0)  # 30% apart, quiet: beyond FINALIST_BAND (20%)
+    again = Again(lambda s, k: 1000.0)
+    assert tune.runoff(trials, again, budget_ms=50) == [] and again.asked == []
+    assert tune.recommend(list(trials.values())).setting == tune.Setting(True, 2)
+
+
+def test_on_a_drifting_host_the_pairs_find_the_better_setting_the_summed_spreads_did_not() -> None:
+    # B is 20% faster than A, but the host's capacity falls 3% with every measurement (another job ramps
+    # up), and each run measured +-3% around it. The search's medians (+-15% each) overlap: summed
+    # spreads, the simpler A wins. Paired in turns, each pair's ratio keeps B's 20%, the drift cancels.
+    trials = _climbed(1000.0, 1100.0, spread=0.15)
+    a, b = list(trials)
+    assert tune.recommend(list(trials.values())).setting == a  # the margin of summed spreads: a tie, A kept
+    again = Again(lambda s, k: (1200.0 if s == b else 1000.0) * (1 - 0.03 * k) * (1.03 if k % 3 else 0.97))
+    comparisons = tune.runoff(trials, again, budget_ms=50)
+    assert again.asked == [a, b, b, a, a, b, b, a, a, b]  # in turns, every other round reversed
+    (c,) = comparisons
+    assert (c.simpler, c.other, c.pairs, c.verdict, c.kept) == (a, b, 5, "better", b)
+    assert c.low > 1 + tune.MIN_GAIN and c.ratio == pytest.approx(1.2, abs=0.1)
+    assert [trials[s].measured for s in (a, b)] == ["paired-median-of-5"] * 2
+    assert tune.recommend(list(trials.values()), comparisons=comparisons).setting == b
+    assert c.says.startswith(f"better: {b.label} over {a.label}: throughput x")
+
+
+def test_equal_settings_are_indistinguishable_and_the_simpler_is_kept() -> None:
+    trials = _climbed(1000.0, 1060.0)
+    a, b = list(trials)
+    noise = [1.08, 0.95, 1.0, 1.06, 0.93, 1.02, 0.97, 1.05, 0.94, 1.03]  # +-8% per run, the same setting
+    again = Again(lambda s, k: 1000.0 * noise[k])
+    (c,) = tune.runoff(trials, again, budget_ms=50)
+    assert c.verdict == "indistinguishable" and c.kept == a and c.low < 1 < c.high
+    assert tune.recommend(list(trials.values()), comparisons=[c]).setting == a
+    assert c.says.startswith(f"indistinguishable: kept the simpler setting {a.label} over {b.label}: throughput x")
+    assert f"[{c.low:.2f}, {c.high:.2f}]" in c.says and "5 pairs, 93.8% bound" in c.says
+    got = c.to_dict()
+    assert got["verdict"] == "indistinguishable" and got["kept"] == a.label and got["bound"][0] < 1 < got["bound"][1]
+
+
+def test_a_faster_setting_whose_p95_is_worse_beyond_its_bound_is_not_picked() -> None:
     trials = _climbed(1000.0, 1200.0)
-    pick = trials[tune.Setting(True, 2)]
-    again = Again({pick.setting: [1180.0]})
-    tune.runoff(trials, again, budget_ms=50)
-    assert again.asked == [pick.setting]  # one more run: within MIN_GAIN of the first, nothing else measured
-    assert tune.recommend(list(trials.values())) is pick and pick.measured == "stable"
+    a, b = list(trials)
+    again = Again(lambda s, k: 1200.0 if s == b else 1000.0, p95=lambda s, k: 3.0 if s == b else 2.0)
+    (c,) = tune.runoff(trials, again, budget_ms=50)
+    assert (c.verdict, c.kept, c.p95_low) == ("p95 worse", a, 1.5)
+    assert c.says.startswith("p95 worse: kept the simpler setting")
 
 
-def test_a_drifting_host_gets_a_runoff_in_turns_and_the_medians_decide() -> None:
-    # Measured a minute apart on a busy host: the second setting looked 20% faster, but its second run is
-    # 25% lower; run in turns, the simpler setting is as fast, and a tie goes to it.
-    trials = _climbed(1000.0, 1200.0, 400.0)
-    simple, pick, slow = list(trials)
-    again = Again({pick: [900.0, 950.0], simple: [1000.0, 1010.0]})
-    tune.runoff(trials, again, budget_ms=50)
-    assert again.asked == [pick, simple, pick, simple]  # in turns; the slow one (below the drift band) not again
-    assert [trials[s].measured for s in (simple, pick, slow)] == ["runoff-median-of-3", "runoff-median-of-3",
-                                                                    "stable"]
-    assert trials[pick].report.inferences_per_s == 950.0
-    assert trials[pick].report.spread == pytest.approx((1200 - 900) / (2 * 950))
-    assert "measured 25% apart" in trials[pick].note
-    assert tune.recommend(list(trials.values())).setting == simple
+def test_three_finalists_each_against_the_one_kept_so_far() -> None:
+    trials = _climbed(1000.0, 1150.0, 1160.0)  # the third no better than the second: the second stays
+    a, b, c3 = list(trials)
+    again = Again(lambda s, k: {a: 1000.0, b: 1150.0, c3: 1160.0}[s])
+    first, second = tune.runoff(trials, again, budget_ms=50)
+    assert (first.simpler, first.other, first.verdict) == (a, b, "better")
+    assert (second.simpler, second.other, second.verdict) == (b, c3, "indistinguishable")
+    assert again.asked[:6] == [a, b, c3, c3, b, a]
+    assert tune.recommend(list(trials.values()), comparisons=[first, second]).setting == b
