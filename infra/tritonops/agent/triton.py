@@ -16,7 +16,6 @@ import urllib.parse
 from typing import Any
 
 from ..core.errors import ReleaseError
-from . import netio
 
 SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
 DEFAULT_HEADER = "triton-admin-key"
@@ -35,6 +34,8 @@ class Triton:
 
     def _call(self, method: str, path: str, body: Any = None, timeout: float | None = None,
               admin: bool = False) -> Any:
+        from . import netio  # HTTP and TLS load with the first call, not with the names above (tritonops --help)
+
         headers = {"Content-Type": "application/json"}
         if admin and self.secret:
             headers[self.header] = self.secret

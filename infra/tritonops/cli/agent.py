@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tritonops.agent import bundle
 from tritonops.cli.output import console, run_release_op
 from tritonops.cli.params import AsJson, path
 from tritonops.core.errors import UsageError
@@ -21,6 +20,8 @@ def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent
                                                   parser=path)],
               as_json: AsJson = False) -> None:
     """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
+    from tritonops.agent import bundle
+
     def build() -> dict:
         if out.is_dir() or (out.exists() and not out.is_file()):
             raise UsageError(f"{out}: exists and is not a regular file")

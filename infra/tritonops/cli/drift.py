@@ -14,15 +14,14 @@ from tritonops import project
 from tritonops.cli.extras import require, require_program
 from tritonops.cli.params import JsonReport, ProjectDir, folder_to_write, path
 from tritonops.core.exitcodes import ExitCode
-from tritonops.drift.models import PROBE_PLAYBOOK
-from tritonops.drift.report import SOURCES, TEXTFILE_NAME, markdown, table, write_textfile
-from tritonops.drift.run import DEFAULT_PLAYBOOK, run
-from tritonops.k8s.config import STACKS, ConfigError
-from tritonops.k8s.stack_file import check_env_name, stack_envs
+from tritonops.drift import SOURCES, TEXTFILE_NAME
 
 
 def _env_problems(envs: list[str], stacks: list[str], stacks_dir: Path) -> list[str]:
     """An --env must be a stack name that has a Pulumi.<env>.yaml in one of the stacks checked."""
+    from tritonops.k8s.config import STACKS, ConfigError
+    from tritonops.k8s.stack_file import check_env_name, stack_envs
+
     out = []
     for e in envs:
         try:
@@ -39,6 +38,10 @@ def _env_problems(envs: list[str], stacks: list[str], stacks_dir: Path) -> list[
 def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], stacks: list[str], envs: list[str],
            summary: Path | None, root: Path) -> list[str]:
     """What is wrong with the command line, checked before any host or stack is touched."""
+    from tritonops.drift.models import PROBE_PLAYBOOK
+    from tritonops.drift.run import DEFAULT_PLAYBOOK
+    from tritonops.k8s.config import STACKS
+
     out = [f"unknown --source {s} (choose from {', '.join(SOURCES)})" for s in sources if s not in SOURCES]
     if {"ansible", "models"} & set(sources) and not inventories:
         out.append(f"--source {'/'.join(s for s in sources if s in ('ansible', 'models'))} needs an inventory (-i)")
@@ -86,6 +89,10 @@ def drift_cmd(
     project_dir: ProjectDir = None,
 ) -> None:
     """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage."""
+    from tritonops.drift.progress import drift_progress
+    from tritonops.drift.report import markdown, table, write_textfile
+    from tritonops.drift.run import run
+
     sources = source or ["ansible", "models"]
     root = project.project_dir(project_dir)
     problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary, root)
@@ -98,8 +105,10 @@ def drift_cmd(
     if playbooks:  # both run ansible-playbook (check mode, the probe)
         require_program(f"drift --source {'/'.join(playbooks)}", "ansible", "ansible-playbook")
     # ansible-playbook runs in the project folder: paths from this command line are made absolute first.
-    report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
-                 stack or [], env or [], forks, project_dir=root)
+    # Host k of n per source, its task and the time, on stderr when it is a terminal (never in the output).
+    with drift_progress(Console(stderr=True), sources) as shown:
+        report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
+                     stack or [], env or [], forks, project_dir=root, on_event=shown.event if shown else None)
     if textfile_dir is not None:
         write_textfile(report, textfile_dir)
     if summary is not None:

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from tritonops import project
 from tritonops.cli.extras import imports
 from tritonops.cli.params import ProjectDir, folder_to_write, path
 from tritonops.core.exitcodes import ExitCode
-from tritonops.k8s.config import STACKS, ConfigError
+from tritonops.k8s import STACKS
+
+if TYPE_CHECKING:
+    from tritonops.k8s.config import ConfigError
 
 
 def _fail(problems: list[tuple[str, str]], as_json: bool) -> NoReturn:
@@ -63,6 +65,7 @@ def check_config(stack: str, env: str, stacks_dir: Path, as_json: bool) -> None:
     """Pulumi's own rules (Pulumi.yaml against the stack file), the stack's parser, then the cluster contract
     (tritonops.k8s.cluster_contract: what serves each rendered object); exit 0 or 2."""
     from tritonops.k8s import cluster_contract
+    from tritonops.k8s.config import ConfigError
     from tritonops.k8s.contract import check_project, check_stack_file, missing_user_values, user_secrets
     from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 
@@ -112,7 +115,7 @@ def _warnings(stack: str, env: str, stacks_dir: Path) -> list[tuple[str, str]]:
 
 def _check_channels(stack: str, env: str, stacks_dir: Path) -> None:
     """Each pull-mode channel of the triton stack file exists in its store (tritonops.k8s.stacks.triton.bootstrap)."""
-    from tritonops.k8s.config import TritonStackConfig
+    from tritonops.k8s.config import ConfigError, TritonStackConfig
     from tritonops.k8s.stack_file import load_stack_config, stack_file
     from tritonops.k8s.stacks.triton.bootstrap import check_channels
 
@@ -142,6 +145,10 @@ def render(
 
     Writing needs the 'obs' extra (the triton stack's dashboards ConfigMap); --check-config does not.
     """
+    from rich.table import Table
+
+    from tritonops.k8s.config import ConfigError
+
     stacks_dir = project.stacks_dir(project_dir)
     if check:
         check_config(stack, env, stacks_dir, as_json)

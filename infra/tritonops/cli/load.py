@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import params as cli_params
@@ -25,19 +24,24 @@ from tritonops.cli.params import path as path_arg
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.names import check_path
-from tritonops.model_repo import pbtxt
-from tritonops.triton import bench, perf_analyzer
-from tritonops.triton import tune as tuner
 from tritonops.triton.admin import AdminKeyError, admin_headers, admin_key, check_header_name
 from tritonops.triton.load_config import BenchConfig
-from tritonops.triton.server import start as start_server
-from tritonops.triton.smoke import Endpoint, report_table
-from tritonops.triton.smoke import smoke as run_smoke
+from tritonops.triton.tune_space import TuneConfig
+
+if TYPE_CHECKING:  # the modules below load Triton's client (and numpy): each command imports what it runs
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from tritonops.model_repo import pbtxt
+    from tritonops.triton import bench, steady
+    from tritonops.triton import tune as tuner
 
 console = Console(stderr=True)  # bench/tune progress and tables
 
 
 def _progress(enabled: bool) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, disable=not enabled, transient=True,
@@ -47,7 +51,9 @@ def _progress(enabled: bool) -> Progress:
 AllowHost = Annotated[list[str] | None, typer.Option(help="A non-loopback project host that may receive load")]
 
 
-def _report_table(r: bench.BenchReport) -> Table:
+def _report_table(r: bench.BenchReport, measured: str = "", tries: steady.Tries | None = None) -> Table:
+    from rich.table import Table
+
     t = Table(title=f"{r.config['model']} over {r.config['protocol']} ({r.config['mode']} loop, {r.engine})")
     t.add_column("metric", overflow="fold")
     t.add_column("value", justify="right", overflow="fold")
@@ -64,6 +70,10 @@ def _report_table(r: bench.BenchReport) -> Table:
         ("errors", ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "none"),
         ("what bounds it (Triton's counters)", (r.to_dict()["bound"] or {}).get("says", "nothing counted")),
     ]
+    if tries is not None:  # perf_analyzer: how it measured, and what a retry relaxed to get there
+        rows.append(("measured", measured + (f" +-{r.spread:.0%}" if r.spread else "")
+                     + (f" ({len(tries.tries)} runs)" if len(tries.tries) > 1 else "")))
+        rows.append(("relaxed to measure", ", ".join(tries.relaxed()) or "nothing"))
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -82,6 +92,8 @@ def _endpoint(url: str) -> str:
     grpc://HOST:8001), checked; :func:`_address` turns it into host:port and a protocol."""
     if not url.strip():
         raise typer.BadParameter("an empty endpoint: give host:port")
+    from tritonops.triton.smoke import Endpoint
+
     if "://" not in url:
         return url
     try:
@@ -96,6 +108,8 @@ def _endpoint(url: str) -> str:
 def _address(url: str, protocol: str | None) -> tuple[str, str]:
     """(host:port, protocol) from --url and --protocol: the URL's scheme, when it has one, is the protocol,
     and a --protocol that contradicts it is a usage error."""
+    from tritonops.triton.smoke import Endpoint
+
     if "://" not in url:
         return url, protocol or "http"
     endpoint = Endpoint.parse(url)
@@ -152,12 +166,19 @@ def bench_cmd(
     allow_host: AllowHost = None,
     header: AdminHeader = "triton-admin-key",
     admin_key_file: AdminKeyFile = None,
+    show_command: Annotated[bool, typer.Option(
+        "--show-command", help="Print the perf_analyzer command line (library path included) that measures "
+        "the same load, and exit without sending any")] = False,
     as_json: JsonReport = False,
 ) -> None:
     """Send bounded load to MODEL and report throughput, latency percentiles, errors and server breakdown.
 
     The perf_analyzer engine splits --duration into measurement windows and reports the stable ones
-    (it needs libb64-0d from Debian and nvidia-cuda-runtime-cu12 from PyPI: `make apt venv`).
+    (it needs libb64-0d from Debian and nvidia-cuda-runtime-cu12 from PyPI: `make apt venv`). When its
+    windows never settle (a busy machine), it measures again as tune does: windows twice as long and twice
+    as many, then the median of 5 rounds that demand no stability; the report says how it measured and
+    what it relaxed, each try with its windows and stability. --show-command prints perf_analyzer's own
+    command line for the first try (the admin key as $(cat FILE) or $TRITONOPS_ADMIN_SECRET, never its value).
 
     A Triton with restricted admin APIs (the triton_server role, the triton stack) needs their key for
     the model configuration and statistics: --admin-key-file, else $TRITONOPS_ADMIN_SECRET.
@@ -165,12 +186,16 @@ def bench_cmd(
     Exit codes: 0 every request succeeded, 1 some failed, 2 bad arguments, a target that is not
     loopback (or --allow-host) or a model the server does not serve, 3 no Triton answers at --url, it
     refuses or garbles an answer (a restricted API without the key: 403), or the engine could not
-    measure (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed).
+    measure, retries included (or the 'obs' extra, perf_analyzer's CUDA runtime, is not installed). With
+    --json a failure is a JSON document too: {"error", "exit_code", "relaxed", "tries"}.
     """
+    from tritonops.triton import bench, perf_analyzer, steady
+
     url, protocol = _address(url, protocol)
     admin = tuple(_admin(header, admin_key_file).items())
-    if engine == "perf_analyzer":
+    if engine == "perf_analyzer" or show_command:
         require("bench", "obs")  # perf_analyzer loads libcudart.so.12 (nvidia-cuda-runtime-cu12)
+    tries = steady.Tries()
     try:
         cfg = BenchConfig(
             url=url, model=model, protocol=protocol, mode=mode, concurrency=concurrency,  # type: ignore[arg-type]
@@ -178,21 +203,52 @@ def bench_cmd(
             allowed_hosts=tuple(allow_host or ()), engine=engine, stability_pct=stability,  # type: ignore[arg-type]
             headers=admin,
         )
+        if show_command:
+            _show_command(cfg, admin_key_file, as_json)
         with _progress(not as_json) as progress:
-            python = cfg.engine == "python"
-            task = progress.add_task(f"{model} {protocol} {mode} ({engine})", total=requests if python else None)
-            report = bench.run(cfg, on_done=lambda n: progress.advance(task, n))
+            what = f"{model} {protocol} {mode} ({engine})"
+            task = progress.add_task(what, total=requests if cfg.engine == "python" else None)
+            tries.on_done = lambda n: progress.advance(task, n)
+            tries.on_try = lambda k, c: progress.update(task, description=f"{what} try {k}: {_flags(steady.Try.of(c))}")
+            report, measured, _why = steady.measure_steadily(cfg, tries)  # _why: each try's failure is in tries
     except ValueError as e:  # bad bounds, a refused target, an unknown model
-        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        _bench_failed(str(e), ExitCode.USAGE, tries, as_json)
     except (bench.ServerError, perf_analyzer.PerfAnalyzerError) as e:
-        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
-        raise typer.Exit(ExitCode.FAILED) from None
+        _bench_failed(str(e), ExitCode.FAILED, tries, as_json)
+    retried = tries.to_dict() if cfg.engine == "perf_analyzer" else {}
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict() | {"measured": measured} | retried, indent=2))
     else:
-        Console().print(_report_table(report))
+        Console().print(_report_table(report, measured, tries if retried else None))
     raise typer.Exit(ExitCode.FINDINGS if report.errors else ExitCode.OK)
+
+
+def _flags(t: steady.Try) -> str:
+    return f"windows {t.window_ms} ms x{t.windows}, stability {t.stability}"
+
+
+def _show_command(cfg: BenchConfig, admin_key_file: Path | None, as_json: bool) -> None:
+    """Print perf_analyzer's command line for ``cfg`` (the admin key as the shell reads it, never its value); exit 0."""
+    from tritonops.triton import perf_analyzer
+
+    key = f"$(cat {shlex.quote(str(admin_key_file))})" if admin_key_file else f"${{{SECRET_ENV}}}"
+    text = perf_analyzer.find().shell_command(cfg, key)
+    if as_json:
+        print(json.dumps({"command": text}, indent=2))
+    else:
+        print(text)
+    raise typer.Exit(ExitCode.OK)
+
+
+def _bench_failed(reason: str, code: ExitCode, tries: steady.Tries, as_json: bool) -> NoReturn:
+    """The one-line reason (with --json a JSON document on stdout) and each try, then exit ``code``."""
+    if as_json:
+        print(json.dumps({"error": reason, "exit_code": int(code)} | tries.to_dict(), indent=2))
+    else:
+        console.print(f"[red]error:[/] {escape(reason)}", soft_wrap=True)
+        for k, t in enumerate(tries.tries[:-1] if len(tries.tries) > 1 else [], 1):
+            console.print(f"  try {k} ({_flags(t)}): {escape(t.failure or 'measured')}", soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _ints(low: int) -> Callable[[str], str]:
@@ -217,7 +273,7 @@ def _int_text(values: tuple[int, ...]) -> str:
     return ",".join(map(str, values))
 
 
-_TUNE = tuner.TuneConfig  # tune's defaults, each one written once (TuneConfig)
+_TUNE = TuneConfig  # tune's defaults, each one written once (TuneConfig)
 
 
 def tune_cmd(
@@ -270,8 +326,12 @@ def tune_cmd(
     once when a run overran its time limit) as the median of 5 short rounds, with their spread as the
     noise: settings rank only when they differ by more than it. Each trial says how it was measured
     (stable, stable-after-retry, median-of-5 +-spread).
-    Where the pick measured again differs by more than 5% (a busy host's load drifts between runs), the
-    settings within that drift are measured again in turns and ranked by their medians (runoff-median-of-N).
+    The settings within 20% of the fastest (at most 3) are then measured 5 more times each, in turns, and
+    compared in pairs, so a busy host's drift between runs cancels within a pair: a setting wins over a
+    simpler one only when the bound on its median throughput ratio (sign test, 93.8% for 5 pairs) clears
+    1.05 and its p95 is not worse beyond its own bound; otherwise "indistinguishable: kept the simpler
+    setting", with the ratio and bound (a table of every trial with its spread, and `comparisons` in --json).
+    On a terminal a progress bar shows trial k of n, the setting, elapsed and time left.
     A setting that could not be measured at all stops the climb there, and nothing is recommended.
 
     Exit codes: 0 a recommendation (written unless --no-write), 1 no setting met the budget without
@@ -286,7 +346,7 @@ def tune_cmd(
         raise typer.BadParameter("tune reloads models through Triton's HTTP repository API: give http://HOST:PORT",
                                  param_hint="'--url'")
     config_path = repository / model / "config.pbtxt"
-    spec, cfg = _tune_config(config_path, lambda: tuner.TuneConfig(
+    spec, cfg = _tune_config(config_path, lambda: TuneConfig(
         url=url, model=model, budget_ms=budget_ms, concurrency=concurrency, max_requests=requests,
         max_seconds=duration, engine=engine, stability_pct=stability,  # type: ignore[arg-type]
         instance_counts=tuple(_int_list(instances)), queue_delays_us=tuple(_int_list(delays)),
@@ -300,6 +360,9 @@ def _tune_config(config_path: Path,
                  settings: Callable[[], tuner.TuneConfig]) -> tuple[pbtxt.ModelSpec, tuner.TuneConfig]:
     """The model's configuration and tune's settings, checked before any request is sent: an unusable
     config.pbtxt or setting exits 2, a Triton that does not answer (or a missing engine) exits 3."""
+    from tritonops.model_repo import pbtxt
+    from tritonops.triton import bench, perf_analyzer
+
     try:
         spec = pbtxt.parse(pbtxt.read_text(config_path), config_path)
         cfg = settings()
@@ -319,13 +382,30 @@ def _tune_config(config_path: Path,
 
 
 def _tune_run(cfg: tuner.TuneConfig, spec: pbtxt.ModelSpec, progress: bool) -> tuner.TuneResult:
-    """The search, one progress line per trial on stderr; a refused or garbled answer mid-search exits 3."""
-    total = len(cfg.space(spec.max_batch_size or 0).grid()) if cfg.search == "grid" else None
-    with _progress(progress) as bar:
-        task = bar.add_task(f"tune {cfg.model} ({cfg.search})", total=total)
+    """The search, one line per trial on stderr and, on a terminal (``progress``: not --json), a progress bar:
+    trial k of n (at most n while the search runs), the setting, elapsed and about how long is left (the
+    measurements left at the mean time of those done; before the first, --duration each). A refused or
+    garbled answer mid-search exits 3."""
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tritonops.triton import bench
+    from tritonops.triton import tune as tuner
+
+    started = time.monotonic()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[left]}"), console=console, transient=True,
+                  disable=not (progress and console.is_terminal)) as bar:
+        task = bar.add_task(f"tune {cfg.model} ({cfg.search})", total=None, left="")
+
+        def on_measure(setting: tuner.Setting, k: int, n: int) -> None:
+            each = (time.monotonic() - started) / (k - 1) if k > 1 else cfg.max_seconds
+            left = round((n - k + 1) * each)
+            bar.update(task, description=f"tune {cfg.model}: trial {k} of {n}: {setting.label}", completed=k - 1,
+                       total=n, left=f"about {left // 60}m{left % 60:02d}s left")
 
         def on_trial(t: tuner.Trial) -> None:
-            bar.advance(task)
             bar.console.print(
                 f"{t.setting.label:<45} {t.report.inferences_per_s:9.1f} inf/s  p95 {t.report.p95_ms:8.2f} ms"
                 f"  {t.measured}" + (f" +-{t.report.spread:.0%}" if t.report.spread else "")
@@ -333,15 +413,32 @@ def _tune_run(cfg: tuner.TuneConfig, spec: pbtxt.ModelSpec, progress: bool) -> t
                 highlight=False, markup=False)
 
         try:
-            return tuner.run(cfg, spec, on_trial=on_trial)
+            return tuner.run(cfg, spec, on_trial=on_trial, on_measure=on_measure)
         except bench.ServerError as e:  # a refused or garbled answer mid-search (a reload, the statistics)
             console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
             raise typer.Exit(ExitCode.FAILED) from None
 
 
+def _trials_table(result: tuner.TuneResult) -> Table:
+    """Every trial: throughput with its spread (the noise its rounds measured), p95, and how it was measured."""
+    from rich.table import Table
+
+    table = Table(title=f"tune {result.model}: every setting measured (p95 budget {result.budget_ms:g} ms)")
+    for name, justify in (("setting", "left"), ("inf/s", "right"), ("spread", "right"), ("p95 ms", "right"),
+                          ("measured", "left")):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for t in result.trials:
+        mark = " (pick)" if result.best is t else ("" if t.usable else " (over budget or errors)")
+        table.add_row(t.setting.label + mark, f"{t.report.inferences_per_s:.1f}",
+                      f"+-{t.report.spread:.0%}" if t.report.spread else "-", f"{t.report.p95_ms:.2f}", t.measured)
+    return table
+
+
 def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: Path, plot_path: Path,
                  write: bool, as_json: bool) -> None:
     """Plot every trial, write the recommendation (when there is one and ``write``), print, and exit 0 or 1."""
+    from tritonops.triton import tune as tuner
+
     png = tuner.plot(result, plot_path)
     out = result.to_dict()
     out["plot"] = str(png)
@@ -352,6 +449,9 @@ def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: P
         print(json.dumps(out, indent=2, default=str))
     else:
         c = Console()
+        c.print(_trials_table(result))
+        for comparison in result.comparisons:
+            c.print(f"runoff: {comparison.says}", soft_wrap=True, highlight=False, markup=False)
         if result.best:
             best = result.best.report
             c.print(f"recommended: [bold]{result.best.setting.label}[/]: "
@@ -402,6 +502,9 @@ def smoke(
     Exit 0 when every check passes, 1 when any fails (a server that refuses or garbles an answer
     fails its check), 2 on a usage error.
     """
+    from tritonops.triton.smoke import report_table
+    from tritonops.triton.smoke import smoke as run_smoke
+
     headers = _admin(header, admin_key_file)
     problems = [f"--repository {repository}: not a folder"] if repository and not repository.is_dir() else []
     problems += [f"--{opt} {p}: not found, or not a regular file"
@@ -435,6 +538,8 @@ def serve(
     model_control_mode: Annotated[ControlMode, typer.Option(help="Triton's --model-control-mode")] = ControlMode.none,
 ) -> None:
     """Run a local CPU-only tritonserver (from the nvidia-pytriton wheel) on free loopback ports until Ctrl-C."""
+    from tritonops.triton.server import start as start_server
+
     require("serve", "triton")
     if not repository.is_dir():
         err_console.print(f"[red]error:[/] {escape(str(repository))}: not a folder (a model repository is one)",

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tritonops.agent import manifest as manifests
 from tritonops.cli.output import console, err_console, print_json
 from tritonops.cli.params import JsonReport
 from tritonops.cli.params import path as path_arg
@@ -16,8 +15,7 @@ from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.fsio import read_bounded, write_atomic
 from tritonops.core.names import MANIFEST_FILE, MANIFEST_MAX
-from tritonops.model_repo.validate import Target, UsageError
-from tritonops.model_repo.validate import validate as validate_repo
+from tritonops.model_repo.target import Target
 
 
 def validate(
@@ -33,6 +31,9 @@ def validate(
     as_json: JsonReport = False,
 ) -> None:
     """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
+    from tritonops.model_repo.validate import UsageError
+    from tritonops.model_repo.validate import validate as validate_repo
+
     try:
         report = validate_repo(path, target=target, config_name=config_name, gpus=gpus)
     except UsageError as e:
@@ -46,6 +47,9 @@ def validate(
             fld = f" [{f.field}]" if f.field else ""
             console.print(f"[{colour}]{f.severity}[/] {f.location()}:{escape(fld)} {escape(f.message)}",
                           highlight=False, soft_wrap=True)
+            for r in f.related:  # the other places the finding is about, one line each
+                console.print(f"  see {r.location()}:{escape(f' [{r.field}]' if r.field else '')}",
+                              highlight=False, soft_wrap=True)
         console.print(f"{len(report.models)} models, {len(report.errors)} errors, {len(report.warnings)} warnings")
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
@@ -60,6 +64,8 @@ def manifest(
                                           "itself is always printed as JSON, its file format)")] = False,
 ) -> None:
     """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
+    from tritonops.agent import manifest as manifests
+
     def usage(message: str) -> typer.Exit:
         err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         return typer.Exit(ExitCode.USAGE)

@@ -11,13 +11,13 @@ from rich.console import Console
 
 from tritonops.cli.extras import require
 from tritonops.cli.params import finite, folder_to_write, path
-from tritonops.observability.keda import ScalingPolicy
-from tritonops.observability.rules import RuleSettings, check_job
 
 app = typer.Typer(no_args_is_help=True, help="Prometheus rules, Grafana dashboards, KEDA queries.")
 
 
 def _job(value: str) -> str:
+    from tritonops.observability.rules import check_job
+
     try:
         return check_job(value)
     except ValueError as e:
@@ -41,6 +41,8 @@ def export_cmd(
     """
     require("observability export", "obs")
     from tritonops.observability.export import export  # the Grafana SDK: the 'obs' extra
+    from tritonops.observability.keda import ScalingPolicy
+    from tritonops.observability.rules import RuleSettings
 
     try:
         policy = ScalingPolicy(threshold=pending_target, max_replicas=max_replicas)

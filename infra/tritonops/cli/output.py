@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tritonops.agent.cli import exit_code
 from tritonops.core.errors import ReleaseError
 
 console = Console()
@@ -25,6 +24,8 @@ def print_json(data: object) -> None:
 def run_release_op(fn: Callable[[], Any], as_json: bool, render: Callable[[Any], None] | None = None) -> None:
     """Run a release-store operation: its result as JSON (or ``render``ed); a ReleaseError is one line and
     the exit code of its kind (tritonops.agent.cli.exit_code)."""
+    from tritonops.agent.cli import exit_code
+
     try:
         out = fn()
     except ReleaseError as e:  # one line, as long as it is (a pipe, a log: never wrapped inside a name)

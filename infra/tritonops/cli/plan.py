@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from tritonops import project
-from tritonops.capacity import plan as planner
+from tritonops.capacity import PROFILES
 from tritonops.cli.params import ProjectDir, finite, old_spelling, path
 from tritonops.core.exitcodes import ExitCode
-from tritonops.k8s.config import ConfigError, TritonStackConfig
-from tritonops.k8s.stack_file import load_stack_config
+
+if TYPE_CHECKING:
+    from tritonops.capacity import plan as planner
 
 
 def plan_cmd(
@@ -28,7 +28,7 @@ def plan_cmd(
     bench: Annotated[Path, typer.Option("--bench", parser=path,
                                         help="One replica's figures: `tritonops bench --json` or `tune --json`")],
     traffic: Annotated[str, typer.Option("--traffic", help=f"Traffic profile: a YAML/JSON file (peak_rps, 24 "
-                                         f"hourly values) or a built-in name ({', '.join(planner.PROFILES)})")],
+                                         f"hourly values) or a built-in name ({', '.join(PROFILES)})")],
     env: Annotated[str, typer.Option("--env", help="Pulumi stack: any with a stacks/triton/Pulumi.<env>.yaml.")],
     peak_rps: Annotated[float | None, typer.Option("--peak-rps", callback=finite(0, low_ok=False),
                                                    help="Peak requests/s (overrides the profile's)")] = None,
@@ -43,6 +43,10 @@ def plan_cmd(
 
     Exit codes: 0 the plan carries the peak and the models fit, 1 they do not, 2 unusable input.
     """
+    from tritonops.capacity import plan as planner
+    from tritonops.k8s.config import ConfigError, TritonStackConfig
+    from tritonops.k8s.stack_file import load_stack_config
+
     err = Console(stderr=True)
     # --stacks-dir (deprecated) named the stacks/ folder itself; --project-dir names the folder holding it.
     stacks = stacks_dir if stacks_dir is not None else project.stacks_dir(project_dir)
@@ -62,6 +66,8 @@ def plan_cmd(
 
 
 def _print(p: planner.Plan) -> None:
+    from rich.table import Table
+
     c = Console()
     t = Table(title=f"tritonops plan {p.service}: {p.traffic} day, peak {p.peak_rps:g} req/s", show_header=False)
     t.add_row("node pool", f"{p.node_pool}: {p.instance_type} ({p.gpu}), {p.pods_per_node} pod(s) per node")

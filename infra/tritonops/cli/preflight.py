@@ -19,7 +19,7 @@ from rich.markup import escape
 from tritonops import project
 from tritonops.cli.params import ProjectDir, path
 from tritonops.core.exitcodes import ExitCode
-from tritonops.k8s.config import STACKS, ConfigError
+from tritonops.k8s import STACKS
 
 
 def _print(found: list, api_note: str, as_json: bool) -> None:
@@ -59,6 +59,7 @@ def preflight(
     """
     from tritonops.k8s import kubeapi
     from tritonops.k8s import preflight as pf
+    from tritonops.k8s.config import ConfigError
 
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     stacks_dir = project.stacks_dir(project_dir)

@@ -16,24 +16,20 @@ that of ``--agent-url``, kept for one release (tritonops.cli.params.old_spelling
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from tritonops.agent import signing
-from tritonops.agent.cli import exit_code
 from tritonops.cli.extras import require, require_store
 from tritonops.cli.output import console, err_console, run_release_op
 from tritonops.cli.params import AgentUrl, AsJson, S3Endpoint, Store, either, finite, old_spelling, path
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
-from tritonops.model_repo.validate import Target
-from tritonops.release import canary
-from tritonops.release import model_signature as ms
-from tritonops.release import publish as pub
+from tritonops.model_repo.target import Target
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Publish signed model releases to a store and move channel pointers.")
@@ -54,6 +50,8 @@ Expires = Annotated[str, typer.Option(help="How long the signed pointer stays va
 
 
 def _expires(text: str) -> float:
+    from tritonops.release import publish as pub
+
     try:
         return pub.duration(text)
     except ReleaseError as e:
@@ -81,6 +79,8 @@ def keygen_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
+    from tritonops.agent import signing
+
     def render(out: dict) -> None:
         console.print(f"private key {escape(out['private_key'])} (0600, keep it secret)", highlight=False)
         console.print(f"public key  {escape(out['public_key'])} (give it to the nodes: --trusted-key)",
@@ -116,6 +116,8 @@ def publish_cmd(
     version: Annotated[str | None, old_spelling("--version", "--release")] = None,
 ) -> None:
     """Validate, sign and upload a release (each file once, by content), then move the channel pointer."""
+    from tritonops.release import publish as pub
+
     where = _store("publish", store, to)
     release = either(release, version, "--release", "--version")
     if producer_key and not model_signature:
@@ -123,13 +125,12 @@ def publish_cmd(
     if model_signature:
         require("release publish --model-signature", "signing")
 
-    def progress(i: int, n: int, rel: str) -> None:
-        if not as_json:
-            err_console.print(f"  [{i}/{n}] {escape(rel)}", highlight=False, soft_wrap=True)
-
     def render(out: dict) -> None:
         if out["model_signature"]:
             _render_verified(out["model_signature"])
+        if out["model_signature_unverified"]:
+            err_console.print(f"[yellow]warning:[/] {escape(out['model_signature_unverified'])}", soft_wrap=True,
+                              highlight=False)
         console.print(f"release [bold]{out['release']}[/] ({out['digest'][:16]}): {_counts(out, where)}")
         if channel:
             moved = f"moved from {out['previous']}" if out.get("previous") else "new channel"
@@ -137,11 +138,28 @@ def publish_cmd(
             console.print(f"channel [bold]{channel}[/] -> {out['release']} ({moved})")
 
     seconds = _expires(expires)
-    # The producer's signature is checked before anything is read into the store (dict items run in order).
-    run_release_op(lambda: {"model_signature": ms.verify(repository, producer_key or []) if model_signature else None,
-                            **pub.publish(repository, where, channel, _signing(key), target.value if target else None,
-                                          release, config_name, s3_endpoint, progress, channels=for_channel,
-                                          expires=seconds, channel_keys=channel_key)}, as_json, render)
+
+    def run() -> dict[str, Any]:
+        # The producer's signature is checked before anything is read into the store.
+        with _upload_progress(not as_json) as progress:  # gone before the summary is printed
+            return pub.publish(
+                repository, where, channel, _signing(key), target.value if target else None, release, config_name,
+                s3_endpoint, progress, channels=for_channel, expires=seconds, channel_keys=channel_key,
+                producer_keys=(producer_key or []) if model_signature else None)
+
+    run_release_op(run, as_json, render)
+
+
+@contextmanager
+def _upload_progress(enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """publish's ``progress(done, total)`` as a bar of bytes on stderr: only on a terminal, never with --json
+    (the bar is gone when the upload ends)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("upload"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=True, disable=not (enabled and err_console.is_terminal)) as bar:
+        task = bar.add_task("upload", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 @app.command("verify")
@@ -154,6 +172,8 @@ def verify_cmd(
     """Check a repository's OpenSSF model signature (model.sig, as the model-signing tool writes it) against the
     producer keys: the signature is valid under one of them, every signed file is there with its digest, and
     every file the release would ship is signed. Exit 1 refused (one line naming the files), 2 an unusable key."""
+    from tritonops.release import model_signature as ms
+
     require("release verify", "signing")
     run_release_op(lambda: ms.verify(repository, producer_key or []), as_json, _render_verified)
 
@@ -192,6 +212,10 @@ def promote_cmd(
     The gate reads the model_track:* recording rules (pods labelled track=stable|canary) and refuses,
     exit 1 with the figures, when the canary fails more, is slower at p95, or served too few requests.
     """
+    from tritonops.agent.cli import exit_code
+    from tritonops.release import canary
+    from tritonops.release import publish as pub
+
     where = _store("promote", store, to)
     seconds = _expires(expires)
     gate = None
@@ -236,6 +260,8 @@ def _fmt(value: float | None, scale: float = 1, spec: str = ".4g", unit: str = "
 
 def _gate_table(report: dict[str, Any]) -> None:
     """The canary gate's figures: one row per model and track, the verdict on the canary's row."""
+    from rich.table import Table
+
     tol = report["tolerance"]
     t = Table(title=f"canary vs stable over {escape(report['window'])} ({escape(report['prometheus'])}); "
                     f"allowed: failure ratio +{tol['max_failure_increase']:.2%}, "
@@ -269,6 +295,8 @@ def rollback_cmd(
     to: OldStore = None,
 ) -> None:
     """Move CHANNEL back to its previous release (or to --release from its history)."""
+    from tritonops.release import publish as pub
+
     where = _store("rollback", store, to)
     seconds = _expires(expires)
     run_release_op(lambda: pub.rollback(where, channel, release, s3_endpoint, keys=_signing(key), expires=seconds),
@@ -287,6 +315,8 @@ def refresh_cmd(
 ) -> None:
     """Sign CHANNEL's release again with a new version and expiry (run it from a cron well within --expires:
     a pointer that expires freezes its nodes on the release they serve)."""
+    from tritonops.release import publish as pub
+
     where = _store("refresh", store, None)
     seconds = _expires(expires)
     run_release_op(lambda: pub.refresh(where, channel, s3_endpoint, keys=_signing(key), expires=seconds), as_json,
@@ -315,6 +345,8 @@ def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, relea
               channel_key: list[Path] | None, report_key: list[Path] | None, threshold: list[str] | None,
               sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool,
               trusted_key: list[Path] | None = None, name: str | None = None) -> None:
+    from tritonops.release import publish as pub
+
     where = _store("root", store, None)
     keys = {r: list(k) for r, k in (("root", root_key), ("release", release_key), ("channel", channel_key),
                                     ("report", report_key)) if k}
@@ -391,6 +423,10 @@ def status_cmd(
     target: Annotated[list[str] | None, old_spelling("--target", "--agent-url")] = None,
 ) -> None:
     """Which release each channel names, and which release each agent serves. Exit 1 when an agent lags."""
+    from rich.table import Table
+
+    from tritonops.release import publish as pub
+
     where = _store("status", store, to)
     agents = [*(agent_url or []), *(target or [])]
 

@@ -8,3 +8,5 @@ stack's builders, its rules across config fields (``checks``) and its program (`
 ``components`` holds one Pulumi ComponentResource per module. Builders return plain dicts and never
 import Pulumi, so ``tritonops render`` writes the very objects ``pulumi up`` creates.
 """
+
+STACKS = ("cluster-aws", "platform", "triton")  # the stacks under a project's stacks/

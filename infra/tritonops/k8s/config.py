@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from tritonops import versions
+from tritonops.k8s import STACKS as STACKS  # the names live in the package (the CLI reads them cheaply)
 
-STACKS = ("cluster-aws", "platform", "triton")
 # A stack's behaviour comes from its config (``tier``), never its name: any stack with a
 # Pulumi.<env>.yaml is one (:func:`tritonops.k8s.stack_file.stack_envs`). ``production`` selects the
 # strict policies.

@@ -40,6 +40,16 @@ SIGNATURE_FILE = "model.sig"
 
 def statement(sig: Path) -> dict[str, Any]:
     """The in-toto statement a bundle's DSSE envelope carries (read only to name files; the library verifies)."""
+    payload, material = _payload(sig)
+    if "publicKey" not in material:
+        raise ReleaseError(f"{sig}: refused: signed with a certificate (keyless Sigstore or x509: "
+                           f"verificationMaterial has {', '.join(sorted(material)) or 'nothing'}), not with a key; "
+                           f"tritonops accepts key-signed bundles (model_signing sign key)")
+    return payload
+
+
+def _payload(sig: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A bundle's statement and its verification material, each field checked, nothing verified."""
     try:
         bundle = json.loads(sig.read_bytes())
         payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
@@ -53,11 +63,7 @@ def statement(sig: Path) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, binascii.Error) as e:
         raise ReleaseError(f"{sig}: not an OpenSSF model-signing bundle (dsseEnvelope.payload, an in-toto "
                            f"statement with predicate.resources): {e}") from None
-    if "publicKey" not in material:
-        raise ReleaseError(f"{sig}: refused: signed with a certificate (keyless Sigstore or x509: "
-                           f"verificationMaterial has {', '.join(sorted(material)) or 'nothing'}), not with a key; "
-                           f"tritonops accepts key-signed bundles (model_signing sign key)")
-    return payload
+    return payload, material
 
 
 def _public_keys(keys: list[Path]) -> list[Path]:
@@ -135,6 +141,29 @@ def _refusal(repo: Path, sig: Path, keys: list[Path], reasons: list[str]) -> Rel
     if gone:
         return ReleaseError(f"{sig}: refused: {len(gone)} signed file(s) missing: {_listed(gone)}")
     return ReleaseError(f"{sig}: refused: {content[0][:300]}")
+
+
+def unverified(repository: Path, files: dict[str, str]) -> str | None:
+    """A ``model.sig`` about to ship without ``--model-signature``: never silently. Refused (exit 1) when the
+    files no longer match its statement (a digest, a signed file gone, a file it does not name); when they
+    match, the warning that who signed it was not checked. None: no ``model.sig``.
+
+    ``files``: the release's files (relative path -> sha256). Matching files prove nothing about the signer
+    (anyone can write a statement), hence the warning."""
+    sig = Path(repository) / SIGNATURE_FILE
+    if not sig.is_file():
+        return None
+    predicate = _payload(sig)[0]["predicate"]
+    changed, gone = _differences(Path(repository), predicate)
+    uncovered = sorted(set(files) - {r["name"] for r in predicate["resources"]} - {SIGNATURE_FILE})
+    found = [f"{len(names)} file(s) {what}: {_listed(names)}" for names, what in (
+        (changed, "differ from what the producer signed"), (gone, "signed but missing"),
+        (uncovered, "the producer did not sign")) if names]
+    if found:
+        raise ReleaseError(f"{sig}: refused: the repository no longer matches its model signature: {'; '.join(found)} "
+                           "(re-sign it, or remove model.sig to publish it unsigned)")
+    return (f"{sig}: shipped without checking who signed it: its {len(predicate['resources'])} file(s) match, "
+            "but the signature is verified only with --model-signature --producer-key PUB")
 
 
 def verify(repository: Path, producer_keys: list[Path], files: dict[str, str] | None = None) -> dict[str, Any]:

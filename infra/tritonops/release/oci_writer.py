@@ -47,7 +47,8 @@ class RegistryWriter:
         kind, ref, _ = oci.locate(key)
         return self.registry.exists("blob" if kind == "blob" else "manifest", ref, METADATA_TIMEOUT, push=True)
 
-    def _blob(self, data: bytes | Path, digest: str | None = None) -> str:
+    def _blob(self, data: bytes | Path, digest: str | None = None,
+              on_bytes: Callable[[int], None] | None = None) -> str:
         """Upload one blob unless the repository has it; its digest."""
         digest = oci.digest_of(data) if isinstance(data, bytes) else digest or "sha256:" + manifest.sha256_file(data)
         if digest in self._pushed or self.registry.exists("blob", digest, METADATA_TIMEOUT, push=True):
@@ -55,7 +56,7 @@ class RegistryWriter:
             return digest
         if isinstance(data, Path):
             try:
-                with data.open("rb") as fh:
+                with _Counted(data.open("rb", buffering=0), on_bytes) if on_bytes else data.open("rb") as fh:
                     self.registry.push_blob(digest, fh, data.stat().st_size, BLOB_TIMEOUT)
             except OSError as e:
                 raise StoreError(f"{data}: cannot read ({e.strerror or e})") from None
@@ -64,10 +65,10 @@ class RegistryWriter:
         self._pushed.add(digest)
         return digest
 
-    def put(self, key: str, data: bytes | Path) -> None:
+    def put(self, key: str, data: bytes | Path, on_bytes: Callable[[int], None] | None = None) -> None:
         kind, ref, media = oci.locate(key)
         if kind == "blob" and key.startswith("blobs/"):
-            self._blob(data, ref)
+            self._blob(data, ref, on_bytes)
             return
         raw = data.read_bytes() if isinstance(data, Path) else data
         if kind == "blob":  # a release's manifest: its blob, then the release artifact naming every file
@@ -158,3 +159,17 @@ class RegistryWriter:
         raise StoreError(f"{self.url}:{tag}: moved by someone else on each of {tries} tries while this {what} "
                          "was being written; run it again")
 
+
+
+class _Counted(io.BufferedReader):
+    """A file being uploaded that tells ``on_bytes`` each chunk's size as the HTTP client reads it."""
+
+    def __init__(self, raw: io.RawIOBase | io.FileIO, on_bytes: Callable[[int], None]) -> None:
+        super().__init__(raw)
+        self.on_bytes = on_bytes
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        chunk = super().read(size)
+        if chunk:
+            self.on_bytes(len(chunk))
+        return chunk

@@ -33,7 +33,7 @@ from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
 from tritonops.core.keys import POINTER_MAX, blob_key, channel_key, manifest_key, root_key, signatures_key
 from tritonops.core.names import MANIFEST_MAX, check_release_id
-from tritonops.release import canary
+from tritonops.release import canary, model_signature
 from tritonops.release.push import check_repository
 from tritonops.release.writer import Writer
 
@@ -228,13 +228,16 @@ def _keys(keys: Path | list[Path] | None) -> list[Path]:
 
 def publish(source: Path, to: str, channel: str | None, signing_key: Path | list[Path], target: str | None = None,
             version: str | None = None, config_name: str | None = None, s3_endpoint: str | None = None,
-            progress: Any = None, channels: list[str] | None = None, expires: float = EXPIRES,
-            channel_keys: list[Path] | None = None) -> dict[str, Any]:
+            progress: Callable[[int, int], None] | None = None, channels: list[str] | None = None,
+            expires: float = EXPIRES,
+            channel_keys: list[Path] | None = None, producer_keys: list[Path] | None = None) -> dict[str, Any]:
     """Validate, sign, upload (each file once, by content), then move the channel pointer.
 
     The manifest states every file's length, the release id and the channels it may be served on
     (``channels``, plus ``channel``); it is signed by ``signing_key`` (one or several: role "release"),
-    the pointer by ``channel_keys`` (default: the same keys; role "channel"), valid ``expires`` seconds."""
+    the pointer by ``channel_keys`` (default: the same keys; role "channel"), valid ``expires`` seconds.
+    ``progress(done, total)`` is told the bytes of the release's files done so far, as they upload (a file
+    already in the store, or the same content as another file, is done at once)."""
     source = Path(source)
     if not source.is_dir():
         raise UsageError(f"{source}: not a model repository folder")
@@ -245,6 +248,10 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     for k in release_keys:
         trust.public_pem(k)  # a missing or unreadable key is refused (naming it) before anything else is read
     files, warnings = check_repository(source, target, config_name)
+    # A producer's model.sig: verified with ``producer_keys`` (--model-signature), else never shipped silently
+    # (refused when the files no longer match it, a warning that its signer was not checked when they do).
+    signed = model_signature.verify(source, producer_keys, files) if producer_keys is not None else None
+    unverified = None if producer_keys is not None else model_signature.unverified(source, files)
     writer = Writer(to, s3_endpoint)
     if version:
         check_release_id(version)
@@ -263,13 +270,14 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     if _claim(writer, release, digest):  # one id, one content: whoever comes second with other content is refused
         new.append(f"ids/{release}.json")
     try:
-        counts = _upload(writer, source, files, new, progress)
+        counts = _upload(writer, source, files, lengths, new, progress)
         for key, data in ((signatures_key(digest), signature), (manifest_key(digest), text)):
             if not writer.exists(key):
                 new.append(key)
             writer.put(key, data, "application/json")
         out: dict[str, Any] = {"release": release, "digest": digest, "store": to, "files": len(files), **counts,
-                               "models": manifest.models(files), "warnings": warnings}
+                               "models": manifest.models(files), "warnings": warnings,
+                               "model_signature": signed, "model_signature_unverified": unverified}
         if channel:
             moved = move_pointer(writer, channel, release, digest, f"publish {source.name}",
                                  keys=_keys(channel_keys) or release_keys, expires=expires)
@@ -280,23 +288,35 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     return out
 
 
-def _upload(writer: Writer, source: Path, files: dict[str, str], new: list[str], progress: Any) -> dict[str, Any]:
+def _upload(writer: Writer, source: Path, files: dict[str, str], lengths: dict[str, int], new: list[str],
+            progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     """Each file once, by content; a blob already in the store (shared with another release) is left as it
-    is. The key of each blob uploaded is appended to ``new`` as soon as its upload starts."""
+    is. The key of each blob uploaded is appended to ``new`` as soon as its upload starts; ``progress`` is
+    told the bytes done of the files' total (:func:`publish`)."""
     uploaded = skipped = duplicates = 0
     seen: set[str] = set()
-    for i, (rel, sha) in enumerate(sorted(files.items()), 1):
+    total, done = sum(lengths[rel] for rel in files), 0
+
+    def sent(n: int) -> None:  # a chunk of the file uploading (the writer's callback; never past that file)
+        nonlocal done
+        done = min(done + n, end)
+        if progress:
+            progress(done, total)
+
+    for rel, sha in sorted(files.items()):
+        end = done + lengths[rel]
         if sha in seen:  # the same content as a file before it in this release: one blob serves both
             duplicates += 1
         elif writer.exists(blob_key(sha)):
             skipped += 1
         else:
             new.append(blob_key(sha))
-            writer.put(blob_key(sha), source / rel)
+            writer.put(blob_key(sha), source / rel, on_bytes=sent)
             uploaded += 1
         seen.add(sha)
+        done = end
         if progress:
-            progress(i, len(files), rel)
+            progress(done, total)
     return {"uploaded": uploaded, "already_there": skipped, "duplicates": duplicates}
 
 

@@ -90,10 +90,12 @@ class Writer:
             raise StoreError(f"{self.url}/{key}: more than {limit} bytes")
         return data
 
-    def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
-        """One object; a folder store writes a temporary file and renames it (atomic for readers)."""
+    def put(self, key: str, data: bytes | Path, content_type: str = "application/octet-stream",
+            on_bytes: Callable[[int], None] | None = None) -> None:
+        """One object; a folder store writes a temporary file and renames it (atomic for readers).
+        ``on_bytes`` is told each number of bytes of a file sent as it goes (a folder: once, when copied)."""
         if self.reader.kind == "oci":
-            return self.oci.put(key, data)
+            return self.oci.put(key, data, on_bytes)
         if self.reader.kind == "file":
             dest = self.root / key
             tmp = dest.with_name(f".{dest.name}.partial")
@@ -101,6 +103,8 @@ class Writer:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 if isinstance(data, Path):
                     shutil.copyfile(data, tmp)
+                    if on_bytes:
+                        on_bytes(tmp.stat().st_size)
                 else:
                     tmp.write_bytes(data)
                 tmp.chmod(0o644)
@@ -113,7 +117,8 @@ class Writer:
 
         try:
             if isinstance(data, Path):
-                self.client.upload_file(str(data), self.bucket, self._key(key), ExtraArgs={"ContentType": content_type})
+                self.client.upload_file(str(data), self.bucket, self._key(key), ExtraArgs={"ContentType": content_type},
+                                        Callback=on_bytes)
             else:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType=content_type)
         except (BotoCoreError, ClientError) as e:

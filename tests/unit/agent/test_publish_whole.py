@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_harness import moto_releases_bucket, release_source
@@ -148,12 +149,13 @@ def test_a_store_write_failing_mid_upload_leaves_nothing_of_the_release_behind(
         (src / "mlp" / "1" / f"extra{i}.txt").write_text(f"extra {i}\n")
     real, blobs = Writer.put, []  # the blob keys written, in order
 
-    def put(self: Writer, key: str, data: bytes | Path, content_type: str = "application/octet-stream") -> None:
+    def put(self: Writer, key: str, data: bytes | Path, content_type: str = "application/octet-stream",
+            **kw: Any) -> None:
         if key.startswith("blobs/"):
             blobs.append(key)
             if len(blobs) == 3:  # the store fails at the third new blob (a full disk, a dropped connection)
                 raise StoreError(f"{self.url}/{key}: upload failed: simulated")
-        real(self, key, data, content_type)
+        real(self, key, data, content_type, **kw)
 
     monkeypatch.setattr(Writer, "put", put)
     code, out = publish(src, store_url, keys["key"], "--release", "r2")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -227,3 +228,36 @@ def test_the_producers_own_verifier_passes_on_a_nodes_installed_copy(signed: dic
     ignoring = ClickRunner().invoke(model_signing_cli.main, [*argv, "--ignore-paths",
                                                              str(models / "MANIFEST.sha256.json")])
     assert ignoring.exit_code == 0 and "Verification succeeded" in ignoring.output, ignoring.output
+
+
+def _publish_plain(signed: dict[str, Path], store: Path) -> Any:
+    key = signed["tmp"] / "release.key"
+    if not key.exists():
+        signing.keygen(key, signed["tmp"] / "release.pub")
+    res = RUNNER.invoke(app, ["release", "publish", str(signed["repo"]), "--store", str(store), "--channel", "stable",
+                              "--key", str(key)])
+    assert "Traceback" not in res.output
+    return res
+
+
+def test_a_model_signature_is_never_published_silently(signed: dict[str, Path]) -> None:
+    """Without --model-signature a model.sig still ships only when the files match it, with a warning that its
+    signer was not checked; a model.sig that no longer matches is refused before anything is uploaded."""
+    res = _publish_plain(signed, signed["tmp"] / "store")
+    assert res.exit_code == ExitCode.OK, res.output
+    warning = " ".join(res.stderr.split())
+    assert warning == (f"warning: {signed['repo'] / 'model.sig'}: shipped without checking who signed it: its 18 "
+                       "file(s) match, but the signature is verified only with --model-signature --producer-key PUB")
+    (signed["repo"] / "mlp" / "config.pbtxt").write_bytes((signed["repo"] / "mlp" / "config.pbtxt").read_bytes() + b" ")
+    (signed["repo"] / "mlp" / "golden.json").unlink()
+    store = signed["tmp"] / "store2"
+    res = _publish_plain(signed, store)
+    assert res.exit_code == ExitCode.FINDINGS
+    assert " ".join(res.output.split()) == (
+        f"error: {signed['repo'] / 'model.sig'}: refused: the repository no longer matches its model signature: "
+        "1 file(s) differ from what the producer signed: mlp/config.pbtxt; 1 file(s) signed but missing: "
+        "mlp/golden.json (re-sign it, or remove model.sig to publish it unsigned)")
+    assert not store.exists() or not any(store.rglob("*.json"))
+    (signed["repo"] / "model.sig").unlink()
+    res = _publish_plain(signed, store)
+    assert res.exit_code == ExitCode.OK and "warning" not in res.output, res.output
