@@ -7,6 +7,8 @@ times the drift check against the first node alone and against all N, ``--rounds
 (interleaved), and prints the figures with the ratio. Checks run in parallel (Ansible forks, and the
 sources in their own threads), so the N-node time should grow well below N times the 1-node time.
 Every run must be clean (0 findings, no errors): a figure for a failed check would mean nothing.
+Each source's own time is printed too (the ansible check and the models probe run side by side, so the
+slower one bounds the whole), and the figures go to tests/benchmarks/records/bench_drift.json (record.py).
 The nodes are removed at the end unless --keep. Needs root, Podman and the image `python -m devkit
 hosts build` makes (built if missing).
 """
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import record
 from devkit.demo import REPO, run_playbook
 from devkit.hosts.images import ImageSpec, build_image, cache_dir
 from devkit.hosts.nodes import node_down, node_up
@@ -37,10 +41,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--keep", action="store_true", help="keep the nodes (a second run reuses them)")
     args = p.parse_args()
-    console = Console()
+    console = Console(record=True)
+    load = os.getloadavg()[0]
     names = [f"drift-bench-{i}" for i in range(1, args.nodes + 1)]
     build_image(ImageSpec(arch="amd64"))
     times: dict[int, list[float]] = {1: [], args.nodes: []}
+    per_source: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-drift-") as tmp:
         inv = Path(tmp) / "hosts.yml"
         inv.write_text(json.dumps({"all": {"children": {"edge": {"children": {"cpu_gateways": {
@@ -63,6 +69,8 @@ def main() -> int:
                         console.print(f"[red]round {r + 1}, {count} node(s): the check was not clean[/]")
                         return 1
                     times[count].append(seconds)
+                    for x in report.results:
+                        per_source.setdefault(f"n{count}_{x.source}_s", []).append(x.seconds)
                     console.print(f"round {r + 1}: {count} node(s) {seconds:.1f}s "
                                   + " ".join(f"{x.source}={x.seconds}s" for x in report.results))
         finally:
@@ -78,6 +86,13 @@ def main() -> int:
                   f"{many / args.nodes:.1f}", f"{many / (one * args.nodes):.2f}")
     console.print(table)
     console.print(f"{args.nodes} nodes take {many / one:.2f}x the time of 1 (linear would be {args.nodes}x)")
+    sources = {k: round(statistics.median(v), 1) for k, v in per_source.items()}
+    console.print("median per source: " + ", ".join(f"{k} {v}s" for k, v in sources.items()))
+    path = record.write("bench_drift", {"n1_s": round(one, 1), f"n{args.nodes}_s": round(many, 1),
+                                        "ratio": round(many / one, 2), **sources}, console.export_text(), note=(
+        f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end: other work shared the "
+        f"{os.cpu_count()} cores unless both are near 0"))
+    console.print(f"recorded: {path}")
     return 0
 
 

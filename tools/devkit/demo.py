@@ -117,8 +117,11 @@ def slowest_tasks(log: Path, count: int = 10) -> list[tuple[str, float]]:
     return sorted(rows, key=lambda r: -r[1])[:count]
 
 
-def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeReport:
-    """Create the local edge node, converge ansible/edge.yml on it, smoke-check it from the controller."""
+def run_edge(console: Console | None = None, node: str = EDGE_NODE,
+             phases: dict[str, float] | None = None) -> SmokeReport:
+    """Create the local edge node, converge ansible/edge.yml on it, smoke-check it from the controller.
+
+    Each step's seconds are printed, and put in ``phases`` (image, node, converge, smoke) when given."""
     import yaml
 
     from devkit.hosts.images import ImageSpec, build_image
@@ -126,27 +129,39 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE) -> SmokeRepo
 
     console = console or Console()
     started = time.monotonic()
+    phases = {} if phases is None else phases
     with console.status("image: checking the cached Debian bookworm systemd image") as status:
         built = build_image(ImageSpec(arch="amd64"), step=lambda m: status.update(f"image: {m}"))
+    phases["image"] = round(time.monotonic() - started, 1)
     console.print(f"[1/4] image localhost/tritonops-debian-bookworm:systemd-amd64 {'built' if built else 'cached'}"
-                  f" ({time.monotonic() - started:.0f}s)")
+                  f" ({phases['image']:.0f}s)")
+    step = time.monotonic()
     with console.status(f"node: booting {node} (Podman, systemd)"):
         n = node_up(node, arch="amd64")
-    console.print(f"[2/4] node {n.name} {n.state} at {n.address}")
+    phases["node"] = round(time.monotonic() - step, 1)
+    console.print(f"[2/4] node {n.name} {n.state} at {n.address} ({phases['node']:.0f}s)")
     inventory = REPO / "ansible" / "inventories" / "local"
     log = cache_dir() / "logs" / f"demo-{node}-ansible.log"
     console.print(f"[3/4] ansible-playbook ansible/edge.yml -i ansible/inventories/local --limit {node}"
                   f" (log: {log})")
-    recap = run_playbook(console, REPO / "ansible" / "edge.yml", [inventory], node, log)
+    inventories = [inventory]
+    if node != EDGE_NODE:  # a node of its own (tests/benchmarks/bench_demo.py): the local group_vars apply to it
+        inventories.append(cache_dir() / f"{node}-inventory.json")
+        inventories[-1].write_text(json.dumps({"all": {"children": {"edge": {"hosts": {node: {}}}}}}))
+    step = time.monotonic()
+    recap = run_playbook(console, REPO / "ansible" / "edge.yml", inventories, node, log)
+    phases["converge"] = round(time.monotonic() - step, 1)
     console.print(f"      converged in {recap['seconds']}s: ok={recap['ok']} changed={recap['changed']} "
                   f"failed={recap['failed']}")
     secret = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
     console.print(f"[4/4] smoke check of {node} from the controller (HTTP {n.address}:8000, golden data from"
                   " examples/model_repository)")
+    step = time.monotonic()
     report = smoke(f"http://{n.address}:8000", repository=SAMPLE, metrics_url=f"http://{n.address}:8002/metrics",
                    headers={ADMIN_HEADER: secret})
     console.print(report_table(report))
     console.print(pipeline_table(f"{n.address}:8000", SAMPLE))
+    phases["smoke"] = round(time.monotonic() - step, 1)
     key_file = write_key_file(cache_dir() / f"{node}-admin-key", secret)
     console.print(closing_hint(node, n.address, key_file, time.monotonic() - started), soft_wrap=True,
                   highlight=False, markup=False)
@@ -170,6 +185,8 @@ def closing_hint(node: str, address: str, key_file: Path, seconds: float) -> str
         f"  podman exec -it {node} bash",
         f"  tritonops smoke http://{address}:8000 --repository examples/model_repository",
         f"  tritonops bench mlp_batched --url {address}:8000 --allow-host {address} --admin-key-file {key_file}",
+        f"  tritonops tune mlp_batched --repository examples/model_repository --url {address}:8000 --allow-host "
+        f"{address} --admin-key-file {key_file} --no-write --plot /tmp/tune-mlp_batched.png",
         f"  make demo-down              # removes the node: "
         f"PYTHONPATH=tools .venv/bin/python -m devkit hosts down {node}",
     ])

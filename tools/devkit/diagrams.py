@@ -81,7 +81,10 @@ def _pod() -> tuple[str, list[dict[str, Any]]]:
 
 def _edge_units() -> dict[str, list[str]]:
     play = yaml.safe_load((ROOT / "playbooks" / "edge.yml").read_text())
-    roles = [str(r["role"]).rsplit(".", 1)[-1] for p in play for r in p.get("roles", [])]
+    steps = [step for p in play for step in [*p.get("roles", []), *p.get("tasks", [])]]  # roles: or import/include_role
+    names = [s.get("role") or (s.get("ansible.builtin.import_role") or s.get("ansible.builtin.include_role")
+                                or {}).get("name") for s in steps]
+    roles = [str(n).rsplit(".", 1)[-1] for n in names if n]
     units = {}
     for role in roles:
         found = sorted(p.name.removesuffix(".j2") for p in (ROOT / "roles" / role / "templates").glob("*.j2")

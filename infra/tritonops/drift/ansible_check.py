@@ -13,8 +13,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from tritonops import project
 from tritonops.drift.report import Finding, SourceResult
 
 CALLBACK = "ansible.posix.json"
+# The progress callback beside it (on_event): loaded by path, enabled by name; it writes to the descriptor in
+# FD_ENV (its own FD_ENV: a plugin file ansible loads, not imported here, so that tritonops needs no ansible).
+PROGRESS_PLUGINS = Path(__file__).resolve().parent / "callback"
+PROGRESS_CALLBACK = "tritonops_progress"
+FD_ENV = "TRITONOPS_PROGRESS_FD"
 
 
 class AnsibleRunError(RuntimeError):
@@ -62,23 +68,62 @@ def playbook_cmd(playbook: Path, inventories: Sequence[Path | str], limit: str |
     return cmd
 
 
-def run_json(cmd: Sequence[str], timeout: float = 1800, project_dir: Path | None = None) -> dict[str, Any]:
-    """Run ansible-playbook with the JSON callback; return its document (rc 2 = failed hosts is still a report)."""
-    res = subprocess.run(list(cmd), capture_output=True, text=True, env=ansible_env(project_dir=project_dir),
-                         cwd=project.project_dir(project_dir), timeout=timeout)
-    out = res.stdout
+def run_json(cmd: Sequence[str], timeout: float = 1800, project_dir: Path | None = None,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run ansible-playbook with the JSON callback; return its document (rc 2 = failed hosts is still a report).
+
+    ``on_event``: called (from a reader thread) with each line of the progress callback (callback/
+    tritonops_progress.py) while the run goes: the play's hosts, each host's finished task, the end.
+    """
+    env = ansible_env(project_dir=project_dir)
+    read_fd, write_fd = os.pipe() if on_event else (-1, -1)
+    if on_event:
+        env.update({"ANSIBLE_CALLBACK_PLUGINS": str(PROGRESS_PLUGINS), "ANSIBLE_CALLBACKS_ENABLED": PROGRESS_CALLBACK,
+                    FD_ENV: str(write_fd)})
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=project.project_dir(project_dir), pass_fds=(write_fd,) if on_event else ())
+    except OSError:
+        if on_event:
+            os.close(read_fd)
+        raise
+    finally:
+        if on_event:
+            os.close(write_fd)  # the child holds its copy: the reader sees the end when ansible-playbook exits
+    reader = threading.Thread(target=_read_events, args=(read_fd, on_event), daemon=True) if on_event else None
+    if reader:
+        reader.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        if reader:
+            reader.join(timeout=2)  # the last lines: written before ansible-playbook exited
     start = out.find("{")
     if start < 0:
-        raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {res.returncode}, no JSON report: "
-                              f"{(res.stderr or out).strip()[-1500:]}")
+        raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {proc.returncode}, no JSON report: "
+                              f"{(err or out).strip()[-1500:]}")
     try:
         doc: dict[str, Any] = json.loads(out[start:])
     except ValueError as e:
-        raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {res.returncode}, unreadable JSON report ({e}): "
-                              f"{res.stderr.strip()[-1500:]}") from None
-    doc["_rc"] = res.returncode
-    doc["_stderr"] = res.stderr
+        raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {proc.returncode}, unreadable JSON report ({e}): "
+                              f"{err.strip()[-1500:]}") from None
+    doc["_rc"] = proc.returncode
+    doc["_stderr"] = err
     return doc
+
+
+def _read_events(fd: int, on_event: Callable[[dict[str, Any]], None]) -> None:
+    with os.fdopen(fd) as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # progress only: a torn line is not worth failing the check for
+            on_event(event)
 
 
 def render_diff(diff: Any) -> str:
@@ -153,7 +198,8 @@ def parse(doc: dict[str, Any], source: str = "ansible") -> tuple[list[Finding], 
 
 
 def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: str | None = None,
-          extra_vars: dict[str, Any] | None = None, forks: int = 10, project_dir: Path | None = None) -> SourceResult:
+          extra_vars: dict[str, Any] | None = None, forks: int = 10, project_dir: Path | None = None,
+          on_event: Callable[[dict[str, Any]], None] | None = None) -> SourceResult:
     """Run each playbook in check+diff mode; per host, each task that would change."""
     started = time.monotonic()
     result = SourceResult(source="ansible")
@@ -162,7 +208,7 @@ def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: s
     for pb in playbooks:
         try:
             doc = run_json(playbook_cmd(pb, inventories, limit, extra_vars, check=True, forks=forks),
-                           project_dir=project_dir)
+                           project_dir=project_dir, on_event=on_event)
         except (AnsibleRunError, subprocess.TimeoutExpired, OSError) as e:
             errors.append(f"{pb.name}: {e}")
             continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +75,14 @@ def parse(doc: dict[str, Any]) -> tuple[list[Finding], dict[str, str], list[str]
 
 
 def check(inventories: Sequence[Path | str], limit: str | None = None, extra_vars: dict[str, Any] | None = None,
-          forks: int = 10, project_dir: Path | None = None) -> SourceResult:
+          forks: int = 10, project_dir: Path | None = None,
+          on_event: Callable[[dict[str, Any]], None] | None = None) -> SourceResult:
     started = time.monotonic()
     result = SourceResult(source="models")
     try:
         probe = project.require(PROBE_PLAYBOOK, project_dir)
         doc = run_json(playbook_cmd(probe, inventories, limit, extra_vars, check=False, forks=forks),
-                       project_dir=project_dir)
+                       project_dir=project_dir, on_event=on_event)
     except project.ProjectError as e:
         result.error = str(e)
     except (AnsibleRunError, subprocess.TimeoutExpired, OSError) as e:

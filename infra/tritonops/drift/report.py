@@ -10,9 +10,7 @@ from rich.table import Table
 from tritonops.agent import drift as agent_drift
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.fsio import write_atomic
-
-TEXTFILE_NAME = "tritonops_drift.prom"
-SOURCES = ("ansible", "models", "pulumi")
+from tritonops.drift import TEXTFILE_NAME
 
 # The agent (standard library only) writes the node's metric; the alert rules use the observability name.
 

@@ -29,11 +29,14 @@ def run(
     forks: int = 10,
     extra_vars: dict[str, Any] | None = None,
     project_dir: Path | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> DriftReport:
     """Each source in its own thread; each Ansible run reaches its hosts in parallel (forks).
 
     ``project_dir`` holds ansible/ (the default playbook, the models probe), roles/ and stacks/
-    (default: tritonops.project's). No ``playbooks``: the project's ansible/edge.yml.
+    (default: tritonops.project's). No ``playbooks``: the project's ansible/edge.yml. ``on_event(source, event)``:
+    the Ansible sources' progress events while they run (tritonops.drift.progress), ``{"finished": True}`` as each
+    source returns.
     """
     started = time.monotonic()
     evars = {**CHECK_VARS, **(extra_vars or {})}
@@ -46,9 +49,10 @@ def run(
             jobs[source] = partial(SourceResult, source=source, error=project.missing(DEFAULT_PLAYBOOK, root))
         elif source == "ansible":
             jobs[source] = partial(ansible_check.check, list(playbooks) or [root / DEFAULT_PLAYBOOK], inventories,
-                                   limit, evars, forks, root)
+                                   limit, evars, forks, root, on_event=partial(on_event, source) if on_event else None)
         elif source == "models":
-            jobs[source] = partial(models.check, inventories, limit, evars, forks, root)
+            jobs[source] = partial(models.check, inventories, limit, evars, forks, root,
+                                   on_event=partial(on_event, source) if on_event else None)
         elif source == "pulumi":
             jobs[source] = partial(pulumi_check.check, stacks, envs, stacks_dir=project.stacks_dir(root))
         else:
@@ -61,4 +65,6 @@ def run(
                 results.append(fut.result())
             except Exception as e:  # noqa: BLE001 - a crashed source is a failed check, reported as such
                 results.append(SourceResult(source=s, error=f"{type(e).__name__}: {e}"))
+            if on_event:
+                on_event(s, {"finished": True})
     return DriftReport(results=results, seconds=round(time.monotonic() - started, 1))
