@@ -105,6 +105,27 @@ def docs(
     raise typer.Exit(main(files or [], write=update))
 
 
+@app.command()
+def figures(
+    files: Annotated[
+        list[str] | None, typer.Argument(help="Markdown files or globs (default: README.md docs/*.md)")
+    ] = None,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 naming each stale figure; write nothing")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Rewrite every marked figure from the latest records")] = False,
+) -> None:
+    """Hold the docs' measured figures (`127 s<!-- fig: demo.total_s -->`) to tests/benchmarks/records/.
+
+    Exit 0 when every marked figure is its record's (or was rewritten), 1 when one is stale or names no
+    record or figure, 2 on a usage error.
+    """
+    from devkit.figures import main
+
+    if check == write:
+        Console(stderr=True).print("[red]error:[/] pass exactly one of --check and --write")
+        raise typer.Exit(ExitCode.USAGE)
+    raise typer.Exit(main(files or [], rewrite=write))
+
+
 @app.command("gpu-bundle")
 def gpu_bundle(
     dest: Annotated[Path, typer.Argument(help="A new or empty folder for the bundle")],

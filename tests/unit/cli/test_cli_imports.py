@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
-from tritonops.cli import app
+from test_cli_help import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "model_repository"
@@ -56,15 +55,7 @@ NOT_FOR_VALIDATE = (
 VALIDATE_NEEDS = {"tritonops.model_repo.validate", "tritonops.model_repo.pbtxt", "tritonclient.grpc.model_config_pb2"}
 
 
-def _paths(cmd: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    out = [prefix]
-    if hasattr(cmd, "commands"):
-        for name, sub in cmd.commands.items():
-            out += _paths(sub, (*prefix, name))
-    return out
-
-
-HELPS = [[*p, "--help"] for p in _paths(typer.main.get_command(app))]
+HELPS = [[*p, "--help"] for p in COMMANDS]
 VALIDATE = ["validate", str(SAMPLE)]
 
 
