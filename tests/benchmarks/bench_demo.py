@@ -56,8 +56,7 @@ def main() -> int:
     fresh = built and apt_venv >= 5  # a no-op make takes well under a second
     path = record.write("demo" if fresh else "demo_warm", {"apt_venv_s": apt_venv, **{f"{k}_s": v for k, v in phases.items()},
                                  "total_s": total, "image_built": int(built)}, console.export_text(), note=(
-        f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (other work shared the "
-        f"{os.cpu_count()} cores unless both are near 0); apt and venv "
+        f"{record.load_note(load)}; apt and venv "
         f"{'already installed: no-ops' if apt_venv < 5 else 'installed'}, image {'built' if built else 'cached'}"))
     console.print(f"recorded: {path}")
     return 0

@@ -89,9 +89,7 @@ def main() -> int:
     sources = {k: round(statistics.median(v), 1) for k, v in per_source.items()}
     console.print("median per source: " + ", ".join(f"{k} {v}s" for k, v in sources.items()))
     path = record.write("bench_drift", {"n1_s": round(one, 1), f"n{args.nodes}_s": round(many, 1),
-                                        "ratio": round(many / one, 2), **sources}, console.export_text(), note=(
-        f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end: other work shared the "
-        f"{os.cpu_count()} cores unless both are near 0"))
+                                        "ratio": round(many / one, 2), **sources}, console.export_text(), note=record.load_note(load))
     console.print(f"recorded: {path}")
     return 0
 

@@ -230,9 +230,7 @@ def main(argv: list[str]) -> int:
     quiet = [r for label, r in rows if "no change" in label or "check" in label or "drift" in label]
     clean = bool(quiet) and all(r["changed"] == 0 and r["failed"] == 0 for r in quiet)
     if clean:
-        path = record.write("bench_edge", figures, console.export_text(), note=(
-            f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end: other work shared the "
-            f"{os.cpu_count()} cores unless both are near 0"))
+        path = record.write("bench_edge", figures, console.export_text(), note=record.load_note(load))
         console.print(f"recorded: {path}")
     return 0 if clean else 1
 

@@ -42,6 +42,12 @@ def machine() -> dict[str, Any]:
             "load_1m": round(os.getloadavg()[0], 2)}
 
 
+def load_note(load_at_start: float) -> str:
+    """How busy the machine was: the 1-minute load average at a run's start and now."""
+    return (f"load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end: other work shared "
+            f"the {os.cpu_count()} cores unless both are near 0")
+
+
 def write(name: str, figures: dict[str, float | int | str], output: str = "",
           command: str | None = None, note: str = "") -> Path:
     """Record one run of benchmark ``name``: its figures, what it printed, and where and how it ran."""
