@@ -11,7 +11,8 @@ text, and hence its digest, stays what it is.
 
 The root (``root/<N>.json``) names the keys and, per role, which of them sign and how many must:
 ``root`` (the next root), ``release`` (manifests), ``channel`` (pointer moves), ``report`` (agents'
-status reports, optional). A node starts from its ``--trusted-key`` files (``implicit_root``: every
+status reports, optional); optionally the producers' keys whose model.sig a release must carry
+(``model_signature``: agent.producer). A node starts from its ``--trusted-key`` files (``implicit_root``: every
 role, threshold 1, version 0) and follows rotations: root N+1 counts only when a threshold of root N's
 root keys *and* of its own signed it (``next_root``); a key root N+1 leaves out is trusted for nothing
 after it (revocation). Expiry is not judged here: a caller decides (a node keeps serving what it has).
@@ -32,7 +33,7 @@ from typing import Any
 
 from ..core.errors import ReleaseError, UsageError
 from ..core.fsio import read_bounded
-from . import signing
+from . import producer, signing
 
 ROLES = ("root", "release", "channel")  # required in every root
 OPTIONAL_ROLES = ("report",)
@@ -83,6 +84,9 @@ class Root:
     doc: dict[str, Any] | None = None  # the signed part (None: the node's --trusted-key files)
     raw: bytes | None = field(default=None, repr=False)  # the envelope as read
     name: str | None = None  # the store (fleet) the root belongs to: root init --name; nodes' --store-name
+    # Model producers' keys (keyid -> (keytype, PEM)) and whether a release must carry their model.sig (agent.producer)
+    producer_keys: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    require_model_signature: bool = False
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires is not None and self.expires <= (time.time() if now is None else now)
@@ -231,7 +235,9 @@ def _root_from_signed(signed: dict[str, Any], where: str, raw: bytes | None) -> 
     store = signed.get("name")
     if store is not None and (not isinstance(store, str) or not 0 < len(store) <= 128):
         raise ReleaseError(f"{where}: name {str(store)[:40]!r} is not a store name (1-128 characters)")
-    return Root(signed["version"], parse_time(signed["expires"], where), keys, roles, signed, raw, store)
+    producers, required = producer.parse_block(signed.get("model_signature"), where)
+    return Root(signed["version"], parse_time(signed["expires"], where), keys, roles, signed, raw, store,
+                producers, required)
 
 
 def next_root(root: Root, raw_next: bytes, where: str) -> Root:
@@ -294,8 +300,9 @@ def sign_detached(data: bytes, private_keys: list[Path]) -> bytes:
 
 
 def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: int, expires: float,
-             name: str | None = None) -> dict[str, Any]:
-    """The signed part of a root: ``keys`` maps each role to its public key files; ``name`` the store's."""
+             name: str | None = None, model_signature: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The signed part of a root: ``keys`` maps each role to its public key files; ``name`` the store's;
+    ``model_signature`` the producers' keys and whether their signature is required (:func:`producer.block`)."""
     unknown = sorted(set(thresholds) - set(keys)) + sorted(set(keys) - set(ROLES) - set(OPTIONAL_ROLES))
     if unknown:
         known = ", ".join((*ROLES, *OPTIONAL_ROLES))
@@ -323,4 +330,6 @@ def new_root(keys: dict[str, list[Path]], thresholds: dict[str, int], version: i
     doc = {"type": "root", "version": version, "expires": format_time(expires), "keys": all_keys, "roles": roles}
     if name is not None:
         doc["name"] = name
+    if model_signature is not None:
+        doc["model_signature"] = model_signature
     return doc

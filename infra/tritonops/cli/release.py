@@ -111,6 +111,9 @@ def publish_cmd(
                                   "verifies with a --producer-key (as release verify); it ships with the release",
     )] = False,
     producer_key: ProducerKeys = None,
+    warmup: Annotated[bool, typer.Option(
+        "--warmup", help="First generate model_warmup from golden.json where a model has none (tritonops warmup: "
+                         "written into the folder, so the manifest and signature cover it)")] = False,
     as_json: AsJson = False,
     to: OldStore = None,
     version: Annotated[str | None, old_spelling("--version", "--release")] = None,
@@ -140,6 +143,14 @@ def publish_cmd(
     seconds = _expires(expires)
 
     def run() -> dict[str, Any]:
+        if warmup:  # before the files are hashed: the generated warmup is signed as the rest of the release
+            from tritonops.model_repo import warmup as warmups
+            from tritonops.model_repo.pbtxt import ModelConfigError
+
+            try:
+                warmups.generate(repository)
+            except ModelConfigError as e:
+                raise ReleaseError(f"--warmup: {e}") from None
         # The producer's signature is checked before anything is read into the store.
         with _upload_progress(not as_json) as progress:  # gone before the summary is printed
             return pub.publish(
@@ -339,12 +350,21 @@ Thresholds = Annotated[list[str] | None, typer.Option(help="ROLE=N signatures ne
 StoreName = Annotated[str | None, typer.Option(
     help="The store's (fleet's) name, signed into the root and every pointer: nodes run with --store-name refuse "
          "any other store's metadata, even under the same keys (rotate keeps the current root's name)")]
+RootProducerKeys = Annotated[list[Path] | None, typer.Option(
+    "--producer-key", help="A model producer's EC public key (PEM, repeatable), signed into the root: a release's "
+                           "model.sig must verify with one of them, at publish and on every node before it installs "
+                           "(rotate keeps the current root's keys unless given)", parser=path)]
+RequireModelSignature = Annotated[bool | None, typer.Option(
+    "--require-model-signature/--no-require-model-signature",
+    help="Nodes install only releases that carry a model.sig verifying with a --producer-key of the root, and "
+         "publish refuses any other (rotate keeps the current root's setting unless given)")]
 
 
 def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, release_key: list[Path] | None,
               channel_key: list[Path] | None, report_key: list[Path] | None, threshold: list[str] | None,
               sign_with: list[Path] | None, expires: str, s3_endpoint: str | None, as_json: bool,
-              trusted_key: list[Path] | None = None, name: str | None = None) -> None:
+              trusted_key: list[Path] | None = None, name: str | None = None,
+              producer_key: list[Path] | None = None, require_model_signature: bool | None = None) -> None:
     from tritonops.release import publish as pub
 
     where = _store("root", store, None)
@@ -365,9 +385,13 @@ def _root_cmd(first: bool, store: str | None, root_key: list[Path] | None, relea
             console.print("root version 1 replaced: no node followed the one before (--trusted-key did not sign it)")
         roles = ", ".join(f"{r} {v['threshold']} of {len(v['keyids'])}" for r, v in sorted(o["roles"].items()))
         console.print(f"root version {o['root_version']} written, valid until {o['expires']}: {roles}")
+        if o.get("model_signature"):
+            m = o["model_signature"]
+            console.print(f"producer signatures {'required' if m['required'] else 'checked when present'}: "
+                          f"{len(m['keyids'])} producer key(s)")
 
     run_release_op(lambda: pub.write_root(where, keys, list(sign_with), thresholds, seconds, s3_endpoint, first,
-                                          trusted_key, name), as_json, render)
+                                          trusted_key, name, producer_key, require_model_signature), as_json, render)
 
 
 @root_app.command("init")
@@ -387,10 +411,12 @@ def root_init_cmd(
              "signed the store's channel pointers): root 1 is refused unless one of them signs it",
         parser=path)] = None,
     name: StoreName = None,
+    producer_key: RootProducerKeys = None,
+    require_model_signature: RequireModelSignature = None,
 ) -> None:
     """Write root version 1: public keys per role (--root-key, --release-key, --channel-key: repeatable)."""
     _root_cmd(True, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
-              s3_endpoint, as_json, trusted_key, name)
+              s3_endpoint, as_json, trusted_key, name, producer_key, require_model_signature)
 
 
 @root_app.command("rotate")
@@ -406,10 +432,12 @@ def root_rotate_cmd(
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
     name: StoreName = None,
+    producer_key: RootProducerKeys = None,
+    require_model_signature: RequireModelSignature = None,
 ) -> None:
     """Write the next root version (rotate or revoke keys: a key the new root leaves out is trusted no more)."""
     _root_cmd(False, store, root_key, release_key, channel_key, report_key, threshold, sign_with, expires,
-              s3_endpoint, as_json, None, name)
+              s3_endpoint, as_json, None, name, producer_key, require_model_signature)
 
 
 @app.command("status")
@@ -424,8 +452,6 @@ def status_cmd(
 ) -> None:
     """Which release each channel names, and which release each agent serves. Exit 1 when an agent lags."""
     from rich.table import Table
-
-    from tritonops.release import publish as pub
 
     where = _store("status", store, to)
     agents = [*(agent_url or []), *(target or [])]
@@ -456,7 +482,9 @@ def status_cmd(
     out: dict = {}
 
     def run() -> dict:
-        out.update(pub.status(where, channel, agents, s3_endpoint))
+        from tritonops.release.status import status
+
+        out.update(status(where, channel, agents, s3_endpoint))
         from tritonops.release import rollout  # a staged rollout: targeted / applied / gated / failed per wave
 
         found = {c: rollout.summary(where, c, agents, s3_endpoint) for c in channel}

@@ -17,8 +17,10 @@ A repository is accepted only when
 
 Keyless (Sigstore/Fulcio certificate) bundles are not accepted here: verifying one needs the Sigstore
 trust root, which the library fetches over the network (docs/releases.md says what can be checked
-offline). The check runs on the controller: the node agent is standard-library only and has no
-elliptic-curve verifier; it trusts the release signature that covers ``model.sig`` and every file.
+offline). This check runs on the controller with the library. When the store's root names producer keys
+(``root init --producer-key``, optionally ``--require-model-signature``), nodes check the bundle again
+before they install, with the openssl command line (``tritonops.agent.producer``; publish runs that check
+too); otherwise a node trusts the release signature that covers ``model.sig`` and every file.
 """
 
 from __future__ import annotations

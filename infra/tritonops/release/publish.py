@@ -5,7 +5,7 @@ operator's key, uploads every file once by content (``blobs/sha256/<hex>``), the
 its signature (``releases/<digest>/``), then moves the channel pointer (``channels/<name>.json``):
 one object written last, so agents see either the old release or the whole new one. ``promote``
 copies one channel's release to another, ``rollback`` moves a channel back through its history,
-``status`` reads the pointers and what each target reports it serves.
+``status`` (status.py) reads the pointers and what each target reports it serves.
 
 A pointer moves by compare-and-swap, so two moves at once never lose one (from the pointer or its
 history): on S3 a conditional PUT (``If-Match`` the ETag read, ``If-None-Match: *`` for the first
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import manifest, metadata, netio, trust
+from tritonops.agent import manifest, metadata, producer, trust
 from tritonops.agent.metadata import unverified as parse_pointer
 from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
@@ -41,8 +41,6 @@ HISTORY = 20
 ROOT_EXPIRES = 365 * 86400.0  # a root (keys and thresholds) is valid a year unless rotated
 EXPIRES = 30 * 86400.0  # seconds a pointer stays valid unless refreshed (--expires; "freeze" needs an expiry)
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
-TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
 
 
 def duration(text: str, option: str = "--expires") -> float:
@@ -188,6 +186,7 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
         if same and (old or {}).get("rollout") == rollout and not force and (old or {}).get("version", 0) >= 1:
             return None
         length = _release_length(writer, channel, rel, dig)
+        _producer_as_nodes(writer, root, rel, dig)
         doc = pointer_doc(channel, old, rel, dig, why, length, root, rollout, expires)
         seen["doc"] = doc
         signed = trust.sign_envelope(doc, list(keys))
@@ -198,6 +197,23 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
         return {**(seen["old"] or {}), "changed": False}
     old = seen["old"]
     return {**seen["doc"], "changed": True, "previous": old["release"] if old else None}
+
+
+def _producer_as_nodes(writer: Writer, root: trust.Root | None, release: str, digest: str) -> None:
+    """A pointer about to name a release under a root that names producer keys: the release's model.sig, read
+    from the store, checked as nodes check it before they install (agent.producer); a release they would refuse
+    (an unsigned one a rollback or promote picks under a requiring root) is a UsageError, nothing written."""
+    if root is None or not root.producer_keys:
+        return
+    files = manifest.parse_release(writer.get(manifest_key(digest), limit=MANIFEST_MAX), writer.url)["files"]
+    if not producer.needed(root, files):
+        return
+    name = producer.SIGNATURE_FILE
+    raw = writer.get(blob_key(files[name]), limit=producer.BUNDLE_MAX) if name in files else None
+    try:
+        producer.check(raw, files, root.producer_keys, f"{writer.url}: release {release}")
+    except ReleaseError as e:
+        raise UsageError(f"{e} [nodes would refuse it: signature; nothing written]") from None
 
 
 def _claim(writer: Writer, release: str, digest: str) -> bool:
@@ -248,11 +264,9 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     for k in release_keys:
         trust.public_pem(k)  # a missing or unreadable key is refused (naming it) before anything else is read
     files, warnings = check_repository(source, target, config_name)
-    # A producer's model.sig: verified with ``producer_keys`` (--model-signature), else never shipped silently
-    # (refused when the files no longer match it, a warning that its signer was not checked when they do).
-    signed = model_signature.verify(source, producer_keys, files) if producer_keys is not None else None
-    unverified = None if producer_keys is not None else model_signature.unverified(source, files)
     writer = Writer(to, s3_endpoint)
+    root = nodes_root(writer)
+    signed, unverified = _model_signature(source, files, producer_keys, root)
     if version:
         check_release_id(version)
     if not allowed:
@@ -265,7 +279,7 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     text = manifest.text(files, lengths, release, allowed).encode()
     digest = hashlib.sha256(text).hexdigest()
     signature = trust.sign_detached(text, release_keys)
-    _preflight(writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
+    _preflight(root, writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
     new: list[str] = []  # what this run wrote that was not there before: removed again if it fails
     if _claim(writer, release, digest):  # one id, one content: whoever comes second with other content is refused
         new.append(f"ids/{release}.json")
@@ -329,11 +343,33 @@ def _remove_new(writer: Writer, keys: list[str]) -> None:
             writer.delete(key)
 
 
-def _preflight(writer: Writer, text: bytes, signature: bytes, channel: str | None, release: str, digest: str,
-               keys: list[Path], expires: float) -> None:
+def _model_signature(source: Path, files: dict[str, str], producer_keys: list[Path] | None,
+                     root: trust.Root | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A producer's model.sig before anything is written: (what verified, the warning that nothing did).
+
+    Verified with ``producer_keys`` (--model-signature) by the model_signing library; and, when the store's root
+    names producer keys, as nodes verify it before they install (agent.producer: required by the root, or a
+    model.sig the release carries): a release nodes would refuse is refused here. Otherwise never shipped
+    silently: refused when the files no longer match it, a warning that its signer was not checked when they do."""
+    signed = model_signature.verify(source, producer_keys, files) if producer_keys is not None else None
+    if root is not None:
+        where = f"{source} (root version {root.version}" + (
+            " requires producer signatures)" if root.require_model_signature else " names producer keys)")
+        try:
+            kid = producer.require(root, source, files, where)
+        except ReleaseError as e:
+            raise ReleaseError(f"{e} [nodes would refuse it; nothing written]") from None
+        if kid is not None:
+            return signed or {"repository": str(source), "signature": str(source / model_signature.SIGNATURE_FILE),
+                              "producer_key": f"{kid[:16]} (root version {root.version})",
+                              "files": len(set(files) - {model_signature.SIGNATURE_FILE})}, None
+    return signed, None if signed is not None else model_signature.unverified(source, files)
+
+
+def _preflight(root: trust.Root | None, writer: Writer, text: bytes, signature: bytes, channel: str | None,
+               release: str, digest: str, keys: list[Path], expires: float) -> None:
     """Before the first upload: the manifest's signatures and the channel pointer to be, judged as nodes judge
-    them against the store's root (UsageError naming the role and the keys otherwise; nothing written)."""
-    root = nodes_root(writer)
+    them against the store's ``root`` (UsageError naming the role and the keys otherwise; nothing written)."""
     if root is None:
         return
     where = f"{writer.url}/{manifest_key(digest)}"
@@ -427,7 +463,8 @@ def refresh(to: str, channel: str, s3_endpoint: str | None = None, *, keys: Path
 def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thresholds: dict[str, int] | None = None,
                expires: float = ROOT_EXPIRES, s3_endpoint: str | None = None,
                first: bool | None = None, trusted_keys: list[Path] | None = None,
-               name: str | None = None) -> dict[str, Any]:
+               name: str | None = None, producer_keys: list[Path] | None = None,
+               require_model_signature: bool | None = None) -> dict[str, Any]:
     """Write the store's next root, ``root/<N+1>.json``: ``keys`` maps each role (root, release, channel,
     report) to its public key files, ``thresholds`` each role to how many must sign. ``sign_with`` must hold
     a threshold of the current root's root keys (for root 1: the key(s) nodes trust today, their
@@ -436,7 +473,10 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
     --trusted-key files) or, without them, against the keys that signed the store's channel pointers.
     ``first``: True refuses when a root exists (init), False when none does (rotate). Create-only: a root
     version is never rewritten, but for one case: ``root init --trusted-key`` over a ``root/1.json`` (the
-    only root) that those keys did not sign, which therefore no node ever followed, replaces it."""
+    only root) that those keys did not sign, which therefore no node ever followed, replaces it.
+    ``producer_keys`` (EC public keys) go into the root with ``require_model_signature`` (agent.producer); without
+    them a rotation keeps the current root's producer keys (and its requirement, unless ``require_model_signature``
+    says otherwise)."""
     writer = Writer(to, s3_endpoint)
     version = latest_root(writer) + 1
     unfollowed = None
@@ -449,7 +489,8 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
         raise UsageError(f"{to}: no root yet; use tritonops release root init")
     current = nodes_root(writer) if version > 1 else None
     signed = trust.new_root(keys, thresholds or {}, version, time.time() + expires,
-                            name if name is not None else (current.name if current else None))
+                            name if name is not None else (current.name if current else None),
+                            _producers(current, producer_keys, require_model_signature))
     raw = trust.sign_envelope(signed, list(sign_with))
     where = f"{to}/{root_key(version)}"
     current = current if version > 1 else _nodes_anchor(writer, trusted_keys, sign_with)
@@ -467,8 +508,23 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
         return raw
 
     writer.swap(root_key(version), create, what=f"root {version}")
+    block = signed.get("model_signature")
     return {"store": to, "root_version": version, "expires": signed["expires"], "replaced": unfollowed is not None,
-            "roles": {r: {"keyids": v["keyids"], "threshold": v["threshold"]} for r, v in signed["roles"].items()}}
+            "roles": {r: {"keyids": v["keyids"], "threshold": v["threshold"]} for r, v in signed["roles"].items()},
+            "model_signature": block and {"required": block["required"], "keyids": sorted(block["keys"])}}
+
+
+def _producers(current: trust.Root | None, keys: list[Path] | None, required: bool | None) -> dict[str, Any] | None:
+    """The next root's ``model_signature`` part: the keys given, else the current root's; required as told, else
+    as the current root has it."""
+    if keys:
+        return producer.block(keys, bool(required), UsageError)
+    block = (current.doc or {}).get("model_signature") if current else None
+    if block is None:
+        if required:
+            raise UsageError("--require-model-signature: name the producers' public key(s) with --producer-key")
+        return None
+    return {**block, "required": block["required"] if required is None else required}
 
 
 def _unfollowed_root1(writer: Writer, anchor: trust.Root) -> bytes | None:
@@ -506,59 +562,3 @@ def _nodes_anchor(writer: Writer, trusted_keys: list[Path] | None, sign_with: li
                          "the nodes' --trusted-key files [nodes would refuse root 1; nothing written]")
     ids = tuple(sorted(known))
     return trust.Root(0, None, known, {r: (ids, 1) for r in (*trust.ROLES, *trust.OPTIONAL_ROLES)})
-
-
-def _parse_metrics(text: str) -> list[dict[str, Any]]:
-    """The tritonops_release_info / _channel_info / _up_to_date series of one target's /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = []
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.startswith("tritonops_release_") and s.name.endswith(("_info", "_up_to_date")):
-                out.append({"name": s.name, "value": float(s.value), **s.labels})
-    return out
-
-
-def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
-    """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
-    import urllib.parse
-
-    for url in targets:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise UsageError(f"--agent-url {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
-    reader = Store(to, s3_endpoint=s3_endpoint)
-    # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
-    store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
-    for c in channels:
-        channel_key(c)  # a channel that is no name at all first: its own error
-    if isinstance(store, Writer):
-        store.check_exists()
-    out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
-    for c in channels:
-        p = read_pointer(store, c)
-        if p is None:  # a misspelled channel, or a store that holds none: never "(none)" and exit 0
-            raise store.missing_channel(c) if isinstance(store, Writer) else UsageError(
-                f"{to}: channel {c!r} does not exist")
-        out["channels"][c] = None if p is None else {k: p.get(k) for k in ("release", "digest", "published", "note",
-                                                                          "version", "expires")}
-    for url in targets:
-        row: dict[str, Any] = {"target": url}
-        try:  # one deadline for the whole page, however slowly it trickles
-            resp = netio.request(url, deadline=TARGET_TIMEOUT, limit=TARGET_METRICS_MAX)
-            if resp.status != 200:
-                raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
-            series = _parse_metrics(resp.body.decode(errors="replace"))
-        except (ReleaseError, ValueError) as e:  # unreachable, slow, too big, or not a metrics page
-            row["error"] = str(e)
-            out["targets"].append(row)
-            continue
-        for s in series:
-            if s["name"] == "tritonops_release_info":
-                row.update(channel=s.get("channel"), release=s.get("release"), digest=s.get("digest"))
-            elif s["name"] == "tritonops_release_up_to_date":
-                row["up_to_date"] = s["value"] == 1
-        out["targets"].append(row)
-    return out
-

@@ -32,12 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import netio, signing, trust
 from tritonops.agent import rollout as ar
+from tritonops.agent import signing, trust
 from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
 from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
+from tritonops.release.status import scrape
 
 REPORTS_MAX = 100_000  # reports read per channel
 READERS = 16  # reports read at once
@@ -258,28 +259,6 @@ def write_counted(writer: pub.Writer, channel: str, rollout_id: str, last: dict[
         doc = {"type": "counted", "version": 1, "rollout": rollout_id, "agents": dict(sorted(agents.items())),
                "expires": trust.format_time(time.time() + COUNTED_EXPIRES)}  # read as long as its rollout runs
         writer.put(counted_key(channel), trust.sign_envelope(doc, list(keys)), "application/json")
-
-
-def scrape(url: str) -> dict[str, Any]:
-    """One agent's rollout-relevant series from its /metrics (errors in the row, never raised)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    row: dict[str, Any] = {"agent": url}
-    try:
-        resp = netio.request(url, deadline=pub.TARGET_TIMEOUT, limit=pub.TARGET_METRICS_MAX)
-        if resp.status != 200:
-            raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
-        for fam in text_string_to_metric_families(resp.body.decode(errors="replace")):
-            for s in fam.samples:
-                if s.name == "tritonops_release_info":
-                    row.update(release=s.labels.get("release"), digest=s.labels.get("digest"))
-                elif s.name == "tritonops_release_up_to_date":
-                    row["up_to_date"] = s.value == 1
-                elif s.name == "tritonops_release_rollout_targeted":
-                    row.update(targeted=s.value == 1, rollout=s.labels.get("rollout"), wave=s.labels.get("wave"))
-    except (ReleaseError, ValueError) as e:
-        row["error"] = str(e)
-    return row
 
 
 def parse_fleet(path: Path) -> Fleet:

@@ -201,6 +201,7 @@ def test_a_node_of_one_store_refuses_another_stores_metadata_under_the_same_keys
     assert json.loads((tmp_path / "fleet-b" / channel_key("stable")).read_text())["signed"]["store"] == "fleet-b"
     done = sync(agent_pyz, tmp_path / "fleet-a", tmp_path / "a", keys["old.pub"], "--store-name", "fleet-a")
     assert done.returncode == 0 and json.loads(done.stdout)["release"] == "r1", done.stderr
+    assert "no signed root trusted yet" not in done.stderr  # a named store: nothing installs under the implicit root
     # fleet-b's store where fleet-a's nodes look: same keys, valid signatures, refused
     done = sync(agent_pyz, tmp_path / "fleet-b", tmp_path / "b", keys["old.pub"], "--store-name", "fleet-a")
     assert done.returncode != 0 and "not 'fleet-a' that this node is configured for" in done.stdout + done.stderr

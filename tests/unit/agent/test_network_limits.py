@@ -32,6 +32,7 @@ from tritonops.agent.triton import Triton
 from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.release import canary
 from tritonops.release import publish as pub
+from tritonops.release import status as release_status
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 TRICKLE = 0.1  # seconds between two bytes of a trickling server
@@ -224,9 +225,9 @@ def test_the_controllers_reads_end_at_their_deadline_too(serve: Callable[..., Se
         with pytest.raises(canary.GateError, match=r"no complete answer within the 0.5s deadline"):
             canary.query(srv.url, "up", timeout_s=0.5)
     else:
-        monkeypatch.setattr(pub, "TARGET_TIMEOUT", 0.5)
+        monkeypatch.setattr(release_status, "TARGET_TIMEOUT", 0.5)
         (tmp_path / "store").mkdir()
-        row = pub.status(str(tmp_path / "store"), [], [srv.url + "/metrics"])["targets"][0]
+        row = release_status.status(str(tmp_path / "store"), [], [srv.url + "/metrics"])["targets"][0]
         assert "no complete answer within the 0.5s deadline" in row["error"]
     assert 0.4 < time.monotonic() - start < 1.5
 

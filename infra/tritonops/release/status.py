@@ -1,0 +1,69 @@
+"""What the fleet says: each channel's pointer, and what each agent reports on its /metrics (``release status``,
+the staged rollout's view of its agents)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from tritonops.agent import netio
+from tritonops.agent.store import Store
+from tritonops.core.errors import ReleaseError, UsageError
+from tritonops.core.keys import channel_key
+from tritonops.release.publish import read_pointer
+from tritonops.release.writer import Writer
+
+TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
+TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
+_POINTER_FIELDS = ("release", "digest", "published", "note", "version", "expires")
+
+
+def scrape(url: str) -> dict[str, Any]:
+    """One agent's release series from its /metrics (``agent``: the URL; errors in the row, never raised):
+    the channel, release and digest it serves, whether it is up to date, and its rollout's targeting."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    row: dict[str, Any] = {"agent": url}
+    try:  # one deadline for the whole page, however slowly it trickles
+        resp = netio.request(url, deadline=TARGET_TIMEOUT, limit=TARGET_METRICS_MAX)
+        if resp.status != 200:
+            raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
+        for fam in text_string_to_metric_families(resp.body.decode(errors="replace")):
+            for s in fam.samples:
+                if s.name == "tritonops_release_info":
+                    row.update(channel=s.labels.get("channel"), release=s.labels.get("release"),
+                               digest=s.labels.get("digest"))
+                elif s.name == "tritonops_release_up_to_date":
+                    row["up_to_date"] = s.value == 1
+                elif s.name == "tritonops_release_rollout_targeted":
+                    row.update(targeted=s.value == 1, rollout=s.labels.get("rollout"), wave=s.labels.get("wave"))
+    except (ReleaseError, ValueError) as e:  # unreachable, slow, too big, or not a metrics page
+        row["error"] = str(e)
+    return row
+
+
+def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
+    """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
+    for url in targets:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(f"--agent-url {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
+    reader = Store(to, s3_endpoint=s3_endpoint)
+    # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
+    store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    for c in channels:
+        channel_key(c)  # a channel that is no name at all first: its own error
+    if isinstance(store, Writer):
+        store.check_exists()
+    out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
+    for c in channels:
+        p = read_pointer(store, c)
+        if p is None:  # a misspelled channel, or a store that holds none: never "(none)" and exit 0
+            raise store.missing_channel(c) if isinstance(store, Writer) else UsageError(
+                f"{to}: channel {c!r} does not exist")
+        out["channels"][c] = {k: p.get(k) for k in _POINTER_FIELDS}
+    for url in targets:
+        row = scrape(url)
+        out["targets"].append({"target": url, **{k: row[k] for k in ("channel", "release", "digest", "up_to_date",
+                                                                    "error") if k in row}})
+    return out
