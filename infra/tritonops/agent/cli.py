@@ -30,6 +30,7 @@ from ..core.errors import ReleaseError, StoreError, UsageError
 from ..core.exitcodes import ExitCode
 from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
 from . import argtypes, drift, failures, lock, manifest, releases
+from .cache import Cache
 from .metrics import serve
 from .pull import Agent
 from .serve import StepFailed, serve_release
@@ -59,6 +60,11 @@ def _pull_args(sp: argparse.ArgumentParser) -> None:
                     help="a public key (PEM) whose signature a release must carry; repeat while rotating")
     sp.add_argument("--s3-endpoint", help="an S3-compatible endpoint (default: AWS, or AWS_ENDPOINT_URL_S3)")
     sp.add_argument("--cache", type=argtypes.path, help="a node-local blob cache shared by the pods on a node")
+    sp.add_argument("--cache-quota", type=argtypes.count, help="bytes the --cache folder keeps (least recently used "
+                    "evicted; blobs a serving release pins never)")
+    sp.add_argument("--cache-url", type=argtypes.url,
+                    help="the node's cache daemon (tritonops-agent cache serve): each file read from it first, "
+                         "the store when it does not answer")
     sp.add_argument("--keep", type=argtypes.count, default=3, help="releases to keep (default 3)")
     sp.add_argument("--owner")
     sp.add_argument("--group")
@@ -137,6 +143,30 @@ def parser() -> argparse.ArgumentParser:
                          "(a folder or s3:// store the agent may write)")
     sp.add_argument("--report-key", type=argtypes.path,
                     help="a private key (PEM) to sign the reports with (the root's 'report' role); none: unsigned")
+    sp = sub.add_parser("cache", help="the node cache daemon: serve the cache to the node's pods, prefetch channels")
+    csub = sp.add_subparsers(dest="cache_cmd", required=True)
+    for name, text in (("serve", "serve the node cache over HTTP (a read-through mirror) and prefetch --channel"),
+                       ("prefetch", "fill the node cache with the channels' current and staged releases")):
+        cp = csub.add_parser(name, help=text)
+        cp.add_argument("--cache", type=argtypes.path, required=True, help="the node cache folder")
+        cp.add_argument("--quota", type=argtypes.count, help="bytes of blobs to keep (default: no limit)")
+        cp.add_argument("--store", required=True, help="the release store (as for pull)")
+        cp.add_argument("--s3-endpoint")
+        cp.add_argument("--store-name")
+        cp.add_argument("--trusted-key", type=argtypes.path, action="append", default=[], required=name == "prefetch")
+        cp.add_argument("--channel", action="append", default=[], required=name == "prefetch",
+                        help="a channel whose releases to prefetch (repeatable)")
+        cp.add_argument("--max-rate", type=argtypes.number(0, low_ok=False),
+                        help="bytes per second the prefetcher reads at most (default: no bound)")
+        cp.add_argument("--interval", type=argtypes.number(0, low_ok=False), default=30.0,
+                        help="seconds between reads of the channel pointers (default 30)")
+        cp.add_argument("--metadata-timeout", type=argtypes.number(0, low_ok=False), default=METADATA_TIMEOUT)
+        cp.add_argument("--blob-timeout", type=argtypes.number(0, low_ok=False), default=BLOB_TIMEOUT)
+    cp.add_argument("--once", action="store_true", help="one pass, then exit (JSON: each channel's warm state)")
+    cp = csub.choices["serve"]
+    cp.add_argument("--listen", type=argtypes.listen, required=True, help="HOST:PORT the node's pods read from")
+    cp.add_argument("--max-blob", type=argtypes.count, default=64 << 30,
+                    help="bytes a blob filled on a pod's miss may have at most (default 64 GiB)")
     drift.add_commands(sub)
     return p
 
@@ -144,13 +174,48 @@ def parser() -> argparse.ArgumentParser:
 def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
     store = Store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
                   blob_timeout=args.blob_timeout)
+    mirror = (Store(args.cache_url, timeout=args.metadata_timeout, blob_timeout=args.blob_timeout)
+              if args.cache_url else None)
     return Agent(store, args.channel, args.link, args.releases,
                  args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
                  group=args.group, log=lambda m: print(m, file=sys.stderr, flush=True), store_name=args.store_name,
+                 cache_quota=args.cache_quota, mirror=mirror,
                  **({"load_timeout": args.load_timeout, "golden_timeout": args.golden_timeout,
                      "missed_polls": args.missed_polls, "agent_id": args.agent_id,
                      "group_labels": args.group_label, "report": args.report,
                      "report_key": args.report_key} if triton else {}))
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """``cache serve`` / ``cache prefetch`` (cache_daemon.py)."""
+    from . import cache_daemon
+
+    def log(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    store = Store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
+                  blob_timeout=args.blob_timeout)
+    cache = Cache(args.cache, args.quota, log=log)
+    prefetchers = [cache_daemon.Prefetcher(cache, Store(args.store, s3_endpoint=args.s3_endpoint,
+                                                        timeout=args.metadata_timeout, blob_timeout=args.blob_timeout),
+                                           ch, args.trusted_key, args.max_rate, args.store_name, log)
+                   for ch in args.channel]
+    if args.cache_cmd == "prefetch" and args.once:
+        out = [p.once() for p in prefetchers]
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    for p in prefetchers:
+        threading.Thread(target=p.run, args=(args.interval, stop), name=f"prefetch-{p.channel}", daemon=True).start()
+    if args.cache_cmd == "serve":
+        server = cache_daemon.serve(args.listen, cache, store, args.max_blob,
+                                    lambda: {"cache": str(cache), "used_bytes": cache.usage(), "quota": cache.quota,
+                                             "channels": [p.warm for p in prefetchers]})
+        threading.Thread(target=server.serve_forever, name="cache", daemon=True).start()
+    stop.wait()
+    return 0
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -239,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             out = releases.status(args.link, args.releases, args.release, args.digest)
         elif args.cmd == "verify":
             out = {"files": len(manifest.verify(args.path)), "path": str(args.path)}
+        elif args.cmd == "cache":
+            return _cache(args)
         elif args.cmd == "pull":
             if args.lock_timeout is not None:  # the daemon takes the lock per poll cycle (pull.py)
                 os.environ["TRITONOPS_LOCK_TIMEOUT"] = str(args.lock_timeout)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -32,6 +33,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: "$" would also matc
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256 (hex)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
@@ -39,14 +41,24 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def tree_files(root: Path) -> dict[str, str]:
-    """sha256 of every regular file under ``root`` (not the manifest itself, not __pycache__)."""
+def copy_verified(src: Path, dest: Path) -> str:
+    """Copy ``src`` into ``dest`` and return the sha256 of ``dest``'s content: a kernel copy (shutil: sendfile),
+    then one read of the copy from the page cache, so the hash is of the bytes ``dest`` holds, whatever
+    happens to ``src`` meanwhile (faster than reading, hashing and writing each chunk in Python)."""
+    shutil.copyfile(src, dest)
+    return sha256_file(dest)
+
+
+def tree_files(root: Path, checked: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every regular file under ``root`` (not the manifest itself, not __pycache__); those named in
+    ``checked`` are taken from it, not read."""
     root = Path(root)
     files = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
         if p.is_file() and p.name != MANIFEST_FILE and "__pycache__" not in rel.parts:
-            files[rel.as_posix()] = sha256_file(p)
+            name = rel.as_posix()
+            files[name] = (checked or {}).get(name) or sha256_file(p)
     return files
 
 
@@ -184,11 +196,13 @@ def compare(expected: dict[str, str], actual: dict[str, str]) -> dict[str, list[
     }
 
 
-def verify(release_dir: Path) -> dict[str, str]:
-    """Check a folder against its manifest; raise naming every file that differs."""
+def verify(release_dir: Path, checked: dict[str, str] | None = None) -> dict[str, str]:
+    """Check a folder against its manifest; raise naming every file that differs. ``checked``: files whose
+    sha256 the caller computed as it wrote them (a download, a verified copy, into a folder only it writes):
+    those are not read again; the folder must still hold exactly the manifest's files."""
     release_dir = Path(release_dir)
     expected = read(release_dir)
-    diff = compare(expected, tree_files(release_dir))
+    diff = compare(expected, tree_files(release_dir, checked))
     problems = [f"{release_dir / k}: missing" for k in diff["removed"]]
     problems += [f"{release_dir / k}: not in the manifest" for k in diff["added"]]
     problems += [f"{release_dir / k}: sha256 does not match the manifest" for k in diff["changed"]]

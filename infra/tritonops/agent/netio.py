@@ -37,7 +37,8 @@ from typing import Any
 
 from ..core.errors import ReleaseError, StoreError, TooLong
 
-CHUNK = 64 << 10
+CHUNK = 64 << 10  # bytes per read of a small answer (a pointer, a manifest, an error)
+BLOB_CHUNK = 1 << 20  # bytes per read of a file's download: fewer, larger reads (store.download)
 ERROR_BODY_MAX = 64 << 10  # bytes read of a non-2xx answer (an error message, never a payload)
 MAX_REDIRECTS = 5
 _TICK = 0.05  # seconds: how often the watchdog looks at the cancel event
@@ -188,7 +189,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _Watch, what: str,
-          error: type[ReleaseError]) -> tuple[bytes, int]:
+          error: type[ReleaseError], chunk_size: int) -> tuple[bytes, int]:
     length = resp.headers.get("Content-Length")
     too_long = TooLong if error is StoreError else error  # a store's answer over its length (a subclass keeps its own)
     if length and length.strip().isdigit() and int(length) > limit:
@@ -199,7 +200,7 @@ def _read(resp: Any, limit: int, sink: Callable[[bytes], None] | None, watch: _W
         watch.check()
         if watch.fired:
             break
-        chunk = resp.read(min(CHUNK, limit + 1 - got))
+        chunk = resp.read(min(chunk_size, limit + 1 - got))
         if not chunk:
             break
         got += len(chunk)
@@ -216,7 +217,8 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
             method: str = "GET", deadline: float, limit: int, error: type[ReleaseError] = ReleaseError,
             sink: Callable[[bytes], None] | None = None, cancel: threading.Event | None = None,
             redirects: bool = True, proxies: dict[str, str] | None = None,
-            context: ssl.SSLContext | None = None, foreign_redirects: bool = False) -> Response:
+            context: ssl.SSLContext | None = None, foreign_redirects: bool = False,
+            chunk_size: int = CHUNK) -> Response:
     """Send one request (following same-origin redirects); its answer, the body read under ``limit``.
 
     ``headers`` is a mapping or a function of the URL (a signature is computed again for a redirect's
@@ -226,6 +228,7 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
     ``foreign_redirects``: follow a redirect to another origin too (an OCI registry's blob to its storage),
     sending none of ``headers`` there or after (a presigned URL carries its own authorization), never
     from https to http. ``data``: bytes, or a file object (with a Content-Length header) for an upload.
+    ``chunk_size``: bytes per read of the body (BLOB_CHUNK for a file's download).
     Raises ``error`` naming ``what`` (default: the URL, no query) when the deadline passes, ``cancel``
     is set, the body is over ``limit``, a redirect leaves the origin, or the connection fails (the
     socket's or TLS's own exception as its ``__cause__``, for a caller that knows what fixes it).
@@ -264,7 +267,7 @@ def request(url: str, *, what: str | None = None, headers: Headers | None = None
                     if method == "HEAD":  # no body, whatever length it announces
                         body, size = b"", 0
                     elif 200 <= status < 300:
-                        body, size = _read(resp, limit, sink, watch, what, error)
+                        body, size = _read(resp, limit, sink, watch, what, error, chunk_size)
                     else:  # an error message: its start is enough, the rest is never read
                         body = resp.read(ERROR_BODY_MAX) if status != 304 else b""
                         size = len(body)

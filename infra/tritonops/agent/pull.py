@@ -25,15 +25,12 @@ intervals (a loop stuck on something the deadlines do not cover).
 from __future__ import annotations
 
 import errno
-import hashlib
+import functools
 import json
-import os
 import random
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +38,8 @@ from ..core.errors import ReleaseError, StoreError, TooLong
 from ..core.fsio import write_atomic
 from ..core.keys import POINTER_MAX, blob_key, channel_key
 from ..core.names import MANIFEST_FILE
-from . import failures, manifest, metadata, releases, rollout, signing
+from . import failures, manifest, metadata, producer, releases, rollout, signing
+from .cache import fetch_through, open_cache
 from .golden import golden_gate
 from .metrics import Metrics
 from .serve import StepFailed, _step, serve_release
@@ -55,18 +53,24 @@ class Agent:
                  owner: str | None = None, group: str | None = None, load_timeout: float = 600.0,
                  golden_timeout: float = 120.0, log: Callable[[str], None] = print, missed_polls: int = 3,
                  agent_id: str | None = None, group_labels: list[str] | tuple[str, ...] = (), report: bool = False,
-                 report_key: Path | None = None, store_name: str | None = None) -> None:
+                 report_key: Path | None = None, store_name: str | None = None, cache_quota: int | None = None,
+                 mirror: Store | None = None) -> None:
         self.store, self.channel = store, channel
         self.link, self.releases = Path(link), Path(releases_dir)
         self.trusted_keys = [signing.check_public_key(Path(k)) for k in trusted_keys]  # a bad key: exit 2
         # The root and channel versions this node trusts (<releases>/.trusted.json; --trusted-key files at first).
         self.trusted = metadata.Trusted(self.releases, self.trusted_keys, store_name)
         self.frozen = False  # the channel's signed pointer has expired: nothing new is applied
-        self.triton, self.keep, self.cache = triton, keep, Path(cache) if cache else None
+        self.triton, self.keep = triton, keep
+        # The node cache (cache.py): a folder shared by the node's agents, or ``mirror``, a node's ``cache serve``.
+        self.cache = open_cache(Path(cache), cache_quota, log) if cache else None
+        self.mirror, self._pinned = mirror, None
         self.owner, self.group = owner, group
         self.load_timeout, self.golden_timeout = load_timeout, golden_timeout
         self.log = log
-        if self.trusted.root.version == 0:  # every --trusted-key holds every role; other fleets' keys look alike
+        # Every --trusted-key holds every role, other fleets' keys look alike; with --store-name nothing installs
+        # before the store's named root is followed (metadata.check_pointer), so no warning then.
+        if self.trusted.root.version == 0 and store_name is None:
             log(f"warning: channel {channel}: no signed root trusted yet: each --trusted-key signs every role and "
                 "a release signed by any one of them installs (tritonops release root init sets roles and thresholds)")
         self.metrics = Metrics()
@@ -147,41 +151,20 @@ class Agent:
 
     # --- fetch and install ------------------------------------------------------------------------
 
-    def _local_copies(self) -> dict[str, Path]:
-        """sha256 -> a file of an installed release with that content (no download needed)."""
-        out: dict[str, Path] = {}
-        for name in releases.list_releases(self.releases):
-            try:
-                for rel, h in manifest.read(self.releases / name).items():
-                    out.setdefault(h, self.releases / name / rel)
-            except ReleaseError:
-                continue
-        return out
-
-    def _copy_checked(self, src: Path, dest: Path, sha256: str) -> bool:
-        h = hashlib.sha256()
+    def _pin(self, fetching: Collection[str] = ()) -> None:
+        """Pin the gated release's files in the node cache (its eviction spares them), and those of a release
+        being fetched (the files filled first are not evicted by the last); touch the pin each poll: a pin
+        untouched for the cache's pin_ttl (a pod gone) expires."""
+        current = releases.state(self.releases).get("current") if self.gated() else None
+        if self.cache is None or not (current or fetching):
+            return
         try:
-            with open(src, "rb") as f, open(dest, "wb") as out:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-                    out.write(chunk)
-        except OSError:
-            return False
-        return h.hexdigest() == sha256
-
-    def _cache_put(self, src: Path, cached: Path) -> None:
-        """Keep a copy for the next pod on this node; best effort (a cache never fails a release)."""
-        tmp = None
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{cached.name}.", dir=str(cached.parent))
-            os.close(fd)
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, cached)
-        except OSError as e:
-            self.log(f"node cache {cached.parent}: not written ({e.strerror or e})")
-            if tmp and os.path.exists(tmp):
-                os.unlink(tmp)
+            if fetching or self._pinned != current or not self.cache.touch_pin(self.agent_id):
+                served = set(manifest.read(self.releases / str(current)).values()) if current else set()
+                self.cache.pin(self.agent_id, served | set(fetching))
+                self._pinned = None if fetching else current
+        except (ReleaseError, OSError) as e:
+            self.log(f"node cache {self.cache}: release {current} not pinned ({e})")
 
     def _rejected(self, reason: str, message: str) -> None:
         """Count and log metadata the node refuses to act on (metadata.REASONS)."""
@@ -210,39 +193,44 @@ class Agent:
         if dest.is_dir():
             _step("verify", lambda: releases._refuse_reuse(dest, files))
         staging = self.releases / f"{releases.STAGING_PREFIX}{release}"
-        downloaded = reused = 0
+        downloaded = reused = mirrored = 0
         try:
             if dest.is_dir():
                 try:
                     manifest.verify(dest)
-                    return {"release": release, "downloaded": 0, "reused": len(files), "key": str(key)}
                 except ReleaseError:
                     pass  # damaged on disk: fetch again and replace
+                else:  # installed before: the producer signature the trusted root asks for, checked all the same
+                    _step("verify", lambda: producer.require(self.trusted.root, dest, files, f"release {release}"))
+                    return {"release": release, "downloaded": 0, "reused": len(files), "key": str(key)}
             releases._remove(staging)
             staging.mkdir(parents=True)
-            local = self._local_copies()
+            local = releases.local_copies(self.releases)
+            self._pin(fetching=set(files.values()))
             for rel, h in files.items():
                 out = staging / rel
                 out.parent.mkdir(parents=True, exist_ok=True)
-                cached = self.cache / h if self.cache else None
-                if (h in local and self._copy_checked(local[h], out, h)) or (
-                        cached and cached.is_file() and self._copy_checked(cached, out, h)):
+                if h in local and _copied(local[h], out, h):
                     reused += 1
                     continue
-                n = self._download(h, out, lengths[rel])
+                source, n = fetch_through(self.cache, self.mirror, h, out, lengths[rel],
+                                          functools.partial(self._download, h, length=lengths[rel]), self.log)
                 local[h] = out  # a second file with this content is copied, not downloaded again
+                reused += source == "cached"
+                mirrored += source == "mirrored"
                 downloaded += n
                 self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
-                if cached is not None:
-                    self._cache_put(out, cached)
+            _step("verify", lambda: producer.require(self.trusted.root, staging, files, f"release {release}"))
             (staging / MANIFEST_FILE).write_bytes(raw)
+            # Every file was hashed as it was written into staging (a download, the cache's verified copy, a
+            # local copy): install checks the folder holds exactly these files without reading them again.
             _step("install", lambda: releases.install(self.releases, staging, release, owner=self.owner,
-                                                      group=self.group))
+                                                      group=self.group, verified=files))
         except OSError as e:
             raise StepFailed("fetch", f"{staging}: {e.strerror or e}") from None
         finally:
             releases._remove(staging)
-        return {"release": release, "downloaded": downloaded, "reused": reused, "key": str(key)}
+        return {"release": release, "downloaded": downloaded, "reused": reused, "mirrored": mirrored, "key": str(key)}
 
     def _download(self, sha256: str, out: Path, length: int) -> int:
         """One file of a release under the length its signed manifest states. More bytes than that is a
@@ -427,6 +415,7 @@ class Agent:
             if self.trusted.dirty:  # a pointer trusted without a release to apply (refresh, a refusal)
                 self._save_trust()
             self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
+            self._pin()
             self._export()
             return out
 
@@ -593,3 +582,11 @@ class Agent:
             reason = errno.errorcode.get(e.errno or 0, "error")
             self.metrics.inc("tritonops_release_textfile_errors_total", reason=reason)
             self.log(f"{path}: not written ({e.strerror or e}); the agent goes on")
+
+
+def _copied(src: Path, dest: Path, sha256: str) -> bool:
+    """``src`` copied into ``dest`` with the content ``sha256`` (else False: unreadable, or changed since)."""
+    try:
+        return manifest.copy_verified(src, dest) == sha256
+    except OSError:
+        return False

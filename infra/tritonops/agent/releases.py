@@ -210,6 +210,16 @@ def list_releases(releases: Path) -> list[str]:
                   if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file())
 
 
+def local_copies(releases: Path) -> dict[str, Path]:
+    """sha256 -> a file of an installed release with that content (a file to copy instead of downloading)."""
+    out: dict[str, Path] = {}
+    for name in list_releases(releases):
+        with contextlib.suppress(ReleaseError):
+            for rel, h in manifest.read(releases / name).items():
+                out.setdefault(h, releases / name / rel)
+    return out
+
+
 def release_digest(releases: Path, release: str) -> str | None:
     """The digest a store names the installed release by: the sha256 of its manifest file as written
     (for a push-mode manifest, which lists files only, the same as ``manifest.digest`` of its files)."""
@@ -320,12 +330,15 @@ def _check_push(releases: Path, staging: Path, tarball: Path | None) -> None:
 
 @_locked("install")
 def install(releases: Path, staging: Path, release: str, tarball: Path | None = None,
-            owner: str | None = None, group: str | None = None) -> dict[str, Any]:
+            owner: str | None = None, group: str | None = None,
+            verified: dict[str, str] | None = None) -> dict[str, Any]:
     """Verify a pushed or fetched release in ``staging`` and rename it to releases/<release>.
 
     The push is either a folder (``staging``) or a tarball unpacked into ``staging`` first; either
     way every file is checked against the release's manifest before the rename. An installed copy
     whose files were changed on the node is replaced; one with another manifest is refused.
+    ``verified``: the files (path -> sha256) the caller wrote into ``staging`` itself, hashing each on the
+    way (the pull agent's fetch, in its own staging folder, under the lock): not read a second time.
     """
     check_release_id(release)
     releases, staging = Path(releases), Path(staging)
@@ -350,7 +363,7 @@ def install(releases: Path, staging: Path, release: str, tarball: Path | None = 
             except ReleaseError:
                 pass  # files of the installed copy were changed on the node (drift): replace it
         own(staging, owner, group)
-        manifest.verify(staging)
+        manifest.verify(staging, checked=verified if tarball is None else None)
         repaired = dest.is_dir()
         if repaired:
             aside = releases / f"{STAGING_PREFIX}damaged-{release}"

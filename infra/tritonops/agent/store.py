@@ -97,7 +97,7 @@ class Store:
         return self.credentials.get() if self.credentials else None
 
     def _request(self, key: str, headers: dict[str, str], limit: int, deadline: float,
-                 sink: Callable[[bytes], None] | None = None) -> netio.Response:
+                 sink: Callable[[bytes], None] | None = None, chunk_size: int = netio.CHUNK) -> netio.Response:
         """One GET of ``key`` under a deadline and a byte cap; a same-origin redirect is signed again for
         its URL, a redirect to another origin refused (netio)."""
         if self.kind == "oci":
@@ -112,7 +112,7 @@ class Store:
 
         self.requests += 1
         return netio.request(url, what=f"{self.url}/{key}", headers=sign, deadline=deadline, limit=limit,
-                             error=StoreError, sink=sink, cancel=self.cancel)
+                             error=StoreError, sink=sink, cancel=self.cancel, chunk_size=chunk_size)
 
     def get(self, key: str, limit: int = MANIFEST_MAX, conditional: bool = False) -> bytes | None:
         """The object's bytes; None when ``conditional`` and unchanged since the last read."""
@@ -159,11 +159,13 @@ class Store:
         if self.kind == "oci":
             self.oci.forget(key)
 
-    def download(self, key: str, dest: Path, sha256: str, size: int) -> int:
+    def download(self, key: str, dest: Path, sha256: str, size: int,
+                 on_chunk: Callable[[bytes], None] | None = None) -> int:
         """Stream an object into ``dest``, checking its sha256 on the way; returns the bytes written.
 
         Never more than ``size`` bytes (the length the signed manifest states: reading stops there);
-        over HTTP(S) and S3 within ``blob_timeout`` seconds in all."""
+        over HTTP(S) and S3 within ``blob_timeout`` seconds in all. ``on_chunk(chunk)`` is called after
+        each chunk is written (a bandwidth bound, cache.RateLimit; the node cache daemon's pass-through)."""
         if type(size) is not int or size < 0:
             raise StoreError(f"{self.url}/{key}: no signed length to download it under")
         limit = size
@@ -177,6 +179,8 @@ class Store:
                     h.update(chunk)
                     out.write(chunk)
                     written += len(chunk)
+                    if on_chunk is not None:
+                        on_chunk(chunk)
 
                 if self.kind == "file":
                     self.requests += 1
@@ -184,14 +188,14 @@ class Store:
                     if not path.is_file():  # never open a FIFO (blocks) or a device (endless)
                         raise StoreError(f"{path}: not found, or not a regular file")
                     with open(path, "rb") as src:
-                        for chunk in iter(lambda: src.read(min(1 << 20, limit + 1 - written)), b""):
+                        for chunk in iter(lambda: src.read(min(netio.BLOB_CHUNK, limit + 1 - written)), b""):
                             sink(chunk)
                             if written > limit:
                                 raise TooLong(f"{path}: more than the {limit} bytes allowed")
                             if self.cancel is not None and self.cancel.is_set():
                                 raise StoreError(f"{path}: stopped (the agent is shutting down)")
                 else:
-                    resp = self._request(key, {}, limit, self.blob_timeout, sink=sink)
+                    resp = self._request(key, {}, limit, self.blob_timeout, sink=sink, chunk_size=netio.BLOB_CHUNK)
                     if not 200 <= resp.status < 300:
                         raise StoreError(f"{where}: HTTP {resp.status} {netio.reason(resp.status)}")
         except StoreError:

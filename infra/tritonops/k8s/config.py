@@ -306,9 +306,8 @@ class ReleaseSource(_Cfg):
     # holds every role, and a pointer of any store signed with one installs).
     store_name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
     poll_seconds: int = Field(default=30, ge=5, le=3600)
-    # A hostPath blob cache shared by the pods on a node (content-addressed, verified on every copy).
-    # The namespace must admit hostPath volumes (podSecurity: privileged), and the node folder must be
-    # writable by the pods' uid (1000): kubelet creates a missing one owned by root.
+    # Read each file through the node cache (the stack's top-level nodeCache: a per-node daemon the pods
+    # reach over the network, no hostPath in their namespace), the store when it does not answer.
     node_cache: bool = False
     s3_endpoint: str | None = None  # an S3-compatible endpoint (MinIO, Ceph RGW); default AWS
     region: str | None = None  # AWS_REGION of an s3 store
@@ -446,6 +445,21 @@ class AdminApiConfig(_Cfg):
     secret_key: str = "token"
 
 
+class NodeCacheConfig(_Cfg):
+    """The node cache (k8s/stacks/triton/node_cache.py): a DaemonSet in its own namespace (Pod Security
+    privileged there: a hostPath folder) that keeps release files by sha256 on each node of the pools that
+    serve a ``release.nodeCache`` service, prefetches their channels, and serves the node's pods through a
+    Service with ``internalTrafficPolicy: Local``; the Triton namespace stays restricted."""
+
+    namespace: str = "tritonops-node-cache"
+    host_path: str = Field(default="/var/cache/tritonops", pattern=r"^/[A-Za-z0-9._/-]+$")
+    quota_bytes: int = Field(default=100 << 30, ge=1 << 20)  # blobs kept per node (LRU; pinned never evicted)
+    max_rate_bytes: int | None = Field(default=None, ge=1 << 20)  # the prefetcher's bound per node (bytes/s)
+    port: int = Field(default=8470, ge=1024, le=65535)
+    cpu: str = "100m"
+    memory: str = "256Mi"
+
+
 class TritonStackConfig(_Cfg):
     environment: str = ""
     tier: Tier
@@ -461,9 +475,9 @@ class TritonStackConfig(_Cfg):
     ingress: IngressConfig = IngressConfig()
     admin_api: AdminApiConfig = AdminApiConfig()
     network_policy: NetworkPolicyConfig = NetworkPolicyConfig()
-    # Pod Security Standard the namespace enforces (warn and audit stay restricted). Only a model
-    # service with release.nodeCache (a hostPath volume) needs privileged.
+    # Pod Security Standard the namespace enforces (warn and audit stay restricted).
     pod_security: Literal["restricted", "baseline", "privileged"] = "restricted"
+    node_cache: NodeCacheConfig = NodeCacheConfig()  # deployed when a model service has release.nodeCache
 
 
 MODELS: dict[str, type[_Cfg]] = {

@@ -237,7 +237,6 @@ def _release(**fields: Any) -> dict[str, Any]:
         (_release(pollSeconds=1), f"{RELEASE}.pollSeconds", "greater than or equal to 5"),
         (_release(pollSecs=10), f"{RELEASE}.pollSecs", "Extra inputs"),
         (_release(volumeSize="20 GB"), f"{RELEASE}.volumeSize", "not a Kubernetes quantity"),
-        (_release(nodeCache=True), f"{RELEASE}.nodeCache", "podSecurity: privileged"),
         ({**_own("triton", "dev"), "podSecurity": "open"}, "tritonops-triton:podSecurity", "'restricted'"),
     ],
 )  # fmt: skip
@@ -264,11 +263,11 @@ def test_release_needs_explicit_model_control() -> None:
     assert "explicit" in str(exc.value)
 
 
-def test_node_cache_accepted_with_a_privileged_namespace() -> None:
+def test_node_cache_accepted_with_the_stacks_node_cache_in_a_restricted_namespace() -> None:
     raw = _release(nodeCache=True)
-    raw["podSecurity"] = "privileged"
+    raw["nodeCache"] = {"quotaBytes": 50 << 30}
     cfg = parse_config("triton", raw)
-    assert cfg.model_services[0].release.node_cache  # type: ignore[union-attr]
+    assert cfg.model_services[0].release.node_cache and cfg.pod_security == "restricted"  # type: ignore[union-attr]
 
 
 # --- canary (release.canary) ---------------------------------------------------------------------

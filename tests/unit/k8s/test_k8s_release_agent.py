@@ -39,11 +39,9 @@ def _by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _release_cfg(**release: Any) -> TritonStackConfig:
-    """dev (vision pulls the `dev` channel), with release fields overridden; podSecurity for nodeCache."""
+    """dev (vision pulls the `dev` channel), with release fields overridden."""
     raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
     raw["modelServices"][0]["release"].update(release)
-    if release.get("nodeCache"):
-        raw["podSecurity"] = "privileged"
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     return cfg
@@ -193,19 +191,16 @@ def test_release_s3_credentials_only_from_the_secret() -> None:
     assert not any(e["name"].startswith("AWS_") for e in pod["initContainers"][0]["env"])
 
 
-def test_release_node_cache_is_a_host_path_at_the_agents_cache() -> None:
+def test_release_node_cache_is_read_over_the_network_with_no_host_path() -> None:
     cfg = _release_cfg(nodeCache=True, s3Endpoint="http://minio.storage.svc:9000")
     pod = _pod(workload.deployment(cfg, cfg.model_services[0]))
-    vol = _by_name(pod["volumes"])["node-cache"]
-    assert vol["hostPath"] == {"path": release_agent.NODE_CACHE_DIR, "type": "DirectoryOrCreate"}
+    assert "hostPath" not in str(pod["volumes"])
     for c in (pod["initContainers"][0], pod["containers"][1]):
         cmd = c["command"]
-        assert cmd[cmd.index("--cache") + 1] == _by_name(c["volumeMounts"])["node-cache"]["mountPath"]
+        assert cmd[cmd.index("--cache-url") + 1] == "http://tritonops-node-cache.tritonops-node-cache.svc:8470"
         assert cmd[cmd.index("--s3-endpoint") + 1] == "http://minio.storage.svc:9000"
-    assert "node-cache" not in _by_name(pod["containers"][0]["volumeMounts"])  # Triton never sees it
     labels = triton.namespace(cfg)["metadata"]["labels"]
-    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_release_trusted_keys_from_a_secret_several_while_rotating() -> None:

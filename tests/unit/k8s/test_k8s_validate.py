@@ -13,7 +13,7 @@ from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.k8s.stacks.triton import exposure, release_agent, workload
+from tritonops.k8s.stacks.triton import exposure, node_cache, release_agent, workload
 from tritonops.k8s.stacks.triton import objects as triton
 
 LATEST = kubernetes_validate.latest_version()
@@ -86,6 +86,8 @@ def _release_variant(**release: Any) -> TritonStackConfig:
     raw = copy.deepcopy(read_stack_file("triton", "dev")[0])
     raw["modelServices"][0]["release"].update(release)
     raw["podSecurity"] = "privileged"
+    if release.get("nodeCache"):
+        raw["nodeCache"] = {"maxRateBytes": 100 << 20}
     cfg = parse_config("triton", raw)
     assert isinstance(cfg, TritonStackConfig)
     return cfg
@@ -110,7 +112,8 @@ def test_release_deployment_validates(variant: str, version: str) -> None:
     svc = cfg.model_services[0]
     dep = workload.deployment(cfg, svc)
     assert dep["spec"]["template"]["spec"]["initContainers"]
-    for obj in [dep, workload.service(cfg, svc), exposure.network_policy(cfg, svc), release_agent.agent_config_map(cfg)]:
+    for obj in [dep, workload.service(cfg, svc), exposure.network_policy(cfg, svc), release_agent.agent_config_map(cfg),
+                *node_cache.node_cache_objects(cfg)]:  # the node cache's DaemonSet, Service, policies
         kubernetes_validate.validate(obj, version, strict=True)
     kubernetes_validate.validate(triton.namespace(cfg), version, strict=True)
 

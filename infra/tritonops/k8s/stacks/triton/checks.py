@@ -166,13 +166,12 @@ def _check_agent_options(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...
     ):
         if not _QUANTITY.match(value):
             raise ConfigError(config_key("triton", (*loc, field)), f"{value!r} is not a Kubernetes quantity", source)
-    if rel.node_cache and cfg.pod_security != "privileged":
-        raise ConfigError(
-            config_key("triton", (*loc, "nodeCache")),
-            f"the node cache is a hostPath volume, which Pod Security {cfg.pod_security!r} refuses: set "
-            "podSecurity: privileged for the namespace (warn and audit stay restricted) or drop nodeCache",
-            source,
-        )
+    if rel.node_cache:
+        stores = {(s.release.store, s.release.s3_endpoint) for s in cfg.model_services
+                  if s.release is not None and s.release.node_cache}
+        if len(stores) > 1:
+            raise ConfigError(config_key("triton", (*loc, "nodeCache")), "the node cache reads one store: every "
+                              "service with nodeCache must name the same release.store and s3Endpoint", source)
 
 
 def _check_store_name(cfg: Any, rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:

@@ -29,6 +29,7 @@ from tritonops.k8s.stacks.triton.exposure import (
     wake_routing_policy,
 )
 from tritonops.k8s.stacks.triton.monitoring import dashboards_config_map, prometheus_rule, service_monitor
+from tritonops.k8s.stacks.triton.node_cache import node_cache_objects
 from tritonops.k8s.stacks.triton.release_agent import agent_config_map, trusted_keys_config_maps
 from tritonops.k8s.stacks.triton.scaling import scaled_object
 from tritonops.k8s.stacks.triton.workload import (
@@ -117,4 +118,5 @@ def namespace_objects(cfg: TritonStackConfig, dashboards: bool = True) -> list[O
         *([dashboards_config_map(cfg)] if dashboards else []),
         agent_config_map(cfg),
         *trusted_keys_config_maps(cfg),
+        *node_cache_objects(cfg),  # release.nodeCache: the per-node cache daemon, in its own namespace
     ]

@@ -47,7 +47,7 @@ TRUSTED_KEYS_DIR = "/etc/tritonops/trusted-keys"
 REPORT_KEY_DIR = "/etc/tritonops/report-key"
 REPORT_KEY = "report.key"  # the key of release.reportKeySecret: the private key the status reports are signed with
 REPORT_KEY_PATH = f"{REPORT_KEY_DIR}/{REPORT_KEY}"
-NODE_CACHE_DIR = "/var/cache/tritonops"  # hostPath (and mount path) of the optional node cache
+NODE_CACHE = "tritonops-node-cache"  # the node cache's DaemonSet and node-local Service (node_cache.py)
 AGENT_PORT, AGENT_PORT_NAME = 8003, "agent-metrics"
 TRITON_LOCAL_URL = f"http://127.0.0.1:{HTTP_PORT}"  # the sidecar reaches Triton inside the pod
 # The agent's own per-step limits (infra/tritonops/agent/cli.py --load-timeout, --golden-timeout): a switch
@@ -69,6 +69,7 @@ def release_agent_args(
     listen: str | None = None,
     interval: float | None = None,
     cache: str | os.PathLike[str] | None = None,
+    cache_url: str | None = None,
     s3_endpoint: str | None = None,
     groups: Sequence[str] = (),
     report: bool = False,
@@ -100,6 +101,8 @@ def release_agent_args(
         args += ["--store-name", store_name]
     if cache is not None:
         args += ["--cache", str(cache)]
+    if cache_url is not None:
+        args += ["--cache-url", cache_url]
     if s3_endpoint is not None:
         args += ["--s3-endpoint", s3_endpoint]
     if triton_url is not None:
@@ -181,7 +184,7 @@ def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str, track: 
             header=cfg.admin_api.header if pull else None,
             listen=f"0.0.0.0:{AGENT_PORT}" if pull else None,
             interval=rel.poll_seconds if pull else None,
-            cache=NODE_CACHE_DIR if rel.node_cache else None,
+            cache_url=node_cache_url(cfg) if rel.node_cache else None,
             s3_endpoint=rel.s3_endpoint,
             groups=rel.groups if pull else (),
             report=rel.reports and pull,
@@ -189,6 +192,12 @@ def _agent_args(cfg: TritonStackConfig, svc: ModelService, command: str, track: 
             store_name=rel.store_name,
         ),
     ]
+
+
+def node_cache_url(cfg: TritonStackConfig) -> str:
+    """What a pod's agent reads files from (``--cache-url``): its own node's cache daemon, by the Service
+    whose ``internalTrafficPolicy: Local`` keeps the traffic on the node."""
+    return f"http://{NODE_CACHE}.{cfg.node_cache.namespace}.svc:{cfg.node_cache.port}"
 
 
 def _agent_env(cfg: TritonStackConfig, svc: ModelService, admin: bool) -> list[Obj]:
@@ -219,8 +228,6 @@ def _agent_mounts(svc: ModelService, pull: bool) -> list[Obj]:
         {"name": "trusted-keys", "mountPath": TRUSTED_KEYS_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},  # openssl's signature check writes temporary files
     ]
-    if svc.release.node_cache:
-        mounts.append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
     if pull and svc.release.report_key_secret:
         mounts.append({"name": "report-key", "mountPath": REPORT_KEY_DIR, "readOnly": True})
     return mounts + registry_mounts(svc.release)
@@ -290,8 +297,6 @@ def release_volumes(svc: ModelService) -> list[Obj]:
         agent_volume(),
         {"name": "trusted-keys", **keys},
     ]
-    if rel.node_cache:
-        volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_DIR, "type": "DirectoryOrCreate"}})
     if rel.report_key_secret:  # the sidecar's only: 0440, group fsGroup (the pod's uid reads it, no one else)
         items = [{"key": REPORT_KEY, "path": REPORT_KEY}]
         volumes.append({"name": "report-key",
