@@ -1,6 +1,6 @@
 """The ``tritonops`` command line, assembled in one place: one module per command group.
 
-* ``model_repo``: validate, manifest
+* ``model_repo``: validate, manifest, warmup
 * ``load``: smoke, bench, tune, serve
 * ``k8s``: render
 * ``preflight``: preflight
@@ -49,6 +49,7 @@ app.command("drift")(drift.drift_cmd)
 app.command("plan")(plan.plan_cmd)
 app.command("validate")(model_repo.validate)
 app.command("manifest")(model_repo.manifest)
+app.command("warmup")(model_repo.warmup)
 app.command("smoke")(load.smoke)
 app.command("serve")(load.serve)
 app.add_typer(observability.app, name="observability")

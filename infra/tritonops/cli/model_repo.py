@@ -28,6 +28,14 @@ def validate(
         int | None, typer.Option(min=0, help="GPUs the target has: instance groups may use ids 0..N-1 "
                                  "(default: what --target implies: cpu 0, jetson 1, gpu unchecked)")
     ] = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(metavar="NAME", help="A custom backend the target's Triton has besides the "
+                                       "ones it ships (repeat the option for more)")
+    ] = None,
+    backend_directory: Annotated[
+        Path | None, typer.Option(metavar="DIR", parser=path_arg, help="Triton's backend folder "
+                                  "(tritonserver --backend-directory): each folder in it is a backend")
+    ] = None,
     as_json: JsonReport = False,
 ) -> None:
     """Check a model repository's layout and every config.pbtxt. Exit 0 clean, 1 errors, 2 usage error."""
@@ -35,7 +43,8 @@ def validate(
     from tritonops.model_repo.validate import validate as validate_repo
 
     try:
-        report = validate_repo(path, target=target, config_name=config_name, gpus=gpus)
+        report = validate_repo(path, target=target, config_name=config_name, gpus=gpus, backends=backend or (),
+                               backend_dir=backend_directory)
     except UsageError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
@@ -97,3 +106,30 @@ def manifest(
     if write:
         write_atomic(out, manifests.text(current))
     typer.echo(manifests.text(current), nl=False)
+
+
+def warmup(
+    path: Annotated[Path, typer.Argument(help="A model repository", parser=path_arg)],
+    as_json: JsonReport = False,
+) -> None:
+    """Generate Triton model_warmup from each model's golden.json where the model declares none.
+
+    The inputs' bytes go into <model>/warmup/, the entries into config.pbtxt (only model_warmup changes);
+    run it before publishing, or publish with release publish --warmup. Exit 1 on a golden.json it cannot use."""
+    from tritonops.model_repo import warmup as warmups
+    from tritonops.model_repo.pbtxt import ModelConfigError
+
+    if not path.is_dir():
+        err_console.print(f"[red]error:[/] {escape(str(path))}: not a model repository folder", highlight=False)
+        raise typer.Exit(ExitCode.USAGE)
+    try:
+        results = warmups.generate(path)
+    except ModelConfigError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.FINDINGS) from None
+    if as_json:
+        print_json([vars(r) for r in results])
+        return
+    for r in results:
+        detail = f"{len(r.files)} file(s) in {r.model}/{warmups.WARMUP_DIR}" if r.files else r.reason
+        console.print(f"{r.action:<9} {escape(r.model)}: {escape(detail)}", highlight=False, soft_wrap=True)
