@@ -13,6 +13,7 @@ import contextlib
 import functools
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,7 +27,16 @@ from tritonops.model_repo import config_rules, pbtxt
 from tritonops.model_repo.golden import Golden, wire_datatype
 from tritonops.model_repo.spec import ModelSpec, Tensor
 from tritonops.model_repo.target import Target
-from tritonops.model_repo.triton_names import CPU_BACKENDS, KNOWN_BACKENDS, SHIPPED_WITH, did_you_mean
+from tritonops.model_repo.triton_names import (
+    CPU_BACKENDS,
+    JETSON_BACKENDS,
+    JETSON_SOURCE,
+    KNOWN_BACKENDS,
+    SHIPPED_WITH,
+    declared_backends,
+    did_you_mean,
+)
+from tritonops.model_repo.warmup import WARMUP_DIR  # model_warmup's input_data_file folder
 
 CONFIG = "config.pbtxt"
 ALT_CONFIGS = "configs"
@@ -78,6 +88,7 @@ class Report(BaseModel):
     path: str
     target: Target | None
     gpus: int | None = None
+    backends: list[str] = []  # custom backends declared (--backend, --backend-directory)
     models: list[str]
     errors: list[Finding]
     warnings: list[Finding]
@@ -149,10 +160,12 @@ def model_folders(path: Path) -> list[Path]:
 
 
 def validate(path: Path | str, target: Target | None = None, config_name: str | None = None,
-             gpus: int | None = None) -> Report:
+             gpus: int | None = None, backends: Iterable[str] = (), backend_dir: Path | str | None = None) -> Report:
     """Validate a repository or a single model folder; findings are sorted by file and line.
 
     ``gpus``: how many GPUs the target has (ids 0..gpus-1); default: what ``target`` implies.
+    ``backends``, ``backend_dir``: custom backends the target's Triton has besides the ones it ships, by name or
+    as the folders of its backend directory (tritonserver ``--backend-directory``).
     """
     if str(path).strip() == "":
         raise UsageError("no path given: name a model repository or a model folder")
@@ -163,6 +176,7 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
             check_path(config_name + ".pbtxt", where="--config-name")
         except ReleaseError as e:
             raise UsageError(str(e)) from None
+    custom = declared_backends(backends, backend_dir, UsageError)
     path = Path(path)
     try:
         folders = model_folders(path)
@@ -184,7 +198,7 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
                 with contextlib.suppress(pbtxt.ModelConfigError):  # reported when that model is validated
                     siblings[other.name] = Model(other, pbtxt.load(other / CONFIG))
     for model in models.values():
-        _check_model(model, siblings, target, gpus, out)
+        _check_model(model, siblings, target, gpus, custom, out)
     if path.is_dir():  # what a published release would lose: publish refuses it, so it is an error here
         for bad, why in walk_release(path)[1]:
             out.error("release.path", bad, f"{why}: tritonops release publish refuses it")
@@ -193,6 +207,7 @@ def validate(path: Path | str, target: Target | None = None, config_name: str | 
         path=str(path),
         target=target,
         gpus=gpus,
+        backends=sorted(custom),
         models=sorted(models),
         errors=[f for f in findings if f.severity == "error"],
         warnings=[f for f in findings if f.severity == "warning"],
@@ -247,16 +262,16 @@ def _check_names(model: Model, out: _Collector) -> None:
 
 
 def _check_model(model: Model, repo: dict[str, Model], target: Target | None, gpus: int | None,
-                 out: _Collector) -> None:
+                 custom: frozenset[str], out: _Collector) -> None:
     _check_names(model, out)
     versions = _check_versions(model, out)
     if model.config is None:
         return
     configs = [(model.config, True), *[(alt, False) for alt in model.alternatives]]
     for cfg, active in configs:
-        kind = _check_config(model, cfg, versions, out)
+        kind = _check_config(model, cfg, versions, custom, out)
         if active:
-            _check_target_backend(cfg, kind, target, out)
+            _check_target_backend(model, cfg, kind, versions, target, custom, out)
             _check_gpus(cfg, target, gpus, out)
             if cfg.spec.is_ensemble and cfg.spec.ensemble_scheduling:
                 _check_ensemble(cfg, repo, out)
@@ -267,7 +282,7 @@ def _check_model(model: Model, repo: dict[str, Model], target: Target | None, gp
 def _check_versions(model: Model, out: _Collector) -> list[Path]:
     versions = []
     for p in sorted(model.folder.iterdir()):
-        if not p.is_dir() or p.name == ALT_CONFIGS or p.name.startswith("."):
+        if not p.is_dir() or p.name in (ALT_CONFIGS, WARMUP_DIR) or p.name.startswith("."):
             continue
         number = _version_number(p.name)
         if number is None:
@@ -298,7 +313,7 @@ def _resolve(spec: ModelSpec, versions: list[Path]) -> config_rules.Resolved:
     return kind
 
 
-def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path],
+def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path], custom: frozenset[str],
                   out: _Collector) -> config_rules.Resolved:
     """Checks one config (active or alternative); returns its platform/backend as Triton completes them."""
     spec, path = cfg.spec, cfg.path
@@ -312,11 +327,13 @@ def _check_config(model: Model, cfg: pbtxt.LoadedConfig, versions: list[Path],
     if not kind.platform and not kind.backend and not spec.default_model_filename:
         err("platform", path, f"must specify 'platform' or 'backend' for '{model.name}' (no model file in "
             f"version {versions[0].name if versions else '-'} tells Triton which backend it is)", fld="name")
-    if spec.backend and spec.backend not in KNOWN_BACKENDS and not _ships_backend(model, spec, versions):
+    if spec.backend and spec.backend not in KNOWN_BACKENDS | custom and not _ships_backend(model, spec, versions):
+        declared = f" and {', '.join(sorted(custom))} declared" if custom else ""
         err("backend", path, f"unknown backend {spec.backend!r} for '{model.name}'"
-            f"{did_you_mean(spec.backend, KNOWN_BACKENDS)}: Triton {SHIPPED_WITH} ships "
-            f"{', '.join(sorted(KNOWN_BACKENDS))}; a custom backend loads when its "
-            f"{spec.runtime or f'libtriton_{spec.backend}.so'} is in the model's folder or in every version folder",
+            f"{did_you_mean(spec.backend, KNOWN_BACKENDS | custom)}: Triton {SHIPPED_WITH} ships "
+            f"{', '.join(sorted(KNOWN_BACKENDS))}{declared}; a custom backend loads when its "
+            f"{spec.runtime or f'libtriton_{spec.backend}.so'} is in the model's folder or in every version folder, "
+            f"or from Triton's backend folder: declare that with --backend {spec.backend} or --backend-directory DIR",
             fld="backend")
 
     # The model file each version folder must hold.
@@ -352,14 +369,21 @@ def _ships_backend(model: Model, spec: ModelSpec, versions: list[Path]) -> bool:
     return (model.folder / lib).is_file() or bool(versions) and all((v / lib).is_file() for v in versions)
 
 
-def _check_target_backend(cfg: pbtxt.LoadedConfig, kind: config_rules.Resolved, target: Target | None,
-                          out: _Collector) -> None:
-    """A backend the CPU build lacks, on a --target cpu repository: it loads only where a node runs NGC's image."""
-    if target is Target.cpu and kind.backend in KNOWN_BACKENDS - CPU_BACKENDS:
+def _check_target_backend(model: Model, cfg: pbtxt.LoadedConfig, kind: config_rules.Resolved, versions: list[Path],
+                          target: Target | None, custom: frozenset[str], out: _Collector) -> None:
+    """A backend the target's Triton build lacks (unless declared or carried by the model): on a Jetson it does not
+    load (an error); on a --target cpu repository it loads only where a node runs NGC's image (a warning)."""
+    fld = "backend" if cfg.spec.backend else "platform" if cfg.spec.platform else "name"
+    if target is Target.jetson and kind.backend in KNOWN_BACKENDS - JETSON_BACKENDS - custom and not _ships_backend(
+            model, cfg.spec, versions):
+        out.error("target.backend", cfg.path, f"backend {kind.backend!r} is not in Triton's Jetson build (the -igpu "
+                  f"image and tarball ship {', '.join(sorted(JETSON_BACKENDS))}: {JETSON_SOURCE}); where you built "
+                  f"it for the Jetson, declare it (--backend {kind.backend} or --backend-directory DIR)",
+                  cfg=cfg, fld=fld)
+    if target is Target.cpu and kind.backend in KNOWN_BACKENDS - CPU_BACKENDS - custom:
         out.warning("target.backend", cfg.path, f"backend {kind.backend!r} is not in the CPU build tritonops "
                     f"installs on CPU nodes (install method wheel: {', '.join(sorted(CPU_BACKENDS))} only); it loads "
-                    "where the node runs NGC's image (install method container)", cfg=cfg,
-                    fld="backend" if cfg.spec.backend else "platform" if cfg.spec.platform else "name")
+                    "where the node runs NGC's image (install method container)", cfg=cfg, fld=fld)
 
 
 def _check_gpus(cfg: pbtxt.LoadedConfig, target: Target | None, gpus: int | None, out: _Collector) -> None:
