@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from testinfra.utils.ansible_runner import AnsibleRunner
@@ -25,6 +26,16 @@ def podman_container(hostvars: dict[str, Any]) -> str | None:
 def host_name(host: Any) -> str:
     backend = host.backend
     return str(getattr(backend, "name", None) or getattr(backend, "host", None) or backend.get_hostname())
+
+
+def inventory_for_playbook(config: Any) -> str | None:
+    """The run's Ansible inventory (molecule's, or --ansible-inventory) as ansible-playbook takes it: molecule
+    keeps group_vars beside its inventory file, so its folder; None without one."""
+    inventory = getattr(config.option, "ansible_inventory", None) or os.environ.get("MOLECULE_INVENTORY_FILE")
+    if not inventory:
+        return None
+    path = Path(inventory)
+    return str(path.parent if path.is_file() and (path.parent / "group_vars").is_dir() else path)
 
 
 def inventory_vars(host: Any, config: Any) -> dict[str, Any]:

@@ -81,7 +81,8 @@ def _pod() -> tuple[str, list[dict[str, Any]]]:
 
 def _edge_units() -> dict[str, list[str]]:
     play = yaml.safe_load((ROOT / "playbooks" / "edge.yml").read_text())
-    steps = [step for p in play for step in [*p.get("roles", []), *p.get("tasks", [])]]  # roles: or import/include_role
+    steps = [step for p in play for step in [*p.get("roles", []), *p.get("tasks", [])]  # roles: or import/include_role
+             if "tasks_from" not in (step.get("ansible.builtin.include_role") or {})]  # not a mode's off.yml
     names = [s.get("role") or (s.get("ansible.builtin.import_role") or s.get("ansible.builtin.include_role")
                                 or {}).get("name") for s in steps]
     roles = [str(n).rsplit(".", 1)[-1] for n in names if n]

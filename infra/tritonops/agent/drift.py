@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ReleaseError
+from ..core.errors import ReleaseError, UsageError
 from ..core.exitcodes import ExitCode
 from ..core.fsio import write_atomic
 from ..core.names import MANIFEST_FILE
-from . import argtypes, effective, kube
+from . import argtypes, effective, kube, rollout
 from .manifest import tree_files
-from .releases import STATE_FILE
+from .metadata import TRUSTED_FILE
+from .releases import STATE_FILE, release_digest
 from .triton import DEFAULT_HEADER, SECRET_ENV, Triton
 
 DRIFT_METRIC = "tritonops_drift_resources"  # tritonops.observability.metrics imports this one (nodes lack the package)
@@ -41,11 +42,15 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def probe(link: Path, releases: Path, url: str, header: str, secret: str,
-          expected: Path | None = None) -> dict[str, Any]:
+          expected: Path | None = None, channel: str | None = None,
+          identity: tuple[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     """Everything the controller needs, as one JSON-able dict (``host_findings``: effective.py's, when
-    ``expected`` names the role's expected-state file)."""
+    ``expected`` names the role's expected-state file). ``channel`` (a pull node): ``served_digest``, the
+    digest of the release the link serves, and ``channel``, what the agent last verified the channel's
+    pointer to name (:func:`channel_view`), with the agent's ``identity`` (rollout.identity: its id and
+    group labels, default the host name's) and its gated release, which a staged rollout decides by."""
     out: dict[str, Any] = {"link": str(link), "active": None, "current": None, "manifest": None,
-                           "files": None, "index": None, "index_error": None, "loaded": None,
+                           "files": None, "models": None, "index": None, "index_error": None, "loaded": None,
                            "host_findings": effective.host_findings(expected) if expected else []}
     if link.is_symlink() or link.is_dir():
         target = link.resolve()
@@ -54,10 +59,67 @@ def probe(link: Path, releases: Path, url: str, header: str, secret: str,
             out["files"] = tree_files(target)
             doc = read_json(target / MANIFEST_FILE)
             out["manifest"] = dict(doc["files"]) if doc and isinstance(doc.get("files"), dict) else None
+            if out["manifest"] is not None:  # the models Triton should have READY, by the release's own configs
+                out["models"] = expected_versions(out["manifest"], release_configs(target, out["manifest"]))
     state = read_json(releases / STATE_FILE)
     out["current"] = state.get("current") if state else None
+    if channel is not None:
+        active = out["active"]
+        out["served_digest"] = release_digest(releases, active) if active and "/" not in active else None
+        agent_id, groups = identity or rollout.identity(None, ())
+        out["channel"] = {**channel_view(releases, channel), "agent": agent_id, "groups": list(groups),
+                          "gated": {"current": out["current"], "digest": state.get("digest") if state else None}}
     out["index"], out["index_error"], out["loaded"] = index_or_error(url, header, secret)
     return out
+
+
+def channel_view(releases: Path, channel: str) -> dict[str, Any]:
+    """What the node's release agent last verified ``channel``'s pointer to name, under its trusted root
+    (``<releases>/.trusted.json``, which the agent writes only for a pointer whose signatures, version and
+    expiry it checked: metadata.Trusted): ``{"name", "release", "digest", "version", "rollout"}``, release
+    and digest None while the agent has trusted no pointer of that channel (or the file is unreadable:
+    ``error``); ``rollout`` the pointer's staged rollout (None: none)."""
+    out: dict[str, Any] = {"name": channel, "release": None, "digest": None, "version": None, "rollout": None}
+    path = releases / TRUSTED_FILE
+    if not path.exists():
+        return out
+    channels = (read_json(path) or {}).get("channels")
+    if not isinstance(channels, dict) or not isinstance(channels.get(channel, {}), dict):
+        return {**out, "error": f"{path}: unreadable, or not the release agent's trusted state"}
+    out.update({k: channels.get(channel, {}).get(k) for k in ("release", "digest", "version", "rollout")})
+    return out
+
+
+def channel_findings(node: dict[str, Any]) -> list[dict[str, str]]:
+    """A pull node's release against its channel (the probe's ``channel`` and ``served_digest``): one
+    ``release`` finding when the link does not serve what the agent's own decision (rollout.decide) takes
+    from the channel's verified pointer: its release, or, during a staged rollout that does not take this
+    node yet (or halted before it), the release the node keeps or the rollout's previous one.
+    The node's timer (``check --channel``) and the controller (tritonops.drift.models) both call this."""
+    view = node.get("channel") or {}
+    name, active = view.get("name"), node.get("active")
+    if view.get("error"):
+        return [{"resource": "release", "detail": f"channel {name}: {view['error']}"}]
+    if not view.get("release"):
+        return [{"resource": "release", "detail": f"channel {name}: the release agent has verified no pointer of "
+                                                  f"it yet; serving {active or 'none'}"}]
+    gated = view.get("gated") or {}
+    d = rollout.decide(view, str(view.get("agent") or ""), tuple(view.get("groups") or ()), gated,
+                       f"{TRUSTED_FILE}: channels.{name}")
+    # None: the agent keeps its gated release
+    want = d.serve if d.serve is not None else {"release": gated.get("current"), "digest": gated.get("digest")}
+    if active == want.get("release") and node.get("served_digest") == want.get("digest"):
+        return []
+    served = f"{active} ({str(node.get('served_digest') or 'no manifest')[:12]})" if active else "none"
+    detail = (f"serving {served}, marked current {node.get('current') or 'none'}; channel {name} points to "
+              f"{view['release']} ({str(view['digest'])[:12]}, version {view['version']}, verified by the release "
+              "agent)")
+    if d.serve is not view:
+        kept = (f"{want['release']} ({str(want.get('digest') or 'no digest')[:12]})" if want.get("release")
+                else "none")
+        detail += (f"; rollout {d.rollout} at wave {d.at} keeps this node on {kept}" if d.rollout else
+                   f"; {d.state}: the release agent keeps this node on {kept}")
+    return [{"resource": "release", "detail": detail}]
 
 
 def index_or_error(url: str, header: str, secret: str
@@ -157,6 +219,18 @@ def compare(expected_files: dict[str, str], actual_files: dict[str, str] | None,
     return findings
 
 
+def node_findings(node: dict[str, Any]) -> list[dict[str, str]]:
+    """A node's probe against the release it serves (its own manifest and configs, the probe's ``models``)
+    and, on a pull node (probed with a channel), that release against the channel's (:func:`channel_findings`).
+    The node's timer (``check``) and the controller (tritonops.drift.models, for a pull node) call this."""
+    own = node.get("manifest") is not None and node.get("files") is not None
+    findings = channel_findings(node) if "channel" in node else []
+    findings += compare(node["manifest"] if own else {}, node["files"] if own else None,
+                        (node.get("models") or {}) if own else {}, node.get("index"), node.get("index_error"),
+                        node.get("loaded"))
+    return findings + list(node.get("host_findings") or [])
+
+
 def release_configs(root: Path, files: dict[str, str]) -> dict[str, str]:
     """model -> config.pbtxt text for every model folder of a release on disk."""
     return {k.split("/", 1)[0]: (root / k).read_text(errors="replace")
@@ -194,29 +268,18 @@ def _expected(args: argparse.Namespace) -> Path | None:
 def _check(args: argparse.Namespace, secret: str) -> int:
     if args.url:
         url = args.url
-        expected_files: dict[str, str] = {}
-        actual: dict[str, str] | None = {}
         index, index_error, loaded = index_or_error(url, args.header, secret)
         models: dict[str, list[str]] = {}
         for spec in args.expect:
             name, _, versions = spec.partition(":")
             models[name] = versions.split(",") if versions else []
-        host = effective.posture_findings(url, args.restricted, args.grpc, args.restricted, args.grpc_tls)
+        findings = compare({}, {}, models, index, index_error, loaded)
+        findings += effective.posture_findings(url, args.restricted, args.grpc, args.restricted, args.grpc_tls)
         if args.pods:
-            host += kube.check(json.loads(Path(args.pods).read_text()), kube.Kube())
+            findings += kube.check(json.loads(Path(args.pods).read_text()), kube.Kube())
     else:
-        url = f"http://127.0.0.1:{args.port}"
-        node = probe(Path(args.link), Path(args.releases), url, args.header, secret, _expected(args))
-        index, index_error, actual, loaded = node["index"], node["index_error"], node["files"], node["loaded"]
-        host = node["host_findings"]
-        if node["manifest"] is None or node["files"] is None:
-            expected_files, models = {}, {}
-            actual = None
-        else:
-            expected_files = node["manifest"]
-            root = Path(args.link).resolve()
-            models = expected_versions(expected_files, release_configs(root, expected_files))
-    findings = compare(expected_files, actual, models, index, index_error, loaded) + host
+        findings = node_findings(probe(Path(args.link), Path(args.releases), f"http://127.0.0.1:{args.port}",
+                                       args.header, secret, _expected(args), args.channel, args.identity))
     result = {"host": args.host, "source": args.source, "findings": findings}
     print(json.dumps(result, indent=2, sort_keys=True))
     if args.textfile:
@@ -238,6 +301,14 @@ def add_commands(sub: Any) -> None:
         sp.add_argument("--expected", default=effective.EXPECTED_FILE,
                         help="the triton_server role's expected state: unit, process and posture are "
                              "compared with it (node mode; '' skips them, for a Triton no role manages)")
+        sp.add_argument("--channel",
+                        help="a pull node's channel: the release served must be the one the release agent last "
+                             "verified the channel's pointer to name (its trusted state in --releases)")
+        sp.add_argument("--agent-id", help="with --channel: the release agent's --agent-id, which a staged rollout's "
+                                           "percent waves decide by (default: POD_NAME, else the host name)")
+        sp.add_argument("--group-label", action="append", default=[],
+                        help="with --channel: the release agent's --group-label (repeatable), which a staged "
+                             "rollout's group waves decide by")
         if name == "check":
             sp.add_argument("--host", default=os.uname().nodename)
             sp.add_argument("--source", default="models")
@@ -258,10 +329,16 @@ def add_commands(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     secret = os.environ.get(SECRET_ENV, "")
+    try:  # a pull node's agent, as the agent names itself (a rollout decides by it)
+        args.identity = rollout.identity(args.agent_id, args.group_label) if args.channel else None
+    except UsageError as e:
+        print(json.dumps({"error": str(e)}))
+        return ExitCode.USAGE
     try:
         if args.cmd == "probe":
             print(json.dumps(probe(Path(args.link), Path(args.releases), f"http://127.0.0.1:{args.port}",
-                                   args.header, secret, _expected(args)), sort_keys=True))
+                                   args.header, secret, _expected(args), args.channel, args.identity),
+                             sort_keys=True))
             return ExitCode.OK
         return _check(args, secret)
     except Exception as e:  # noqa: BLE001 - the check itself failed: say so, exit 3

@@ -301,6 +301,8 @@ class Trusted:
         sha = pointer.pop("_sha256", None)
         entry = {"version": pointer["version"], "digest": pointer["digest"], "release": pointer["release"],
                  "expires": pointer["expires"], "sha256": sha}
+        if "rollout" in pointer:  # signed with it: the drift check decides by it as the agent does (rollout.decide)
+            entry["rollout"] = pointer["rollout"]
         changed = False
         if isinstance(root, trust.Root) and root.version > self.root.version:
             self.rotate(root)

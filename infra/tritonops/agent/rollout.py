@@ -39,8 +39,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.errors import ReleaseError, StoreError, UsageError
 from ..core.fsio import write_atomic
@@ -167,63 +168,78 @@ def default_agent_id() -> str:
 # --- the agent's side: the hook in Agent.poll, and the status report ----------------------------------
 
 
-def choose(agent: Any, pointer: dict[str, Any]) -> Target | None:
-    """What ``agent`` may apply now: the channel's release, the rollout's previous one, or None (keep what
-    it serves); sets its rollout metric and status.
+class Decision(NamedTuple):
+    """What a rollout makes of one agent (:func:`decide`): ``serve`` is the pointer (its release), the
+    rollout's ``previous`` entry, or None (keep what it serves); ``state`` is the agent's status line."""
+
+    serve: Mapping[str, Any] | None
+    state: str | None
+    targeted: bool
+    rollout: str  # the rollout's id ("" for none, or an invalid one)
+    at: str  # the wave the rollout is at ("" for none)
+    wave: str  # the first wave that takes the agent ("" for none)
+    held: str | None  # the previous release it serves, or installs, because the rollout does not take it
+
+
+def decide(pointer: Mapping[str, Any], agent_id: str, groups: list[str] | tuple[str, ...],
+           state: Mapping[str, Any], where: str) -> Decision:
+    """Pure: what the agent ``agent_id`` (``groups``) applies under ``pointer`` (its ``release``, ``digest``
+    and ``rollout``) given its gated ``state`` (releases.state: ``current``, ``digest``). The agent
+    (:func:`choose`) and the drift check (agent.drift: what a pull node should serve) both decide by it.
 
     Not targeted, or halted before it was reached: it keeps what it serves (no download). An agent
     already serving the release stays on it whatever the rollout says (halting stops the spread; the
     controller's --rollback-on-halt moves the pointer back for everyone). One with no gated release
     (a new node) that the rollout does not take installs ``rollout.previous``, the release the channel
     served before the rollout started; with none (the channel's first release), the channel's."""
-    channel, where = agent.channel, f"{agent.store}/channels/{agent.channel}.json"
-    release = (str(pointer["release"]), str(pointer["digest"]), int(pointer["length"]))
     raw = pointer.get("rollout")
     if raw is None:
-        agent.rollout_state = None
-        agent.metrics.replace("tritonops_release_rollout_targeted", 1, channel=channel, rollout="", wave="",
-                              previous="")
-        return release
+        return Decision(pointer, None, True, "", "", "", None)
     try:
         ro = parse(raw, where)
     except RolloutError as e:
-        if agent.rollout_state != f"invalid: {e}":
-            agent.log(f"release {pointer.get('release')} not applied: {e}")
-        agent.rollout_state = f"invalid: {e}"
-        agent.metrics.replace("tritonops_release_rollout_targeted", 0, channel=channel, rollout="", wave="",
-                              previous="")
-        return None
-    first = wave_of(agent.agent_id, agent.group_labels, ro)
+        return Decision(None, f"invalid: {e}", False, "", "", "", None)
+    first = wave_of(agent_id, groups, ro)
     targeted = first is not None and first <= ro["wave"]
-    st = releases.state(agent.releases)
     prev = ro.get("previous")
     place = f"rollout {ro['id']} at wave {ro['wave']}, this agent " + ("in no wave" if first is None else
                                                                        f"in wave {first}")
-    pick: Target | None = release
+    serve: Mapping[str, Any] | None = pointer
     held = None  # the previous release this agent serves, or installs, because the rollout does not take it
-    if st.get("digest") == pointer.get("digest"):
-        agent.rollout_state = f"serving: rollout {ro['id']}, this agent in wave {first} (at wave {ro['wave']})"
+    if state.get("digest") == pointer.get("digest"):
+        why = f"serving: rollout {ro['id']}, this agent in wave {first} (at wave {ro['wave']})"
     elif targeted and not ro["halted"]:
-        agent.rollout_state = f"targeted: rollout {ro['id']} wave {first} (at wave {ro['wave']})"
-    elif st.get("current") or prev is not None:  # not for this agent yet: keep what it serves
-        if st.get("current"):
-            pick = None
-            held = prev["release"] if prev is not None and st.get("digest") == prev["digest"] else None
+        why = f"targeted: rollout {ro['id']} wave {first} (at wave {ro['wave']})"
+    elif state.get("current") or prev is not None:  # not for this agent yet: keep what it serves
+        if state.get("current"):
+            serve = None
+            held = prev["release"] if prev is not None and state.get("digest") == prev["digest"] else None
         elif prev is not None:  # nothing gated here (a new node): what the agents of its wave still serve
-            pick, held = (prev["release"], prev["digest"], prev["length"]), prev["release"]
+            serve, held = prev, prev["release"]
         also = f"serving previous release {held}" if held else ""
         if not targeted:
-            agent.rollout_state = f"not targeted: {also} ({place})" if held else f"not targeted: {place}"
+            why = f"not targeted: {also} ({place})" if held else f"not targeted: {place}"
         else:
-            agent.rollout_state = (f"halted: rollout {ro['id']} stopped at wave {ro['wave']} before this agent "
-                                   "applied it" + (f": {also}" if held else ""))
+            why = (f"halted: rollout {ro['id']} stopped at wave {ro['wave']} before this agent applied it"
+                   + (f": {also}" if held else ""))
     else:
-        agent.rollout_state = (f"no previous release: rollout {ro['id']} names none (the channel's first "
-                               f"release), so this agent, with nothing gated, takes {pointer['release']} "
-                               f"({'halted, ' if ro['halted'] else ''}{place})")
-    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if targeted else 0, channel=channel,
-                          rollout=ro["id"], wave="" if first is None else str(first), previous=held or "")
-    return pick
+        why = (f"no previous release: rollout {ro['id']} names none (the channel's first release), so this "
+               f"agent, with nothing gated, takes {pointer['release']} "
+               f"({'halted, ' if ro['halted'] else ''}{place})")
+    return Decision(serve, why, targeted, ro["id"], str(ro["wave"]), "" if first is None else str(first), held)
+
+
+def choose(agent: Any, pointer: dict[str, Any]) -> Target | None:
+    """What ``agent`` may apply now (:func:`decide`): the channel's release, the rollout's previous one, or
+    None (keep what it serves); sets its rollout metric and status."""
+    d = decide(pointer, agent.agent_id, agent.group_labels, releases.state(agent.releases),
+               f"{agent.store}/channels/{agent.channel}.json")
+    if d.state and d.state.startswith("invalid: ") and agent.rollout_state != d.state:
+        agent.log(f"release {pointer.get('release')} not applied: {d.state.removeprefix('invalid: ')}")
+    agent.rollout_state = d.state
+    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if d.targeted else 0, channel=agent.channel,
+                          rollout=d.rollout, wave=d.wave, previous=d.held or "")
+    return None if d.serve is None else (str(d.serve["release"]), str(d.serve["digest"]), int(d.serve["length"]))
 
 
 def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:

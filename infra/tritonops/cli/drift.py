@@ -35,6 +35,20 @@ def _env_problems(envs: list[str], stacks: list[str], stacks_dir: Path) -> list[
     return out
 
 
+def extra_vars_args(values: list[str]) -> tuple[list[str], list[str]]:
+    """``-e`` values for ansible-playbook, which runs in the project folder: an @FILE made absolute (from
+    here), and (values, problems) where an @FILE that is not a readable file is a problem, named."""
+    out, problems = [], []
+    for value in values:
+        if value.startswith("@"):
+            file = Path(value[1:]).expanduser()
+            if not file.is_file():
+                problems.append(f"--extra-vars {value}: not found, or not a file")
+            value = f"@{file.resolve()}"
+        out.append(value)
+    return out, problems
+
+
 def _usage(sources: list[str], inventories: list[Path], playbooks: list[Path], stacks: list[str], envs: list[str],
            summary: Path | None, root: Path) -> list[str]:
     """What is wrong with the command line, checked before any host or stack is touched."""
@@ -72,6 +86,12 @@ def drift_cmd(
         typer.Option(help="Playbook for the ansible source (repeatable). Default: the project's ansible/edge.yml")
     ] = None,
     limit: Annotated[str | None, typer.Option(help="Ansible --limit pattern")] = None,
+    extra_vars: Annotated[
+        list[str] | None,
+        typer.Option("--extra-vars", "-e", help="Variables for the ansible and models sources, as ansible-playbook "
+                                                "takes them (KEY=VALUE, JSON, @FILE; repeatable, later wins), e.g. "
+                                                "a host's mode: -e release_agent_enabled=true")
+    ] = None,
     stack: Annotated[list[str] | None, typer.Option(help="Pulumi stack (repeatable). Default: all")] = None,
     env: Annotated[list[str] | None, typer.Option(help="Stack with a Pulumi.<env>.yaml (repeatable). Default: all")]
     = None,
@@ -88,14 +108,19 @@ def drift_cmd(
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Markdown summary (ticket, chat)")] = False,
     project_dir: ProjectDir = None,
 ) -> None:
-    """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage."""
+    """Compare what runs with what the code says. Exit 0 clean, 1 drift found, 3 the check itself failed, 2 usage.
+
+    A host in pull mode (release_agent_enabled, from its inventory or -e) is compared with its channel: the
+    release it serves must be the one its release agent last verified the channel's signed pointer to name.
+    """
     from tritonops.drift.progress import drift_progress
     from tritonops.drift.report import markdown, table, write_textfile
     from tritonops.drift.run import run
 
     sources = source or ["ansible", "models"]
     root = project.project_dir(project_dir)
-    problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary, root)
+    evars, bad_vars = extra_vars_args(extra_vars or [])
+    problems = _usage(sources, inventory or [], playbook or [], stack or [], env or [], summary, root) + bad_vars
     if problems:
         Console(stderr=True).print(f"[red]error:[/] {escape(problems[0])}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE)
@@ -108,7 +133,8 @@ def drift_cmd(
     # Host k of n per source, its task and the time, on stderr when it is a terminal (never in the output).
     with drift_progress(Console(stderr=True), sources) as shown:
         report = run(sources, [p.resolve() for p in inventory or []], [p.resolve() for p in playbook or []], limit,
-                     stack or [], env or [], forks, project_dir=root, on_event=shown.event if shown else None)
+                     stack or [], env or [], forks, project_dir=root, on_event=shown.event if shown else None,
+                     extra_args=evars)
     if textfile_dir is not None:
         write_textfile(report, textfile_dir)
     if summary is not None:

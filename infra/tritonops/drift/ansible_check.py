@@ -54,7 +54,10 @@ def ansible_env(extra: dict[str, str] | None = None, project_dir: Path | None = 
 
 
 def playbook_cmd(playbook: Path, inventories: Sequence[Path | str], limit: str | None = None,
-                 extra_vars: dict[str, Any] | None = None, check: bool = True, forks: int = 10) -> list[str]:
+                 extra_vars: dict[str, Any] | None = None, check: bool = True, forks: int = 10,
+                 extra_args: Sequence[str] = ()) -> list[str]:
+    """``extra_args``: ``-e`` values as ansible-playbook takes them (KEY=VALUE, JSON or YAML, @FILE), after
+    ``extra_vars``, so that they win."""
     exe = Path(sys.executable).parent / "ansible-playbook"
     cmd = [str(exe if exe.exists() else "ansible-playbook"), str(playbook), "--forks", str(forks)]
     if check:
@@ -65,6 +68,8 @@ def playbook_cmd(playbook: Path, inventories: Sequence[Path | str], limit: str |
         cmd += ["--limit", limit]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
+    for value in extra_args:
+        cmd += ["-e", value]
     return cmd
 
 
@@ -106,8 +111,8 @@ def run_json(cmd: Sequence[str], timeout: float = 1800, project_dir: Path | None
     if start < 0:
         raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {proc.returncode}, no JSON report: "
                               f"{(err or out).strip()[-1500:]}")
-    try:
-        doc: dict[str, Any] = json.loads(out[start:])
+    try:  # what other enabled callbacks print after it (profile_tasks' recap) is not part of the report
+        doc: dict[str, Any] = json.JSONDecoder().raw_decode(out, start)[0]
     except ValueError as e:
         raise AnsibleRunError(f"{' '.join(cmd[:2])}: exit {proc.returncode}, unreadable JSON report ({e}): "
                               f"{err.strip()[-1500:]}") from None
@@ -199,7 +204,7 @@ def parse(doc: dict[str, Any], source: str = "ansible") -> tuple[list[Finding], 
 
 def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: str | None = None,
           extra_vars: dict[str, Any] | None = None, forks: int = 10, project_dir: Path | None = None,
-          on_event: Callable[[dict[str, Any]], None] | None = None) -> SourceResult:
+          on_event: Callable[[dict[str, Any]], None] | None = None, extra_args: Sequence[str] = ()) -> SourceResult:
     """Run each playbook in check+diff mode; per host, each task that would change."""
     started = time.monotonic()
     result = SourceResult(source="ansible")
@@ -207,8 +212,8 @@ def check(playbooks: Sequence[Path], inventories: Sequence[Path | str], limit: s
     hosts: set[str] = set()
     for pb in playbooks:
         try:
-            doc = run_json(playbook_cmd(pb, inventories, limit, extra_vars, check=True, forks=forks),
-                           project_dir=project_dir, on_event=on_event)
+            cmd = playbook_cmd(pb, inventories, limit, extra_vars, check=True, forks=forks, extra_args=extra_args)
+            doc = run_json(cmd, project_dir=project_dir, on_event=on_event)
         except (AnsibleRunError, subprocess.TimeoutExpired, OSError) as e:
             errors.append(f"{pb.name}: {e}")
             continue

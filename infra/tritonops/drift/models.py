@@ -27,26 +27,30 @@ PROBE_PLAYBOOK = "ansible/drift_probe.yml"  # in the project folder (tritonops.p
 PROBE_TASK = "Report the desired release and the node's state"
 
 
-def compare_host(host: str, release: dict[str, Any], node: dict[str, Any]) -> list[Finding]:
-    """Findings for one host from the staged release (controller) and the node's probe."""
-    path = Path(release["path"])
-    want = manifest.read(path)
-    expected_models = agent_drift.expected_versions(want, agent_drift.release_configs(path, want))
-    findings: list[Finding] = []
-    active, current = node.get("active"), node.get("current")
-    files_expected = want
-    if active != release["release"] or current != release["release"]:
-        findings.append(Finding(source="models", host=host, resource="release",
-                                detail=f"active {active or 'none'}, marked current {current or 'none'}; "
-                                       f"the code says {release['release']}"))
-        # Another release is active: check its files against its own manifest (integrity on the node).
-        files_expected = node.get("manifest") or {}
-    raw = agent_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
-                              node.get("index_error"), node.get("loaded"))
-    raw += node.get("host_findings") or []
-    findings += [Finding(source="models", host=host, resource=f["resource"], detail=f["detail"]) for f in raw]
-    return findings
+def compare_host(host: str, release: dict[str, Any] | None, node: dict[str, Any]) -> list[Finding]:
+    """Findings for one host from the staged release (controller) and the node's probe.
 
+    A pull node (``release`` None: the probe ran with ``--channel``): agent.drift.node_findings, what the
+    node's own timer reports (the release served against the one its channel's verified pointer names, and
+    against its own manifest and configs)."""
+    if release is None:
+        raw = agent_drift.node_findings(node)
+    else:
+        path = Path(release["path"])
+        want = manifest.read(path)
+        expected_models = agent_drift.expected_versions(want, agent_drift.release_configs(path, want))
+        active, current = node.get("active"), node.get("current")
+        files_expected = want
+        raw = []
+        if active != release["release"] or current != release["release"]:
+            raw.append({"resource": "release", "detail": f"active {active or 'none'}, marked current "
+                                                         f"{current or 'none'}; the code says {release['release']}"})
+            # Another release is active: check its files against its own manifest (integrity on the node).
+            files_expected = node.get("manifest") or {}
+        raw += agent_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
+                                   node.get("index_error"), node.get("loaded"))
+        raw += node.get("host_findings") or []
+    return [Finding(source="models", host=host, resource=f["resource"], detail=f["detail"]) for f in raw]
 
 def parse(doc: dict[str, Any]) -> tuple[list[Finding], dict[str, str], list[str]]:
     findings: list[Finding] = []
@@ -76,12 +80,13 @@ def parse(doc: dict[str, Any]) -> tuple[list[Finding], dict[str, str], list[str]
 
 def check(inventories: Sequence[Path | str], limit: str | None = None, extra_vars: dict[str, Any] | None = None,
           forks: int = 10, project_dir: Path | None = None,
-          on_event: Callable[[dict[str, Any]], None] | None = None) -> SourceResult:
+          on_event: Callable[[dict[str, Any]], None] | None = None, extra_args: Sequence[str] = ()) -> SourceResult:
     started = time.monotonic()
     result = SourceResult(source="models")
     try:
         probe = project.require(PROBE_PLAYBOOK, project_dir)
-        doc = run_json(playbook_cmd(probe, inventories, limit, extra_vars, check=False, forks=forks),
+        doc = run_json(playbook_cmd(probe, inventories, limit, extra_vars, check=False, forks=forks,
+                                    extra_args=extra_args),
                        project_dir=project_dir, on_event=on_event)
     except project.ProjectError as e:
         result.error = str(e)

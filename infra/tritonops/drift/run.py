@@ -29,6 +29,7 @@ def run(
     forks: int = 10,
     extra_vars: dict[str, Any] | None = None,
     project_dir: Path | None = None,
+    extra_args: Sequence[str] = (),
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> DriftReport:
     """Each source in its own thread; each Ansible run reaches its hosts in parallel (forks).
@@ -36,7 +37,8 @@ def run(
     ``project_dir`` holds ansible/ (the default playbook, the models probe), roles/ and stacks/
     (default: tritonops.project's). No ``playbooks``: the project's ansible/edge.yml. ``on_event(source, event)``:
     the Ansible sources' progress events while they run (tritonops.drift.progress), ``{"finished": True}`` as each
-    source returns.
+    source returns. ``extra_args``: ``-e`` values for every ansible-playbook run, as given (``tritonops drift
+    -e``), after ``extra_vars``: a host's mode (release_agent_enabled) is its inventory's, or theirs.
     """
     started = time.monotonic()
     evars = {**CHECK_VARS, **(extra_vars or {})}
@@ -49,10 +51,11 @@ def run(
             jobs[source] = partial(SourceResult, source=source, error=project.missing(DEFAULT_PLAYBOOK, root))
         elif source == "ansible":
             jobs[source] = partial(ansible_check.check, list(playbooks) or [root / DEFAULT_PLAYBOOK], inventories,
-                                   limit, evars, forks, root, on_event=partial(on_event, source) if on_event else None)
+                                   limit, evars, forks, root, on_event=partial(on_event, source) if on_event else None,
+                                   extra_args=extra_args)
         elif source == "models":
             jobs[source] = partial(models.check, inventories, limit, evars, forks, root,
-                                   on_event=partial(on_event, source) if on_event else None)
+                                   on_event=partial(on_event, source) if on_event else None, extra_args=extra_args)
         elif source == "pulumi":
             jobs[source] = partial(pulumi_check.check, stacks, envs, stacks_dir=project.stacks_dir(root))
         else:

@@ -49,14 +49,18 @@ def test_readme_lists_every_variable() -> None:
 HOSTILE_LABEL = "edge 1 $HOME ${PATH} 50%n it's \"q\" back\\slash $(touch PWNED)"
 
 
-@pytest.fixture(scope="module")
-def unit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+PULL = {"release_agent_enabled": True, "release_agent_channel": "edge-1", "release_agent_group_labels": ["canary", "lab"]}
+
+
+@pytest.fixture(scope="module", params=["push", "pull"])
+def unit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     """The service unit as the role's template task renders it (ansible-playbook, localhost), with a
-    host label and paths that systemd would split or expand if they were not quoted for it."""
+    host label and paths that systemd would split or expand if they were not quoted for it; on a push
+    node, and on a pull node (release_agent_enabled: its channel goes to the check)."""
     exe = Path(sys.executable).with_name("ansible-playbook")
     if not exe.exists():
         pytest.skip("ansible-playbook is not installed (make venv)")
-    tmp = tmp_path_factory.mktemp("drift-unit")
+    tmp = tmp_path_factory.mktemp(f"drift-unit-{request.param}")
     out = tmp / "tritonops-drift-check.service"
     play = [{"name": "Render", "hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
         {"name": "Role defaults and preflight",
@@ -65,7 +69,8 @@ def unit(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "src": str(ROLE / "templates" / "drift-check.service.j2"), "dest": str(out), "mode": "0644"}}]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
     extra = {"drift_check_host_label": HOSTILE_LABEL, "drift_check_install_dir": "/opt/trit ops",
-             "drift_check_admin_header": "x-admin key", "ansible_python_interpreter": sys.executable}
+             "drift_check_admin_header": "x-admin key", "ansible_python_interpreter": sys.executable,
+             **(PULL if request.param == "pull" else {})}
     (tmp / "vars.json").write_text(json.dumps(extra))
     env = os.environ | {"ANSIBLE_ROLES_PATH": str(ROLE.parent), "ANSIBLE_LOCALHOST_WARNING": "false",
                         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
@@ -89,9 +94,17 @@ def test_unit_runs_the_agents_check_with_every_value_one_argument(unit: Path) ->
     argv = _exec_start(unit.read_text())
     assert argv[:3] == ["/usr/bin/python3", "/opt/trit ops/tritonops-agent.pyz", "check"]
     opts = dict(zip(argv[3::2], argv[4::2], strict=True))
+    pull = {"--channel": PULL["release_agent_channel"]} if "pull" in unit.parent.name else {}
+    # The release agent's group labels, each one argument, as the agent's own parser reads them (a rollout's
+    # group waves decide what the node should serve).
+    from tritonops.agent.cli import parser
+
+    assert parser().parse_args(argv[2:]).group_label == (PULL["release_agent_group_labels"] if pull else [])
+    if pull:
+        opts.pop("--group-label")
     assert opts == {"--host": HOSTILE_LABEL, "--link": "/var/lib/triton/models",
                     "--releases": "/var/lib/triton/releases", "--port": "8000", "--header": "x-admin key",
-                    "--textfile": "/var/lib/prometheus/node-exporter"}
+                    "--textfile": "/var/lib/prometheus/node-exporter", **pull}
 
 
 def test_unit_passes_systemd_analyze(unit: Path) -> None:

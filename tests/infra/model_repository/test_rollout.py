@@ -34,6 +34,7 @@ import pytest
 import tritonclient.http as httpclient
 from devkit.hosts.podman import CONTAINERS_CONF
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
+from node_helpers import inventory_for_playbook
 from tritonops.agent.releases import STATE_FILE
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.model_repo.golden import Golden
@@ -91,13 +92,11 @@ class Load:
 
 
 def _inventory(config: Any) -> str:
-    inventory = getattr(config.option, "ansible_inventory", None) or os.environ.get("MOLECULE_INVENTORY_FILE")
+    inventory = inventory_for_playbook(config)
     if not inventory:
         pytest.skip("needs a converged node: run through molecule (roles/model_repository) or give "
                     "--hosts=ansible://NODE --ansible-inventory=INVENTORY")
-    # Molecule keeps group_vars beside its inventory file: pass the folder so Ansible reads them.
-    path = Path(inventory)
-    return str(path.parent if path.is_file() and (path.parent / "group_vars").is_dir() else path)
+    return inventory
 
 
 def publish(host: Any, config: Any, repository: Path, tmp: Path,

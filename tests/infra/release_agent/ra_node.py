@@ -4,14 +4,19 @@ Triton's repository API (called from the controller, the admin header's value fr
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from node_helpers import host_name, inventory_vars, node_address  # noqa: F401 - re-exported to the tests
+from devkit.hosts.podman import CONTAINERS_CONF
+from node_helpers import host_name, inventory_for_playbook, inventory_vars, node_address  # noqa: F401 - re-exported
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,6 +30,59 @@ TEXTFILE_NAME = "tritonops_release.prom"
 
 
 
+
+
+# playbooks/edge.yml as a mode switch runs it: the facts and the two modes (each with the other's off.yml);
+# Triton, monitoring and the drift timer are as converged, and their tags are left out.
+EDGE_PLAYBOOK = REPO / "playbooks" / "edge.yml"
+SWITCH_TAGS = ",".join(f"{role}_{part}" for role in ("gpu_facts", "model_repository", "release_agent")
+                       for part in ("install", "configure", "run"))
+PLAY_TIMEOUT = 600
+
+
+def molecule_inventory(config: Any) -> str:
+    """The node's inventory (--ansible-inventory, else molecule's) as ansible-playbook takes it; skips without one."""
+    inventory = inventory_for_playbook(config)
+    if not inventory:
+        pytest.skip("needs the converged molecule node (roles/release_agent: molecule test)")
+    return inventory
+
+
+def edge_play(host: Any, config: Any, log: Path, extra: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook playbooks/edge.yml against the node (molecule's inventory), limited to SWITCH_TAGS;
+    the output goes to ``log`` and comes back in stdout."""
+    inventory = molecule_inventory(config)
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), str(EDGE_PLAYBOOK), "-i", inventory,
+           "--limit", host_name(host), "--tags", SWITCH_TAGS, "-e", json.dumps(extra), *flags]
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", CONTAINERS_CONF=str(CONTAINERS_CONF))
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, timeout=PLAY_TIMEOUT,
+                            check=False).returncode
+    print(f"  ansible-playbook {' '.join(flags)} log: {log}")  # noqa: T201 - where to look, shown with -s
+    return subprocess.CompletedProcess(cmd, rc, log.read_text(), "")
+
+
+def recap(out: str, host: str) -> dict[str, int]:
+    """The PLAY RECAP counts of ``host`` (ok, changed, failed, ...)."""
+    line = next(line for line in out.splitlines() if line.startswith(host + " ") and "changed=" in line)
+    return {k: int(v) for k, v in (word.split("=") for word in line.split()[2:])}
+
+
+def changed_tasks(out: str) -> list[str]:
+    """The names of the tasks an ansible-playbook output reports changed (would change, with --check)."""
+    tasks, task = [], ""
+    for line in out.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):].split("]", 1)[0]
+        elif line.startswith("changed: [") and task and task not in tasks:
+            tasks.append(task)
+    return tasks
+
+
+def unit_state(host: Any, unit: str) -> tuple[str, str]:
+    """(systemctl is-enabled, is-active) of a unit; is-enabled says "absent" where its file is gone."""
+    enabled = host.run(f"systemctl is-enabled {unit}").stdout.strip() or "absent"
+    return enabled, host.run(f"systemctl is-active {unit}").stdout.strip()
 
 
 def main_pid(host: Any, unit: str) -> int:

@@ -10,7 +10,12 @@ and path the node's agent polls (read from the agent's own argv), then only watc
 3. a third release signed by a key the node does not trust: refused at ``verify`` (failures metric),
    nothing of it reaches the node or Triton, the second release keeps serving;
 4. the deadman: the link left on an un-gated release (an agent killed between switch and gate), then
-   Triton restarted: its ExecStartPre puts the link back on the gated release before Triton loads it.
+   Triton restarted: its ExecStartPre puts the link back on the gated release before Triton loads it;
+5. the switch to push mode and back with playbooks/edge.yml (release_agent_enabled false, then true),
+   each first in check mode (it reports the change and makes none): to push, the agent is stopped and
+   disabled before the push release is switched, and it no longer moves the link; back to pull, push
+   mode's recovery timer and Triton's drop-in are gone, the agent serves the channel's next release, and
+   neither mode's release is pruned by the other.
 
 It needs the converged molecule node and the scenario's signing key (MOLECULE_EPHEMERAL_DIRECTORY):
 ``cd roles/release_agent && molecule test``.
@@ -37,11 +42,16 @@ from ra_node import (
     SERVICE,
     TritonAPI,
     agent_argv,
+    changed_tasks,
+    edge_play,
+    host_name,
     info_release,
     metrics,
     node_address,
     options,
+    recap,
     sample,
+    unit_state,
     wait_for,
 )
 from tritonops.agent.golden import golden_gate
@@ -270,3 +280,80 @@ def test_deadman_puts_triton_back_on_the_gated_release(node: Node, first: dict[s
     finally:
         host.run(f"systemctl start {SERVICE}")
     assert host.service(SERVICE).is_running, journal(host, SERVICE)
+
+
+# --- 5. push mode and back, with playbooks/edge.yml ------------------------------------------------
+
+PUSH_TIMER = "tritonops-model-recover.timer"
+PUSH_DROPIN = f"/etc/systemd/system/{TRITON_SERVICE}.service.d/tritonops-model-repository.conf"
+AGENT_DROPIN = f"/etc/systemd/system/{TRITON_SERVICE}.service.d/{SERVICE}.conf"
+
+
+def modes(node: Node) -> dict[str, Any]:
+    """Each mode's units and Triton's drop-ins, and where the model link points."""
+    host = node.host
+    return {"agent": unit_state(host, SERVICE), "push timer": unit_state(host, PUSH_TIMER),
+            "drop-ins": sorted(p for p in (PUSH_DROPIN, AGENT_DROPIN) if host.file(p).exists),
+            "link": node.link_target()}
+
+
+def test_switch_to_push_and_back(node: Node, store: Path, signing_key: Path, second: dict[str, Any],
+                                 foreign: dict[str, Any], request: pytest.FixtureRequest,
+                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("switch")
+    name = host_name(node.host)
+    began = time.monotonic()
+    pull = {"agent": ("enabled", "active"), "push timer": ("absent", "inactive"), "drop-ins": [AGENT_DROPIN],
+            "link": second["release"]}
+    assert modes(node) == pull
+    push_repo = variant(tmp, "push")
+    to_push = {"release_agent_enabled": False, "model_repository_source": "local",
+               "model_repository_local_path": str(push_repo)}
+
+    # To push, in check mode: the change is reported, nothing changes.
+    res = edge_play(node.host, request.config, tmp / "to-push-check.log", to_push, "--check")
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert {"tritonops.triton.release_agent : Stop and disable the release agent",
+            "tritonops.triton.model_repository : Push the release tarball"} <= set(changed_tasks(res.stdout)), changed_tasks(res.stdout)
+    assert modes(node) == pull
+
+    start = time.monotonic()
+    res = edge_play(node.host, request.config, tmp / "to-push.log", to_push)
+    assert res.returncode == 0, res.stdout[-6000:]
+    say(f"pull -> push: {time.monotonic() - start:.1f}s (edge.yml, {recap(res.stdout, name)['changed']} changed)")
+    pushed = node.link_target()
+    assert modes(node) == {"agent": ("absent", "inactive"), "push timer": ("enabled", "active"),
+                           "drop-ins": [PUSH_DROPIN], "link": pushed}
+    assert pushed != second["release"] and node.current() == pushed
+    # The agent was stopped before the push release was switched.
+    tasks = [line for line in res.stdout.splitlines() if line.startswith("TASK [")]
+    stop = next(i for i, t in enumerate(tasks) if "Stop and disable the release agent" in t)
+    assert stop < next(i for i, t in enumerate(tasks) if "Point the model repository at the release" in t), tasks
+    # No agent left to point the link back at its channel's release and prune the pushed one (it polled every 2 s).
+    time.sleep(6)
+    assert (node.link_target(), node.current()) == (pushed, pushed)
+    listing = node.host.check_output(f"ls -A {node.releases}").split()
+    assert second["release"] in listing and pushed in listing, listing
+
+    # Back to pull, in check mode first.
+    res = edge_play(node.host, request.config, tmp / "to-pull-check.log", {"release_agent_enabled": True}, "--check")
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert {"tritonops.triton.model_repository : Stop and disable push mode's recovery timer, then its service",
+            "tritonops.triton.model_repository : Remove push mode's deadman (units, script, secret, agent copy, "
+            "Triton's drop-in)"} <= set(changed_tasks(res.stdout)), changed_tasks(res.stdout)
+    assert modes(node)["push timer"] == ("enabled", "active") and node.link_target() == pushed
+
+    start = time.monotonic()
+    res = edge_play(node.host, request.config, tmp / "to-pull.log", {"release_agent_enabled": True})
+    assert res.returncode == 0, res.stdout[-6000:]
+    say(f"push -> pull: {time.monotonic() - start:.1f}s (edge.yml, {recap(res.stdout, name)['changed']} changed)")
+    # The channel still names the refused foreign-signed release: the agent keeps serving the pushed one.
+    assert modes(node) == {**pull, "link": pushed}
+    assert not node.host.file("/usr/local/lib/tritonops-model-repository").exists
+    nxt = publish(variant(tmp, "after-push"), to=str(store), channel=node.channel, signing_key=signing_key,
+                  target="cpu")
+    wait_serving(node, nxt, "after-push")
+    listing = node.host.check_output(f"ls -A {node.releases}").split()
+    assert pushed in listing, listing
+    assert modes(node) == {**pull, "link": nxt["release"]}
+    say(f"switch test: {time.monotonic() - began:.1f}s in all (two checks, two switches, one release)")
