@@ -37,6 +37,7 @@ from tritonops.agent import bundle, signing
 from tritonops.agent import manifest as manifests
 from tritonops.agent.store import Store
 from tritonops.release import publish as pub
+from tritonops.release.status import status as release_status
 from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
@@ -341,8 +342,8 @@ def test_5_rollback_moves_every_replica_back_without_a_download(fleet: Fleet) ->
     pattern = r"tritonops_release_downloaded_bytes_total (\S+)"
     for r, m in zip(fleet.replicas, before, strict=True):
         assert re.findall(pattern, r.metrics()) == re.findall(pattern, m)
-    report = pub.status(STORE, ["stable"], [f"http://127.0.0.1:{r.agent_port}/metrics" for r in fleet.replicas],
-                        s3_endpoint=fleet.endpoint)
+    report = release_status(STORE, ["stable"], [f"http://127.0.0.1:{r.agent_port}/metrics" for r in fleet.replicas],
+                            s3_endpoint=fleet.endpoint)
     assert report["channels"]["stable"]["release"] == "r2"
     assert [(t["release"], t["up_to_date"]) for t in report["targets"]] == [("r2", True)] * 3
     assert fleet.load and fleet.load.failed == []
