@@ -12,7 +12,7 @@ EXTRAS := triton,k8s,ansible,obs,signing,dev
 APT_PACKAGES := prometheus prometheus-alertmanager podman runc mmdebstrap arch-test uidmap fuse-overlayfs \
 	slirp4netns qemu-user-static binfmt-support curl libb64-0d catatonit openssh-client docker-registry
 
-.PHONY: all demo demo-down demo-k8s test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check gpu-bundle clean
+.PHONY: all demo demo-down demo-fleet demo-fleet-down demo-k8s fleet-live test print-test-stages check collection drift-live kube-play unit integration lint lint-mypy lint-ansible apt venv checkov bench molecule host-checks gpu-check gpu-bundle clean
 
 all: test
 
@@ -93,9 +93,9 @@ check: venv lint
 # Triton, Prometheus and Alertmanager on loopback), every role's molecule scenarios (amd64, and arm64
 # for Jetson), the rendered dev Triton pod under `podman kube play` (kube-play, about 2 min), and the
 # live drift test on a Podman node (tests/infra/drift_live: converge, tamper, detect exactly that,
-# converge, clean; about 10 min).
+# converge, clean; about 10 min), and `make demo-fleet`'s test twin (fleet-live: three pull-mode nodes).
 ALL_ROLES := $(patsubst roles/%/molecule,%,$(wildcard roles/*/molecule))
-TEST_STAGES := lint unit integration molecule kube-play collection drift-live
+TEST_STAGES := lint unit integration molecule kube-play collection drift-live fleet-live
 
 test: venv apt checkov
 	@set -e; for t in $(TEST_STAGES); do $(MAKE) --no-print-directory $$t; done
@@ -115,6 +115,11 @@ kube-play: venv apt
 
 drift-live: venv apt
 	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/drift_live $(JUNIT)
+
+# The fleet demo run as a test (tests/infra/demo_fleet): three pull-mode nodes, a release in waves, a
+# failing one halted at its first wave and rolled back; the nodes removed after.
+fleet-live: venv apt
+	$(BIN)/pytest -q -rs -s -p no:cacheprovider tests/infra/demo_fleet $(JUNIT)
 
 # Molecule: every scenario under roles/*/molecule/ (converge, idempotence, check, verify) on the
 # locally built Podman images (`python -m devkit hosts build` is a no-op while its inputs are unchanged),
@@ -145,6 +150,15 @@ demo: venv apt
 # Remove the demo's edge node (its closing lines say so).
 demo-down:
 	$(DEVKIT) hosts down tritonops-edge-1
+
+# Pull mode on three local edge nodes (tritonops-fleet-1..3, the image `make demo` builds): a signed root
+# with a store name, a release rolled out in waves (a canary, then all), a failing one halted at its first
+# wave and rolled back, `release status` per node, each step's seconds (tools/devkit/demo_fleet.py).
+demo-fleet: venv apt
+	$(DEVKIT) demo-fleet
+
+demo-fleet-down:
+	$(DEVKIT) demo-fleet --down
 
 # The Kubernetes side: the sample repository published, the rendered dev pod played with `podman kube play`
 # (a local CPU Triton image built from the wheel), smoke-checked (tools/devkit/kube_play.py).

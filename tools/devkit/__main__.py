@@ -39,6 +39,28 @@ def demo(
     raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FINDINGS)
 
 
+@app.command("demo-fleet")
+def demo_fleet(
+    down: Annotated[bool, typer.Option("--down", help="Remove the fleet's nodes instead")] = False,
+) -> None:
+    """Three local edge nodes in pull mode: a release rolled out in waves, a failing one halted and rolled back.
+
+    Exit 0 when every step did what it should, 3 when one failed (the message says which).
+    """
+    from devkit.demo import DemoError
+    from devkit.demo_fleet import fleet_down, run_fleet
+    from devkit.hosts.podman import HostsError
+
+    try:
+        if down:
+            Console().print(f"removed: {', '.join(fleet_down()) or 'nothing'}", highlight=False)
+        else:
+            run_fleet(Console())
+    except (DemoError, HostsError) as e:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+
+
 @app.command("demo-k8s")
 def demo_k8s(
     keep: Annotated[bool, typer.Option("--keep", help="Leave the pod and the store running")] = False,

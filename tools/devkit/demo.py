@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -146,8 +147,7 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE,
                   f" (log: {log})")
     inventories = [inventory]
     if node != EDGE_NODE:  # a node of its own (tests/benchmarks/bench_demo.py): the local group_vars apply to it
-        inventories.append(cache_dir() / f"{node}-inventory.json")
-        inventories[-1].write_text(json.dumps({"all": {"children": {"edge": {"hosts": {node: {}}}}}}))
+        inventories.append(node_inventory(node, {node: {}}))
     step = time.monotonic()
     recap = run_playbook(console, REPO / "ansible" / "edge.yml", inventories, node, log)
     phases["converge"] = round(time.monotonic() - step, 1)
@@ -166,6 +166,15 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE,
     console.print(closing_hint(node, n.address, key_file, time.monotonic() - started), soft_wrap=True,
                   highlight=False, markup=False)
     return report
+
+
+def node_inventory(name: str, hosts: dict[str, dict[str, Any]], group_vars: dict[str, Any] | None = None) -> Path:
+    """A second inventory (``-i``, beside ansible/inventories/local, whose group_vars apply too) that puts
+    ``hosts`` (name: host vars) in the edge group, in a group ``name`` of their own with ``group_vars``."""
+    path = cache_dir() / f"{name}-inventory.json"
+    group = {"hosts": hosts, "vars": group_vars or {}}
+    path.write_text(json.dumps({"all": {"children": {"edge": {"children": {name.replace("-", "_"): group}}}}}))
+    return path
 
 
 def write_key_file(path: Path, secret: str) -> Path:
