@@ -428,7 +428,7 @@ def main() -> int:
     image = image_mb()
     figures: dict[str, float | int | str] = {"image_present": "yes" if image else "no", "image_mb": image or 0,
                                              "rounds": args.rounds, "large_mb": args.large_mb}
-    with tempfile.TemporaryDirectory(prefix="h6-cold-start-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tritonops-cold-start-") as tmp:
         for name, source in repos:
             work = Path(tmp) / name
             work.mkdir()

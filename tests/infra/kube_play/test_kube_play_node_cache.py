@@ -68,7 +68,7 @@ def test_the_played_cache_daemon_serves_the_rendered_pods_sync(tmp_path: Path) -
         keys_cm = next(v for v in spec["volumes"] if v["name"] == "trusted-keys")["configMap"]
         maps.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": keys_cm["name"]},
                      "data": {i["key"]: pubkey.read_text() for i in keys_cm["items"]}})
-        dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "h5-node-cache"},  # kube play 4.3:
+        dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "node-cache-play"},  # kube play 4.3:
                "spec": {"replicas": 1, "selector": ds["spec"]["selector"], "template": ds["spec"]["template"]}}  # no DaemonSet
         played = kp.play(kp.PodPlan(dep, maps, {}), tmp_path / "play", {})
         try:
