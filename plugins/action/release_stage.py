@@ -3,7 +3,7 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action for tritonops.triton.release_stage: the controller's release steps in the Ansible worker.
 
-``tritonops.release.push.prepare`` and ``tritonops.agent.bundle.build``, called in-process: no Python
+``tritonops.release.push.prepare`` and ``tritonops.agent_bundle.build``, called in-process: no Python
 started per host and task (the two commands they replace cost about 1.7 s on every converge).
 """
 
@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
         except errors.ReleaseError as e:
             raise AnsibleActionFail("%s" % e, result={"error": "%s" % e})
         if p["agent"]:
-            bundle = _import("tritonops.agent.bundle")
+            bundle = _import("tritonops.agent_bundle")
             out = Path(p["agent"])
             before = out.read_bytes() if out.is_file() else None
             data = bundle.build(out).read_bytes()

@@ -13,7 +13,7 @@ module: release
 short_description: Model releases on a node (status, install, activate, mark, prune) through the release agent
 description:
   - Runs one command of the tritonops release agent (C(tritonops-agent.pyz), built from the C(tritonops)
-    Python package with C(python -m tritonops.agent.bundle FILE)) on the node and returns its JSON.
+    Python package with C(python -m tritonops.agent_bundle FILE)) on the node and returns its JSON.
   - The agent keeps one folder per release under O(releases) and points the models symlink O(link) at
     the active one; C(install) verifies a pushed copy against its manifest before renaming it into place,
     C(activate) switches the symlink atomically, C(mark) records the release that passed its gate,

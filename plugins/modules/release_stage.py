@@ -16,7 +16,7 @@ description:
     with no command started. It validates the model repository O(source) with Triton's own config schema,
     checksums every file into a manifest, and stages the release as one folder (and tarball) per release
     id under O(cache), as C(python -m tritonops.release.push prepare) does.
-  - With O(agent), also writes the release agent zipapp there (C(python -m tritonops.agent.bundle)),
+  - With O(agent), also writes the release agent zipapp there (C(python -m tritonops.agent_bundle)),
     rewritten only when its bytes changed.
   - Needs the C(tritonops) Python package, of the same release as this collection, in the Python that
     runs Ansible (as the C(tritonops.triton.pin) lookup does).

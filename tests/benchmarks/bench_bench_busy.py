@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT / "infra")]
 
 import record  # noqa: E402
 from bench_tune_grid import burners, load_sampler  # noqa: E402
-from tritonops.agent.triton import DEFAULT_HEADER  # noqa: E402
+from tritonops.core.triton_http import DEFAULT_HEADER  # noqa: E402
 from tritonops.triton import perf_analyzer, server  # noqa: E402
 from tritonops.triton.args import RESTRICTED  # noqa: E402
 

@@ -288,7 +288,7 @@ def largest_blob(store: Path) -> tuple[str, int]:
 
 def measure(name: str, source: Path, rounds: int, work: Path, console: Console) -> dict[str, Any]:
     """Every case of CASES, ``rounds`` times, for one repository; medians per case and part."""
-    from tritonops.agent import signing
+    from tritonops.release_format import signing
 
     store = work / "store"
     key, pub = signing.keygen(work / "release.key", work / "release.pub")

@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.agent import releases as agent_releases
-from tritonops.agent import signing
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.core.keys import channel_key
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "model_repository"
@@ -504,9 +504,9 @@ class Bench:
         """A release by a staged rollout (--rollout): the time from each wave's pointer write until every
         agent of waves 0..w serves it (and none beyond), and what each ``advance`` (reading 1 report per
         agent from the bucket) took."""
-        from tritonops.agent import rollout as agent_rollout
         from tritonops.release import rollout as ro
         from tritonops.release.publish import publish
+        from tritonops.release_format import waves as agent_rollout
 
         a, f = self.args, self.figures
         model = self.tmp / "repo" / CHANGED_FILE

@@ -233,7 +233,7 @@ def test_a_consumer_playbook_with_fqcns_only_runs_against_a_podman_node(installe
         str(installed["collections"])), res.stdout[:500]
     # The controller side (the tritonops package, as the roles use it): the agent and a staged release.
     agent = tmp / "agent" / "tritonops-agent.pyz"
-    res = _run([sys.executable, "-m", "tritonops.agent.bundle", str(agent)])
+    res = _run([sys.executable, "-m", "tritonops.agent_bundle", str(agent)])
     assert res.returncode == 0, res.stderr
     res = _run([sys.executable, "-m", "tritonops.release.push", "prepare", str(SAMPLE), "--cache",
                 str(tmp / "stage"), "--target", "cpu", "--version", "r1"], timeout=300)

@@ -37,10 +37,12 @@ from typing import Any
 
 import pytest
 from local_servers import serving
-from tritonops.agent import bundle, releases, signing
+from tritonops import agent_bundle as bundle
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tritonops.agent.triton import DEFAULT_HEADER, SECRET_ENV
 from tritonops.cli import app
+from tritonops.core.triton_http import DEFAULT_HEADER, SECRET_ENV
 from tritonops.triton import server
 from tritonops.triton.args import RESTRICTED
 from typer.testing import CliRunner

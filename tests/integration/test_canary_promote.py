@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 import yaml
 from test_observability_live import PROMETHEUS, _start, load, wait_for
-from tritonops.agent import signing
 from tritonops.cli import app
 from tritonops.k8s.stacks.triton.workload import SUMMARY_LATENCIES_ARG
 from tritonops.observability import rules as r
 from tritonops.release import canary
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
 from tritonops.triton import server
 from typer.testing import CliRunner
 

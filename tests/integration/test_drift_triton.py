@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tritonops.agent import bundle
-from tritonops.agent.triton import SECRET_ENV
+from tritonops import agent_bundle as bundle
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.triton import server
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from oci_registry import PASSWORD, USER
-from tritonops.agent import releases, signing
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 

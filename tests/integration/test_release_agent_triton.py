@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from tritonops.agent import releases, signing
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
-from tritonops.agent.triton import Triton
+from tritonops.core.triton_http import Triton
 from tritonops.release import publish as pub
 from tritonops.release import push
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 from tritonops.triton import server
 
 # Triton goes away and comes back: about 90 s.

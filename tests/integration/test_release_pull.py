@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from tritonops.agent import bundle, signing
-from tritonops.agent import manifest as manifests
-from tritonops.agent.store import Store
+from tritonops import agent_bundle as bundle
 from tritonops.release import publish as pub
 from tritonops.release.status import status as release_status
+from tritonops.release_format import manifest as manifests
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 from tritonops.triton import server
 
 pytestmark = pytest.mark.integration

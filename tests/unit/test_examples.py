@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tritonops.agent import manifest
+from tritonops.release_format import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,11 +3,14 @@
 The graph is read from the sources with ``ast`` (every ``import``, at module level or inside a function,
 relative ones resolved), so a function-level import is no way around a circle. Layers, lowest first:
 
-* 0: ``core`` (the plumbing every package shares: errors, exit codes, bounded file I/O, release file
-  names, store keys; standard library only), ``tritonops`` itself, ``versions``, ``project``
-* 1: ``agent`` (the node's release agent: it runs on devices with nothing else installed, so it imports
-  the standard library and ``core`` only, and ships with ``core`` in one zipapp)
-* 2: ``model_repo`` (model formats: config.pbtxt, the repository layout, validate, golden files)
+* 0: ``core`` (the plumbing every package shares: errors, exit codes, bounded file and HTTP I/O, the
+  node's lock, release file names, store keys, Triton's HTTP API; standard library only), ``tritonops``
+  itself, ``versions``, ``project``, ``world``, ``agent_bundle`` (writes the zipapp from the sources)
+* 1: ``release_format`` (the release format and its checks) and ``stores`` (the store kinds): standard
+  library and ``core`` only (stores: boto3 inside write functions), shipped to nodes in the zipapp
+* 2: ``agent`` (the node program: it runs on devices with nothing else installed, so it imports the
+  standard library and the packages below only; only ``cli`` imports it), ``model_repo`` (model formats:
+  config.pbtxt, the repository layout, validate, golden files)
 * 3: ``triton`` (a Triton server, smoke, bench, tune), ``observability`` (metrics, rules, dashboards)
 * 4: ``release`` (the controller's release lifecycle), ``k8s``, ``drift``, ``capacity``
 * 5: ``cli`` (the ``tritonops`` command line)
@@ -26,16 +29,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "infra"
 LAYERS = {
-    "tritonops.core": 0, "tritonops": 0, "tritonops.versions": 0, "tritonops.project": 0,
-    "tritonops.agent": 1,
-    "tritonops.model_repo": 2,
+    "tritonops.core": 0, "tritonops": 0, "tritonops.versions": 0, "tritonops.project": 0, "tritonops.world": 0,
+    "tritonops.agent_bundle": 0,
+    "tritonops.release_format": 1, "tritonops.stores": 1,
+    "tritonops.agent": 2, "tritonops.model_repo": 2,
     "tritonops.triton": 3, "tritonops.observability": 3,
     "tritonops.release": 4, "tritonops.k8s": 4, "tritonops.drift": 4, "tritonops.capacity": 4,
     "tritonops.cli": 5,
 }
 # What a package that ships to nodes may import besides the standard library: the agent runs on devices
-# with nothing else installed (its zipapp holds it and core), core is everyone's ground floor.
-NODE_IMPORTS = {"tritonops.agent": ("tritonops.agent", "tritonops.core"), "tritonops.core": ("tritonops.core",)}
+# with nothing else installed (its zipapp holds these four packages), core is everyone's ground floor.
+NODE = ("tritonops.agent", "tritonops.core", "tritonops.release_format", "tritonops.stores")
+NODE_IMPORTS = {"tritonops.agent": NODE, "tritonops.core": ("tritonops.core",),
+                "tritonops.release_format": ("tritonops.release_format", "tritonops.core", "tritonops.stores"),
+                "tritonops.stores": ("tritonops.stores", "tritonops.core", "tritonops.release_format")}
+# Only the controller's writes need these; a store module imports them inside the function that writes.
+LAZY_CONTROLLER_IMPORTS = {"tritonops.stores": ("boto3", "botocore")}
+# Who may import the node program: the command line (``tritonops agent ...``) and the agent itself.
+AGENT_IMPORTERS = ("tritonops.cli", "tritonops.agent")
 MAX_LINES = 600
 
 
@@ -50,11 +61,23 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Every module ``name`` imports (tritonops ones resolved to a module of MODULES, others by top name)."""
+def _top_level(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of a module outside its functions: what runs when it is imported."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo += [c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return out
+
+
+def _imports(name: str, path: Path, top_only: bool = False) -> set[str]:
+    """Every module ``name`` imports (tritonops ones resolved to a module of MODULES, others by top name);
+    ``top_only``: those it imports when it is loaded (not inside a function)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in _top_level(tree) if top_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -76,6 +99,7 @@ def _own(module: str) -> str:
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+LOADED = {name: _imports(name, path, top_only=True) for name, path in MODULES.items()}
 
 
 def _layer(module: str) -> int:
@@ -157,31 +181,60 @@ def test_no_import_runs_up_a_layer() -> None:
     assert upward == []
 
 
-def _foreign(graph: dict[str, set[str]]) -> list[str]:
-    """Imports of the node's packages (NODE_IMPORTS) that are neither the standard library nor allowed to them."""
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _foreign(graph: dict[str, set[str]], loaded: dict[str, set[str]] | None = None) -> list[str]:
+    """Imports of the node's packages (NODE_IMPORTS) that are neither the standard library nor allowed to them;
+    LAZY_CONTROLLER_IMPORTS are allowed where the module does not import them when it is loaded (``loaded``)."""
     out = []
     for name, deps in graph.items():
         for package, allowed in NODE_IMPORTS.items():
-            if name == package or name.startswith(package + "."):
+            if _under(name, (package,)):
+                lazy = LAZY_CONTROLLER_IMPORTS.get(package, ())
                 out += [f"{name} imports {dep}" for dep in deps
-                        if not any(dep == a or dep.startswith(a + ".") for a in allowed)
-                        and dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__"]
+                        if not _under(dep, allowed) and dep.split(".")[0] not in sys.stdlib_module_names
+                        and dep != "__future__"
+                        and not (_under(dep, lazy) and dep not in (loaded or {}).get(name, set()))]
     return sorted(out)
 
 
-def test_the_agent_imports_only_the_standard_library_and_core() -> None:
-    assert _foreign(GRAPH) == []
-    assert any(dep.startswith("tritonops.core") for dep in GRAPH["tritonops.agent.store"])  # the rule is live
+def test_the_node_packages_import_only_the_standard_library_and_each_other() -> None:
+    assert _foreign(GRAPH, LOADED) == []
+    assert any(dep.startswith("tritonops.core") for dep in GRAPH["tritonops.stores.reader"])  # the rule is live
+    assert "boto3" in GRAPH["tritonops.stores.writer"] and "boto3" not in LOADED["tritonops.stores.writer"]
+
+
+def test_a_store_module_may_import_boto3_only_inside_a_function() -> None:
+    graph = {"tritonops.stores.s3": {"boto3", "json"}, "tritonops.agent.pull": {"boto3"}}
+    assert _foreign(graph, {"tritonops.stores.s3": {"json"}, "tritonops.agent.pull": set()}) == [
+        "tritonops.agent.pull imports boto3"]
+    assert _foreign(graph, {"tritonops.stores.s3": {"boto3"}}) == [
+        "tritonops.agent.pull imports boto3", "tritonops.stores.s3 imports boto3"]
+
+
+def _agent_importers(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} imports {dep}" for name, deps in graph.items() for dep in deps
+                  if _under(dep, ("tritonops.agent",)) and not _under(name, AGENT_IMPORTERS))
+
+
+def test_only_the_command_line_imports_the_agent() -> None:
+    """``agent/`` is the node program: the controller imports the format, the stores or core instead."""
+    assert _agent_importers(GRAPH) == []
+    assert any(_under(dep, ("tritonops.agent",)) for dep in GRAPH["tritonops.cli.output"])  # the rule is live
+    assert _agent_importers({"tritonops.release.push": {"tritonops.agent.releases", "tritonops.agent_bundle"}}) == [
+        "tritonops.release.push imports tritonops.agent.releases"]
 
 
 def test_the_node_rule_refuses_anything_else() -> None:
-    graph = {"tritonops.agent.pull": {"json", "tritonops.core.errors", "tritonops.agent.store", "tritonops.model_repo",
+    graph = {"tritonops.agent.pull": {"json", "tritonops.core.errors", "tritonops.stores.reader", "tritonops.model_repo",
                                       "tritonops"},
-             "tritonops.agent.store": {"yaml"},
-             "tritonops.core.fsio": {"os", "tritonops.agent.store"},
+             "tritonops.stores.reader": {"yaml"},
+             "tritonops.core.fsio": {"os", "tritonops.stores.reader"},
              "tritonops.release.push": {"yaml", "tritonops.model_repo"}}
     assert _foreign(graph) == ["tritonops.agent.pull imports tritonops", "tritonops.agent.pull imports tritonops.model_repo",
-                               "tritonops.agent.store imports yaml", "tritonops.core.fsio imports tritonops.agent.store"]
+                               "tritonops.core.fsio imports tritonops.stores.reader", "tritonops.stores.reader imports yaml"]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -1,4 +1,4 @@
-"""The manifest hashing has one home, infra/tritonops/agent/manifest.py, and one way to the nodes: the agent zipapp.
+"""The manifest hashing has one home, infra/tritonops/release_format/manifest.py, and one way to the nodes: the agent zipapp.
 
 The zipapp's copy of the module, run by a node's python3 (3.10, the oldest the agent supports, when
 this machine has it), must give the same files and digest as the checkout and as the controller's
@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonops.agent import bundle, manifest
+from tritonops import agent_bundle as bundle
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import push as rel
+from tritonops.release_format import manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"
@@ -41,7 +42,7 @@ PYTHONS = _pythons()
 _HASH = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from tritonops_agent.agent import manifest
+from tritonops_agent.release_format import manifest
 files = manifest.tree_files(sys.argv[2])
 print(json.dumps({"module": manifest.__file__, "files": files, "digest": manifest.digest(files)}))
 """
@@ -99,4 +100,4 @@ def test_nothing_else_hashes_release_files() -> None:
     pattern = re.compile(r"^def (tree_files|sha256_file|build_manifest|read_manifest)\b", re.M)
     homes = sorted(str(p.relative_to(REPO)) for d in ("infra", "roles", "ansible", "plugins")
                    for p in (REPO / d).rglob("*.py") if pattern.search(p.read_text(errors="replace")))
-    assert homes == ["infra/tritonops/agent/manifest.py"]
+    assert homes == ["infra/tritonops/release_format/manifest.py"]

@@ -471,8 +471,8 @@ def demo(console: Any, keep: bool = False, workdir: Path | None = None) -> Any:
     import secrets
     import shutil
 
-    from tritonops.agent import signing
     from tritonops.release import publish as pub
+    from tritonops.release_format import signing
     from tritonops.triton.smoke import report_table, smoke
 
     from devkit import triton_image

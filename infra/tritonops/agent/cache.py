@@ -43,11 +43,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from ..core import lock
 from ..core.errors import ReleaseError
 from ..core.fsio import write_atomic
 from ..core.keys import blob_key
-from . import lock, manifest
-from .store import Store
+from ..release_format import manifest
+from ..stores.reader import Store
 
 PIN_TTL = 3600.0  # seconds a pin counts without being touched
 FILL_TIMEOUT = 3600.0  # seconds a filler waits for another filler of the same blob

@@ -34,10 +34,10 @@ from typing import Any
 from ..core.errors import ReleaseError
 from ..core.fsio import write_atomic
 from ..core.keys import blob_key
-from . import metadata
+from ..release_format import metadata
+from ..stores.reader import Store
 from .cache import Cache, RateLimit
 from .pull import Agent
-from .store import Store
 
 PREFIX = "/blobs/sha256/"
 _BLOB = re.compile(r"^[0-9a-f]{64}/[0-9]{1,15}$")

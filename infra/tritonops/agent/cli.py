@@ -26,16 +26,19 @@ import sys
 import threading
 from typing import Any
 
+from ..core import lock
 from ..core.errors import ReleaseError, StoreError, UsageError
 from ..core.exitcodes import ExitCode
 from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
-from . import argtypes, drift, failures, lock, manifest, releases
+from ..core.triton_http import DEFAULT_HEADER, Triton
+from ..release_format import manifest
+from ..stores.reader import Store
+from . import argtypes, failures, releases
+from . import drift_probe as drift
 from .cache import Cache
 from .metrics import serve
 from .pull import Agent
 from .serve import StepFailed, serve_release
-from .store import Store
-from .triton import DEFAULT_HEADER, Triton
 
 
 def _layout(sp: argparse.ArgumentParser) -> None:

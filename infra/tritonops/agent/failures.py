@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from .lock import LockBusy
+from ..core.lock import LockBusy
 
 RETRY = "retry"
 REFUSED = "refused"

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core import netio
 from ..core.errors import ReleaseError
-from . import netio
 
 API = "https://kubernetes.default.svc"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")

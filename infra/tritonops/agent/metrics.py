@@ -12,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .metadata import REASONS
+from ..release_format.metadata import REASONS
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -38,13 +38,14 @@ from ..core.errors import ReleaseError, StoreError, TooLong
 from ..core.fsio import write_atomic
 from ..core.keys import POINTER_MAX, blob_key, channel_key
 from ..core.names import MANIFEST_FILE
-from . import failures, manifest, metadata, producer, releases, rollout, signing
+from ..core.triton_http import Triton
+from ..release_format import manifest, metadata, producer, signing, waves
+from ..release_format.golden import golden_gate
+from ..stores.reader import Store
+from . import failures, releases, reporting
 from .cache import fetch_through, open_cache
-from .golden import golden_gate
 from .metrics import Metrics
 from .serve import StepFailed, _step, serve_release
-from .store import Store
-from .triton import Triton
 
 
 class Agent:
@@ -85,8 +86,8 @@ class Agent:
         self.interval = 0.0  # set by run(); one-shot polls retry a failed fetch on the next call
         self.lock = threading.Lock()
         channel_key(channel)
-        # Staged rollouts (rollout.py): who this agent is, its groups, and its status reports to the store.
-        self.agent_id, self.group_labels = rollout.identity(agent_id, group_labels)  # a bad one: exit 2
+        # Staged rollouts (release_format.waves, reporting): who this agent is, its groups, its reports.
+        self.agent_id, self.group_labels = waves.identity(agent_id, group_labels)  # a bad one: exit 2
         self.report, self.report_key = report, report_key
         self.rollout_state: str | None = None  # why the channel's release is (not) for this agent yet
 
@@ -397,7 +398,7 @@ class Agent:
             pointer = self.pointer or {}
             digest = pointer.get("digest")
             # A staged rollout may not be for us yet (keep what serves), or hold a new node on its previous release.
-            pick = rollout.choose(self, pointer) if digest else None
+            pick = reporting.choose(self, pointer) if digest else None
             if (pick and not self.frozen and not self.up_to_date() and pick[1] not in self.refused
                     and time.monotonic() >= self.retry_at.get(pick[1], (0, 0.0))[1]):
                 try:  # the whole change holds the node folder (releases.locked; lock.py), waiting a bounded time
@@ -406,7 +407,7 @@ class Agent:
                         out = self._attempt(*pick)
                 except releases.lock.LockBusy as e:  # another command holds it: try again next poll
                     out = {"result": "failed", "release": pick[0], "step": "lock", "error": str(e)}
-                rollout.report(self, out)  # --report: the result into reports/<channel>/<agent>.json
+                reporting.report(self, out)  # --report: the result into reports/<channel>/<agent>.json
                 result = "changed"
             elif digest:
                 out.update(self._reconcile())
@@ -532,7 +533,7 @@ class Agent:
         """
         self._read_pointer(conditional=False)  # verified against the trusted root, as in poll
         assert self.pointer is not None
-        pick = rollout.choose(self, self.pointer)  # a pod recreated mid-rollout, not targeted: the previous release
+        pick = reporting.choose(self, self.pointer)  # a pod recreated mid-rollout, not targeted: the previous release
         current = releases.state(self.releases).get("current")
         if pick is None and current:  # the rollout is not for this pod yet: it keeps what it has (a rerun)
             releases.activate(self.link, self.releases, str(current))

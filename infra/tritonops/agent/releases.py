@@ -40,14 +40,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core import lock
 from ..core.errors import ReleaseError, UsageError
 from ..core.fsio import write_atomic
-from ..core.names import MANIFEST_FILE, check_path, check_release_id
-from . import lock, manifest
+from ..core.names import JOURNAL_FILE, MANIFEST_FILE, STAGING_PREFIX, STATE_FILE, check_path, check_release_id
+from ..release_format import manifest
 
-STATE_FILE = "current.json"
-STAGING_PREFIX = ".staging-"
-JOURNAL_FILE = ".journal.json"
 # A staging entry changed less than this long ago may be a push in progress (the role copies the
 # tarball before it runs install): prune leaves it alone. Older ones are leftovers of a killed run.
 STAGING_GRACE = float(os.environ.get("TRITONOPS_STAGING_GRACE", 3600))

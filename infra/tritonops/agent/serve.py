@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ReleaseError
-from . import failures, manifest, releases
-from .golden import golden_gate
-from .triton import Triton
+from ..core.triton_http import Triton
+from ..release_format import manifest
+from ..release_format.golden import golden_gate
+from . import failures, releases
 
 
 class StepFailed(ReleaseError):

@@ -20,7 +20,7 @@ def build_cmd(out: Annotated[Path, typer.Argument(help="Where to write the agent
                                                   parser=path)],
               as_json: AsJson = False) -> None:
     """Write the release agent into one file that `python3 FILE COMMAND` runs on a node or in a pod."""
-    from tritonops.agent import bundle
+    from tritonops import agent_bundle as bundle
 
     def build() -> dict:
         if out.is_dir() or (out.exists() and not out.is_file()):

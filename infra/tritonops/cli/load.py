@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import params as cli_params
 from tritonops.cli.extras import require
 from tritonops.cli.output import console as stdout
@@ -24,6 +23,7 @@ from tritonops.cli.params import path as path_arg
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.names import check_path
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.triton.admin import AdminKeyError, admin_headers, admin_key, check_header_name
 from tritonops.triton.load_config import BenchConfig
 from tritonops.triton.tune_space import TuneConfig

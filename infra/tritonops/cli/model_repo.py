@@ -73,7 +73,7 @@ def manifest(
                                           "itself is always printed as JSON, its file format)")] = False,
 ) -> None:
     """Print the sha256 manifest of a folder as stable JSON, or compare it with a saved one (exit 1 on a difference)."""
-    from tritonops.agent import manifest as manifests
+    from tritonops.release_format import manifest as manifests
 
     def usage(message: str) -> typer.Exit:
         err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)

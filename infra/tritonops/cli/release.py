@@ -79,7 +79,7 @@ def keygen_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Create an Ed25519 signing key pair (OpenSSL); refuses to overwrite a private key."""
-    from tritonops.agent import signing
+    from tritonops.release_format import signing
 
     def render(out: dict) -> None:
         console.print(f"private key {escape(out['private_key'])} (0600, keep it secret)", highlight=False)

@@ -3,7 +3,7 @@
 Exit codes: 0 done (started, advanced, complete), 1 the rollout halted or waits for agents (the figures
 say which), 2 usage error (a bad wave list or threshold, an unknown release or channel, a channel with
 no rollout), 3 the store did not answer or holds something unusable.
-The domain logic is :mod:`tritonops.release.rollout`; the agents' half :mod:`tritonops.agent.rollout`.
+The domain logic is :mod:`tritonops.release.rollout`; the agents' half :mod:`tritonops.release_format.waves`.
 """
 
 from __future__ import annotations

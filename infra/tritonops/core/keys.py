@@ -14,7 +14,7 @@ A store holds, under one prefix::
     root/<N>.json                        root (keys and thresholds) version N, signed by N-1's root keys
                                          and its own: nodes follow a rotation without a redeploy
 
-The node reads a store with ``tritonops.agent.store.Store``; the controller writes one with
+The node reads a store with ``tritonops.stores.reader.Store``; the controller writes one with
 ``tritonops.release.publish``: both name its objects with these functions.
 """
 

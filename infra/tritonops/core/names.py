@@ -15,6 +15,12 @@ from .errors import ReleaseError, UsageError
 MANIFEST_FILE = "MANIFEST.sha256.json"
 MANIFEST_MAX = 64 << 20  # bytes: a manifest of some 500,000 files
 GOLDEN_FILE = "golden.json"
+# A node's release folder: what the agent marks current, its install journal and staging folders, and the
+# metadata it trusts (channel pointers and root): one name each, read by the agent, drift and push mode.
+STATE_FILE = "current.json"
+JOURNAL_FILE = ".journal.json"
+STAGING_PREFIX = ".staging-"
+TRUSTED_FILE = ".trusted.json"
 # One path part of a file in a release: what Triton model and file names need, nothing a shell reads.
 # Used with fullmatch: "$" would also match before a final newline.
 _SAFE_PART = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9._+-]{0,254}")

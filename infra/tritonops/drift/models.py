@@ -5,7 +5,7 @@ the desired release on the controller with the model_repository role's own steps
 the release agent's ``probe`` on each node (active release's files with their sha256; the unit, process and
 live security posture against the triton_server role's expected state, ``tritonops.agent.effective``) and reads
 Triton's repository index and loaded models through the admin header. The comparison is
-``tritonops.agent.drift.compare``, the same code the node's own timer and the Kubernetes CronJob run.
+``tritonops.release_format.node_drift.compare``, the same code the node's own timer and the Kubernetes CronJob run.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from tritonops import project
-from tritonops.agent import drift as agent_drift
-from tritonops.agent import manifest
 from tritonops.core.errors import ReleaseError
 from tritonops.drift.ansible_check import AnsibleRunError, playbook_cmd, run_json
 from tritonops.drift.report import Finding, SourceResult
+from tritonops.release_format import manifest, node_drift
 
 PROBE_PLAYBOOK = "ansible/drift_probe.yml"  # in the project folder (tritonops.project)
 PROBE_TASK = "Report the desired release and the node's state"
@@ -30,15 +29,15 @@ PROBE_TASK = "Report the desired release and the node's state"
 def compare_host(host: str, release: dict[str, Any] | None, node: dict[str, Any]) -> list[Finding]:
     """Findings for one host from the staged release (controller) and the node's probe.
 
-    A pull node (``release`` None: the probe ran with ``--channel``): agent.drift.node_findings, what the
+    A pull node (``release`` None: the probe ran with ``--channel``): node_drift.node_findings, what the
     node's own timer reports (the release served against the one its channel's verified pointer names, and
     against its own manifest and configs)."""
     if release is None:
-        raw = agent_drift.node_findings(node)
+        raw = node_drift.node_findings(node)
     else:
         path = Path(release["path"])
         want = manifest.read(path)
-        expected_models = agent_drift.expected_versions(want, agent_drift.release_configs(path, want))
+        expected_models = node_drift.expected_versions(want, node_drift.release_configs(path, want))
         active, current = node.get("active"), node.get("current")
         files_expected = want
         raw = []
@@ -47,7 +46,7 @@ def compare_host(host: str, release: dict[str, Any] | None, node: dict[str, Any]
                                                          f"{current or 'none'}; the code says {release['release']}"})
             # Another release is active: check its files against its own manifest (integrity on the node).
             files_expected = node.get("manifest") or {}
-        raw += agent_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
+        raw += node_drift.compare(files_expected, node.get("files"), expected_models, node.get("index"),
                                    node.get("index_error"), node.get("loaded"))
         raw += node.get("host_findings") or []
     return [Finding(source="models", host=host, resource=f["resource"], detail=f["detail"]) for f in raw]

@@ -7,10 +7,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.table import Table
 
-from tritonops.agent import drift as agent_drift
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.fsio import write_atomic
 from tritonops.drift import TEXTFILE_NAME
+from tritonops.release_format import node_drift
 
 # The agent (standard library only) writes the node's metric; the alert rules use the observability name.
 
@@ -122,7 +122,7 @@ def markdown(report: DriftReport, max_diff_lines: int = 20) -> str:
 
 def textfile(report: DriftReport) -> str:
     ok = {r.source: r.error is None for r in report.results}
-    return agent_drift.textfile(report.counts(), ok)
+    return node_drift.textfile(report.counts(), ok)
 
 
 def write_textfile(report: DriftReport, directory: Path, name: str = TEXTFILE_NAME) -> Path:

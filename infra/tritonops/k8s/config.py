@@ -23,7 +23,7 @@ from tritonops.k8s import STACKS as STACKS  # the names live in the package (the
 # strict policies.
 Tier = Literal["production", "non-production"]
 PRODUCTION: Tier = "production"
-# oci://ACCOUNT.dkr.ecr.REGION.amazonaws.com[.cn]/REPO (tritonops.agent.oci.ECR_HOST and its repository names)
+# oci://ACCOUNT.dkr.ecr.REGION.amazonaws.com[.cn]/REPO (tritonops.stores.oci_api.ECR_HOST and its repository names)
 ECR_STORE = r"^oci://\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9]+([._/-][a-z0-9]+)*$"
 
 

@@ -22,10 +22,10 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from tritonops.agent.oci import ECR_HOST, split_url
 from tritonops.core.errors import UsageError
 from tritonops.k8s.config import ConfigError, ModelService, ReleaseSource
 from tritonops.k8s.keys import check_object_name, config_key
+from tritonops.stores.oci_api import ECR_HOST, split_url
 
 Obj = dict[str, Any]
 Loc = tuple[int | str, ...]
@@ -37,7 +37,7 @@ AUTH_PATH = f"{AUTH_DIR}/{AUTH_FILE}"
 CA_KEY = "ca.crt"  # the key of release.registryCaConfigMap (as in kube-root-ca.crt)
 CA_DIR = "/etc/tritonops/registry-ca"
 CA_PATH = f"{CA_DIR}/{CA_KEY}"
-AUTH_ENV, CA_ENV = "TRITONOPS_REGISTRY_AUTH", "TRITONOPS_REGISTRY_CA"  # tritonops.agent.oci reads them
+AUTH_ENV, CA_ENV = "TRITONOPS_REGISTRY_AUTH", "TRITONOPS_REGISTRY_CA"  # tritonops.stores.oci_api reads them
 # What the modelReader role of a service reading ECR needs: the token (account-wide: ECR scopes
 # GetAuthorizationToken to no repository) and the repository's manifests and layers.
 ECR_ACTIONS = ("ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")

@@ -20,7 +20,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from tritonops.agent.manifest import walk_release
 from tritonops.core.errors import ReleaseError
 from tritonops.core.names import GOLDEN_FILE, check_path
 from tritonops.model_repo import config_rules, pbtxt
@@ -37,6 +36,7 @@ from tritonops.model_repo.triton_names import (
     did_you_mean,
 )
 from tritonops.model_repo.warmup import WARMUP_DIR  # model_warmup's input_data_file folder
+from tritonops.release_format.manifest import walk_release
 
 CONFIG = "config.pbtxt"
 ALT_CONFIGS = "configs"

@@ -11,8 +11,8 @@ import re
 # Written by the drift checks as a node-exporter textfile: how many resources differ from what the code
 # says (labels: source, host; 0 = no drift), whether the check could run, and when it last ran.
 # Defined once, in the agent that writes them on nodes.
-from tritonops.agent.drift import DRIFT_METRIC as DRIFT_METRIC
-from tritonops.agent.drift import LAST_RUN_METRIC, SUCCESS_METRIC
+from tritonops.release_format.node_drift import DRIFT_METRIC as DRIFT_METRIC
+from tritonops.release_format.node_drift import LAST_RUN_METRIC, SUCCESS_METRIC
 
 DRIFT_METRICS = frozenset({DRIFT_METRIC, SUCCESS_METRIC, LAST_RUN_METRIC})
 

@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonops.agent.drift import LAST_RUN_METRIC, SUCCESS_METRIC
 from tritonops.observability import metrics as m
 from tritonops.observability.keda import ScalingPolicy
+from tritonops.release_format.node_drift import LAST_RUN_METRIC, SUCCESS_METRIC
 
 RECORDING_GROUP = "tritonops.triton.recording"
 ALERT_GROUP = "tritonops.triton.alerts"

@@ -27,7 +27,7 @@ import urllib.parse
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tritonops.agent import netio
+from tritonops.core import netio
 from tritonops.core.errors import ReleaseError
 from tritonops.observability import rules as r
 from tritonops.observability.metrics import CANARY, STABLE, TRACK

@@ -19,7 +19,7 @@ Keyless (Sigstore/Fulcio certificate) bundles are not accepted here: verifying o
 trust root, which the library fetches over the network (docs/releases.md says what can be checked
 offline). This check runs on the controller with the library. When the store's root names producer keys
 (``root init --producer-key``, optionally ``--require-model-signature``), nodes check the bundle again
-before they install, with the openssl command line (``tritonops.agent.producer``; publish runs that check
+before they install, with the openssl command line (``tritonops.release_format.producer``; publish runs that check
 too); otherwise a node trusts the release signature that covers ``model.sig`` and every file.
 """
 
@@ -34,8 +34,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import manifest
 from tritonops.core.errors import ReleaseError, UsageError
+from tritonops.release_format import manifest
 
 SIGNATURE_FILE = "model.sig"
 

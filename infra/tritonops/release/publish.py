@@ -10,11 +10,11 @@ copies one channel's release to another, ``rollback`` moves a channel back throu
 A pointer moves by compare-and-swap, so two moves at once never lose one (from the pointer or its
 history): on S3 a conditional PUT (``If-Match`` the ETag read, ``If-None-Match: *`` for the first
 write), retried after reading again when someone else moved it first; in a folder store, the
-read-modify-write holds a lock (``channels/.lock``, :mod:`tritonops.agent.lock`).
+read-modify-write holds a lock (``channels/.lock``, :mod:`tritonops.core.lock`).
 
 Stores: ``s3://BUCKET/PREFIX`` (boto3; credentials from boto3's chain) or a folder that a static
 HTTP server publishes to air-gapped sites (agents read it over http(s)://). The layout is
-``tritonops.agent.store``'s; reads go through the same ``Store`` class the agents use.
+``tritonops.stores.reader``'s; reads go through the same ``Store`` class the agents use.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import manifest, metadata, producer, trust
-from tritonops.agent.metadata import unverified as parse_pointer
-from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
 from tritonops.core.keys import POINTER_MAX, blob_key, channel_key, manifest_key, root_key, signatures_key
 from tritonops.core.names import MANIFEST_MAX, check_release_id
 from tritonops.release import canary, model_signature
 from tritonops.release.push import check_repository
-from tritonops.release.writer import Writer
+from tritonops.release_format import manifest, metadata, producer, trust
+from tritonops.release_format.metadata import unverified as parse_pointer
+from tritonops.stores.reader import Store
+from tritonops.stores.writer import Writer
 
 HISTORY = 20
 ROOT_EXPIRES = 365 * 86400.0  # a root (keys and thresholds) is valid a year unless rotated
@@ -165,7 +165,7 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
     The write is a compare-and-swap (:meth:`Writer.swap`): a move made meanwhile by someone else is
     read again and kept in the history. ``target``, when given, picks (release, digest, note) from the
     pointer as it is at the time of the write (rollback: "the one before the current one").
-    ``rollout`` (tritonops.agent.rollout) goes into the pointer; a move without one ends any rollout.
+    ``rollout`` (tritonops.release_format.waves) goes into the pointer; a move without one ends any rollout.
 
     The pointer is a signed envelope (agent.trust; role "channel", signed by ``keys``): its version is
     the old one's + 1, it expires ``expires`` seconds from now, and it states the manifest's length and

@@ -2,7 +2,7 @@
 
 Used by the ``model_repository`` role (``python -m tritonops.release.push prepare|fetch-s3|golden``);
 ``check_repository`` also by ``tritonops release publish``. The gate is the release agent's
-(:mod:`tritonops.agent.golden`), so push and pull mode decide a release alike. Nothing on a host
+(:mod:`tritonops.release_format.golden`), so push and pull mode decide a release alike. Nothing on a host
 changes before ``prepare`` has succeeded.
 What runs on the node (install, activate, mark, prune, status) is the release agent
 (``tritonops.agent``), which the role pushes as one file; the manifest and its hashing live there too.
@@ -22,12 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from tritonops.agent import lock, manifest
-from tritonops.agent.golden import golden_gate
-from tritonops.agent.releases import STAGING_PREFIX
-from tritonops.agent.triton import Triton
+from tritonops.core import lock
 from tritonops.core.errors import ReleaseError, UsageError
-from tritonops.core.names import MANIFEST_FILE, check_path, check_release_id
+from tritonops.core.names import MANIFEST_FILE, STAGING_PREFIX, check_path, check_release_id
+from tritonops.core.triton_http import Triton
+from tritonops.release_format import manifest
+from tritonops.release_format.golden import golden_gate
 
 STAGE_LOCK_TIMEOUT = 600.0  # seconds a prepare waits for another one staging into the same cache
 
@@ -93,7 +93,7 @@ def prepare(source: Path, cache: Path, target: str | None = None, version: str |
     The release id is ``version`` or the first 16 hex digits of the manifest digest. Returns the
     release id, the staged folder and each model's digest. Several at once (the hosts of one play,
     two plays) may stage into one cache: each validates and checksums by itself, and the staging
-    holds the cache's lock (:mod:`tritonops.agent.lock`, ``<cache>/.lock``).
+    holds the cache's lock (:mod:`tritonops.core.lock`, ``<cache>/.lock``).
     """
     source = Path(source)
     files, warnings = check_repository(source, target, config_name)
@@ -252,7 +252,7 @@ def golden(url: str, repository: Path, models: list[str] | None = None, timeout:
 
     Every model (``models``, or each folder of ``repository`` with a config.pbtxt) READY within
     ``timeout`` seconds, every golden case of ``repository`` within tolerance
-    (:func:`tritonops.agent.golden.golden_gate`). The metrics endpoint is not part of the gate (it may
+    (:func:`tritonops.release_format.golden.golden_gate`). The metrics endpoint is not part of the gate (it may
     bind to a management address only). ``url`` is Triton's HTTP endpoint, ``http(s)://HOST:PORT``.
     """
     if "://" not in url:

@@ -1,7 +1,7 @@
 """Staged rollouts, the controller's half: start a rollout on a channel, advance it wave by wave, halt it.
 
 Its one job: move a channel's ``rollout`` (the field in the signed pointer that
-:mod:`tritonops.agent.rollout` defines and each agent follows) only on evidence. ``start`` points the
+:mod:`tritonops.release_format.waves` defines and each agent follows) only on evidence. ``start`` points the
 channel at a release with the rollout at wave 0; ``advance`` looks at the agents of waves 0..wave and
 moves to the next wave only when every one of them has an outcome and the failed share is at most
 the threshold; over it, the rollout halts (``halted: true``: nobody new takes the release) and, with
@@ -32,13 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tritonops.agent import rollout as ar
-from tritonops.agent import signing, trust
-from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
 from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
 from tritonops.release.status import scrape
+from tritonops.release_format import signing, trust
+from tritonops.release_format import waves as ar
+from tritonops.stores.reader import Store
 
 REPORTS_MAX = 100_000  # reports read per channel
 READERS = 16  # reports read at once

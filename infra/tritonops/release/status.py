@@ -6,12 +6,12 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from tritonops.agent import netio
-from tritonops.agent.store import Store
+from tritonops.core import netio
 from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key
 from tritonops.release.publish import read_pointer
-from tritonops.release.writer import Writer
+from tritonops.stores.reader import Store
+from tritonops.stores.writer import Writer
 
 TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
 TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page

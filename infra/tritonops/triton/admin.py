@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from tritonops.agent.triton import DEFAULT_HEADER, SECRET_ENV
+from tritonops.core.triton_http import DEFAULT_HEADER, SECRET_ENV
 
 # Triton checks gRPC metadata under this prefix: the HTTP header `k` is `triton-grpc-protocol-k` over gRPC.
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"

@@ -18,8 +18,8 @@ import pytest
 from conftest import journal, role_defaults
 from node_helpers import assert_hardened
 from testinfra.utils.ansible_runner import AnsibleRunner
-from tritonops.agent import bundle
-from tritonops.agent.drift import TEXTFILE_NAME
+from tritonops import agent_bundle as bundle
+from tritonops.agent.drift_probe import TEXTFILE_NAME
 from tritonops.observability.metrics import DRIFT_METRIC
 
 DEFAULTS = role_defaults("drift_check")

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import journal, role_defaults
-from tritonops.agent.drift import TEXTFILE_NAME
+from tritonops.agent.drift_probe import TEXTFILE_NAME
 from tritonops.observability.metrics import DRIFT_METRIC
 
 pytestmark = pytest.mark.skipif(not os.environ.get("MOLECULE_INVENTORY_FILE"),

@@ -32,7 +32,8 @@ from typing import Any
 import pytest
 import yaml
 from devkit.hosts.podman import CONTAINERS_CONF, podman
-from tritonops.agent.drift import DRIFT_METRIC, TEXTFILE_NAME
+from tritonops.agent.drift_probe import TEXTFILE_NAME
+from tritonops.release_format.node_drift import DRIFT_METRIC
 from tritonops.core.exitcodes import ExitCode
 from tritonops.drift.report import DriftReport
 from tritonops.drift.run import run

@@ -38,10 +38,10 @@ from typing import Any
 import pytest
 from devkit import kube_play as kp
 from devkit import triton_image
-from tritonops.agent import manifest as manifests
-from tritonops.agent import signing
-from tritonops.agent.store import Store
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest as manifests
+from tritonops.release_format import signing
+from tritonops.stores.reader import Store
 
 pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.timeout(1200)]
 

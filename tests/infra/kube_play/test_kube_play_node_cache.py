@@ -21,12 +21,12 @@ import pytest
 from devkit import kube_play as kp
 from devkit import triton_image
 from local_servers import counting_store
-from tritonops.agent import manifest, signing
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import node_cache, workload
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
 
 pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 from devkit import kube_play as kp
 from devkit import triton_image
-from tritonops.agent import signing
 from tritonops.k8s import registry_source
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
 
 pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.timeout(900)]
 

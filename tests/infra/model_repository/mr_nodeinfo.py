@@ -74,7 +74,7 @@ def repository_api(host: Any, mr: dict[str, Any], path: str, check: bool = True)
 def run_agent(host: Any, *args: str) -> Any:
     """Run the release agent (the zipapp the role pushes, built from this checkout) on the node with its
     own python3, in a temporary folder removed afterwards; the arguments are shell-quoted."""
-    from tritonops.agent.bundle import build
+    from tritonops.agent_bundle import build
 
     d = host.check_output("mktemp -d")
     with tempfile.TemporaryDirectory() as local:  # pushed in pieces: its base64 is over one argument's 128 KiB

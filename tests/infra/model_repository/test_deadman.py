@@ -36,9 +36,9 @@ import pytest
 from conftest import journal
 from mr_nodeinfo import REPO, node_address, node_vars, push_file, run_agent
 from node_helpers import assert_hardened
-from tritonops.agent.releases import STATE_FILE
-from tritonops.agent.triton import Triton
 from tritonops.core.errors import ReleaseError
+from tritonops.core.names import STATE_FILE
+from tritonops.core.triton_http import Triton
 from tritonops.release import push as rel
 
 SAMPLE = REPO / "examples" / "model_repository"

@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tritonops.agent import bundle, releases
-from tritonops.agent.triton import Triton
+from tritonops import agent_bundle as bundle
+from tritonops.agent import releases
+from tritonops.core.triton_http import Triton
 from tritonops.release import push as rel
 from tritonops.triton import server
 

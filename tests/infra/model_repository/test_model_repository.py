@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 from mr_nodeinfo import node_address, node_vars, repository_api, run_agent
-from tritonops.agent import manifest
-from tritonops.agent.releases import STATE_FILE
-from tritonops.core.names import MANIFEST_FILE, check_release_id
+from tritonops.core.names import MANIFEST_FILE, STATE_FILE, check_release_id
 from tritonops.release import push as rel
+from tritonops.release_format import manifest
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tritonops.agent import bundle, manifest
+from tritonops import agent_bundle as bundle
+from tritonops.release_format import manifest
 
 # Offline, on this machine: the unit tier (molecule's verify runs only the host checks beside it).
 pytestmark = pytest.mark.unit

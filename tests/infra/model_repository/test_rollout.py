@@ -35,8 +35,7 @@ import tritonclient.http as httpclient
 from devkit.hosts.podman import CONTAINERS_CONF
 from mr_nodeinfo import REPO, host_name, node_address, node_vars, repository_api
 from node_helpers import inventory_for_playbook
-from tritonops.agent.releases import STATE_FILE
-from tritonops.core.names import MANIFEST_FILE
+from tritonops.core.names import MANIFEST_FILE, STATE_FILE
 from tritonops.model_repo.golden import Golden
 from tritonops.release import push as rel
 

@@ -54,10 +54,10 @@ from ra_node import (
     unit_state,
     wait_for,
 )
-from tritonops.agent.golden import golden_gate
-from tritonops.agent.signing import keygen
-from tritonops.agent.triton import Triton
+from tritonops.core.triton_http import Triton
 from tritonops.release.publish import publish
+from tritonops.release_format.golden import golden_gate
+from tritonops.release_format.signing import keygen
 
 SAMPLE = REPO / "examples" / "model_repository"
 ARRIVAL_TIMEOUT = 180.0

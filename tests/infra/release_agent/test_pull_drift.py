@@ -28,8 +28,8 @@ from conftest import journal
 from devkit.hosts.podman import CONTAINERS_CONF
 from ra_node import PYZ, SERVICE, host_name, molecule_inventory
 from test_pull import SAMPLE, Node, node, say, signing_key, store, wait_serving  # noqa: F401 - fixtures, per module
-from tritonops.agent.metadata import TRUSTED_FILE
 from tritonops.core.exitcodes import ExitCode
+from tritonops.core.names import TRUSTED_FILE
 from tritonops.release.publish import publish, refresh
 
 BY_HAND = "drift-by-hand"

@@ -18,7 +18,7 @@ import pytest
 from conftest import journal
 from node_helpers import assert_hardened
 from ra_node import PYZ, SERVICE, agent_argv, inventory_vars, options
-from tritonops.agent import bundle
+from tritonops import agent_bundle as bundle
 
 UNIT = f"/etc/systemd/system/{SERVICE}.service"
 ENV_FILE = f"/etc/default/{SERVICE}"

@@ -27,7 +27,7 @@ def release_source(tmp_path: Path, name: str, note: str = "") -> Path:
 
 def key_pairs(folder: Path, *names: str) -> dict[str, Path]:
     """A signing key pair per name: ``out[name]`` the private key, ``out[name + ".pub"]`` the public one."""
-    from tritonops.agent import signing
+    from tritonops.release_format import signing
 
     out: dict[str, Path] = {}
     for name in names:
@@ -109,7 +109,7 @@ class StoreUnderTest:
 
     def _s3(self) -> tuple[object, str]:
         import boto3
-        from tritonops.agent.store import Store
+        from tritonops.stores.reader import Store
 
         store = Store(self.url)
         return boto3.client("s3"), store.prefix

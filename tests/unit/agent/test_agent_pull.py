@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 from agent_harness import SAMPLE, StoreUnderTest, moto_releases_bucket, release_source
-from tritonops.agent import manifest, releases, signing
-from tritonops.agent.golden import read_golden
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store, sigv4_headers
 from tritonops.core.errors import ReleaseError
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
+from tritonops.release_format.golden import read_golden
+from tritonops.stores.reader import Store, sigv4_headers
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +306,7 @@ def _oldest_python() -> str | None:
 def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, keys: dict[str, Path]) -> None:
     import subprocess
 
-    from tritonops.agent import bundle
+    from tritonops import agent_bundle as bundle
 
     store = str(tmp_path / "store")
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
@@ -318,7 +319,7 @@ def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, key
     assert json.loads(out.stdout)["release"] == "r1"
     assert os.readlink(tmp_path / "node" / "models") == "releases/r1"
     # and the SigV4 path (datetime, hmac) imports and signs on that interpreter
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tritonops_agent.agent.store import sigv4_headers; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tritonops_agent.stores.reader import sigv4_headers; "
             "print(sigv4_headers('https://b.s3.us-east-1.amazonaws.com/k', 'us-east-1', "
             "env={'AWS_ACCESS_KEY_ID': 'a', 'AWS_SECRET_ACCESS_KEY': 'b'})['Authorization'][:16])")
     sig = subprocess.run([str(_oldest_python()), "-I", "-c", code, str(agent)], capture_output=True, text=True)

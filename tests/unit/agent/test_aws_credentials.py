@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import aws_credentials as ac
-from tritonops.agent.store import sigv4_headers
+from tritonops.stores import aws_credentials as ac
+from tritonops.stores.reader import sigv4_headers
 
 T0 = 1_800_000_000.0  # 2027-01-15
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

@@ -14,9 +14,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tritonops.agent import bundle
+from tritonops import agent_bundle as bundle
 
-INFRA = Path(bundle.__file__).resolve().parents[1]
+INFRA = Path(bundle.__file__).resolve().parent
 
 _IMPORT_ALL = """
 import importlib, json, sys, zipfile
@@ -30,11 +30,12 @@ print(json.dumps({"imported": sorted(names), "tritonops": sorted(m for m in sys.
 """
 
 
-def test_the_zipapp_holds_the_agent_and_core_and_nothing_else() -> None:
+def test_the_zipapp_holds_the_node_packages_and_nothing_else() -> None:
     names = zipfile.ZipFile(io.BytesIO(bundle.build_bytes())).namelist()
-    expected = {f"tritonops_agent/{sub}/{p.name}" for sub in ("agent", "core")
+    expected = {f"tritonops_agent/{sub}/{p.name}" for sub in ("agent", "core", "release_format", "stores")
                 for p in (INFRA / sub).glob("*.py") if p.name != "__main__.py"}
-    assert {"tritonops_agent/core/errors.py", "tritonops_agent/core/keys.py", "tritonops_agent/agent/cli.py"} <= expected
+    assert {"tritonops_agent/core/errors.py", "tritonops_agent/core/keys.py", "tritonops_agent/agent/cli.py",
+            "tritonops_agent/release_format/trust.py", "tritonops_agent/stores/reader.py"} <= expected
     assert set(names) == expected | {"tritonops_agent/__init__.py", "__main__.py"}
 
 

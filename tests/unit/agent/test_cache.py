@@ -22,12 +22,13 @@ from pathlib import Path
 import pytest
 from agent_harness import SAMPLE, agent_cmd, release_source
 from local_servers import CountingStore, counting_store
-from tritonops.agent import manifest, releases, signing
+from tritonops.agent import releases
 from tritonops.agent.cache import Cache, RateLimit
 from tritonops.agent.cache_daemon import Prefetcher, serve
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
+from tritonops.stores.reader import Store
 
 
 @pytest.fixture

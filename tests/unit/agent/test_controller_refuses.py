@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from agent_harness import cli, key_pairs, release_source
-from tritonops.agent import bundle, trust
+from tritonops import agent_bundle as bundle
 from tritonops.core.keys import channel_key
+from tritonops.release_format import trust
 
 ROLES = ("root", "release", "channel")
 

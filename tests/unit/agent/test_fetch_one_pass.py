@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from agent_harness import SAMPLE, release_source
-from tritonops.agent import manifest, releases, signing
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
+from tritonops.stores.reader import Store
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:

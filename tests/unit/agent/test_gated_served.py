@@ -33,14 +33,15 @@ from typing import Any
 
 import pytest
 from agent_harness import agent_cmd, release_source
-from tritonops.agent import manifest, pull, releases, signing
+from tritonops.agent import pull, releases
 from tritonops.agent.cli import main
-from tritonops.agent.golden import golden_gate
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
-from tritonops.agent.triton import Triton
 from tritonops.core import fsio
+from tritonops.core.triton_http import Triton
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
+from tritonops.release_format.golden import golden_gate
+from tritonops.stores.reader import Store
 
 TIMEOUTS = ["--load-timeout", "5", "--golden-timeout", "5"]
 

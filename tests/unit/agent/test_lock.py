@@ -1,4 +1,4 @@
-"""One owner of the node folder: the lock (agent/lock.py), staging folders a prune spares, the install journal.
+"""One owner of the node folder: the lock (core/lock.py), staging folders a prune spares, the install journal.
 
 Two agents on one node folder, an agent against a push-mode install, a holder named when the lock
 times out, and an install killed (SIGKILL, in a subprocess) at each step of its two renames: the next
@@ -20,13 +20,15 @@ from typing import Any
 
 import pytest
 from agent_harness import agent_cmd, release_source
-from tritonops.agent import lock, manifest, releases, signing
+from tritonops.agent import releases
 from tritonops.agent.cli import main
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
+from tritonops.core import lock
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 from tritonops.release import push
+from tritonops.release_format import manifest, signing
+from tritonops.stores.reader import Store
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +135,7 @@ def test_a_command_waits_a_bounded_time_for_another_process_and_names_it(tmp_pat
     rel = tmp_path / "releases"
     rel.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tritonops.agent import lock\n"
+        [sys.executable, "-c", "import sys; from tritonops.core import lock\n"
          f"with lock.held({str(rel)!r}, 'tritonops-agent recover'):\n print('held', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""tritonops.agent.manifest: the one manifest format and hashing (nodes, pods, controller and drift use it)."""
+"""tritonops.release_format.manifest: the one manifest format and hashing (nodes, pods, controller and drift use it)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from tritonops.agent import manifest
 from tritonops.core.errors import ReleaseError
 from tritonops.core.names import MANIFEST_FILE
+from tritonops.release_format import manifest
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

@@ -20,12 +20,13 @@ from unittest import mock
 
 import pytest
 from agent_harness import agent_cmd, release_source
-from tritonops.agent import manifest, metadata, releases, signing, trust
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key, manifest_key, root_key, signatures_key
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, metadata, signing, trust
+from tritonops.stores.reader import Store
 
 
 @pytest.fixture(scope="module")

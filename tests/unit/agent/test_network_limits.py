@@ -24,15 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import aws_credentials as ac
-from tritonops.agent import cli, manifest, signing, triton
+from tritonops.agent import cli
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
-from tritonops.agent.triton import Triton
+from tritonops.core import triton_http as triton
 from tritonops.core.errors import ReleaseError, StoreError
+from tritonops.core.triton_http import Triton
 from tritonops.release import canary
 from tritonops.release import publish as pub
 from tritonops.release import status as release_status
+from tritonops.release_format import manifest, signing
+from tritonops.stores import aws_credentials as ac
+from tritonops.stores.reader import Store
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 TRICKLE = 0.1  # seconds between two bytes of a trickling server

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import oci
-from tritonops.agent.store import Store
 from tritonops.cli import app
 from tritonops.core.errors import StoreError, UsageError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.keys import blob_key
+from tritonops.stores import oci_api as oci
+from tritonops.stores.reader import Store
 from typer.testing import CliRunner
 
 POINTER = b'{"signed": {"type": "channel"}, "signatures": []}'
@@ -266,7 +266,7 @@ def test_the_ecr_request_signature_matches_botocore() -> None:
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials as BotoCredentials
-    from tritonops.agent.aws_credentials import Credentials, sigv4_headers
+    from tritonops.stores.aws_credentials import Credentials, sigv4_headers
 
     now = datetime.datetime(2026, 12, 4, 12, 0, 0, tzinfo=datetime.UTC)
     creds = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token/with+chars=")

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 from agent_harness import cli, key_pairs, release_source
-from tritonops.agent import bundle, producer, trust
+from tritonops import agent_bundle as bundle
 from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.release import publish as pub
+from tritonops.release_format import producer, trust
 
 pytest.importorskip("model_signing")
 
@@ -215,7 +216,7 @@ def test_a_pointer_moved_back_to_an_unsigned_release_is_refused_by_the_controlle
 
 @pytest.mark.parametrize("curve", ["SECP384R1", "SECP521R1"])
 def test_the_node_check_verifies_every_curve_model_signing_signs_with(tmp_path: Path, curve: str) -> None:
-    from tritonops.agent import manifest
+    from tritonops.release_format import manifest
 
     private, public = _ec_pair(tmp_path, "p", curve)
     repo = _sign(release_source(tmp_path, "r"), private)

@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 from agent_harness import moto_releases_bucket, release_source
-from tritonops.agent import bundle, signing
+from tritonops import agent_bundle as bundle
 from tritonops.cli import app
 from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.release import publish as pub
-from tritonops.release.writer import Writer
+from tritonops.release_format import signing
+from tritonops.stores.writer import Writer
 from typer.testing import CliRunner
 
 

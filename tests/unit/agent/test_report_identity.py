@@ -20,11 +20,11 @@ import pytest
 from agent_harness import cli, key_pairs, release_source
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tritonops.agent import rollout as ar
-from tritonops.agent import trust
-from tritonops.agent.store import Store
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
+from tritonops.release_format import trust
+from tritonops.release_format import waves as ar
+from tritonops.stores.reader import Store, put
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def report(store: Path, agent: str, digest: str, result: str = "gated", key: Pat
               "rollout": "r2-stable", **extra}
     data = (trust.sign_envelope(signed, [key]) if key else
             json.dumps({"signed": signed, "signatures": [], "unsigned": True}).encode())
-    ar.put(Store(str(store)), ar.report_key("stable", agent), data)
+    put(Store(str(store)), ar.report_key("stable", agent), data)
 
 
 def test_a_report_signed_with_another_agents_key_is_not_counted(tmp_path: Path, keys: dict[str, Path],

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritonops.agent import rollout
-from tritonops.agent.rollout import RolloutError
 from tritonops.core.errors import UsageError
+from tritonops.release_format import waves as rollout
+from tritonops.release_format.waves import RolloutError
 
 AGENT_IDS = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,40}", fullmatch=True)
 PREV = {"release": "r1", "digest": "a" * 64, "length": 2048}
@@ -110,14 +110,14 @@ def test_the_default_agent_id_is_the_pod_name_else_the_host_name(monkeypatch: py
 
 def test_the_pull_command_takes_the_agents_identity_groups_and_reports(tmp_path: Any) -> None:
     from tritonops.agent import cli
-    from tritonops.agent.triton import Triton
+    from tritonops.core.triton_http import Triton
 
     key = tmp_path / "release.pub"
     common = ["pull", "--link", str(tmp_path / "models"), "--releases", str(tmp_path / "releases"), "--store",
               str(tmp_path / "store"), "--channel", "stable", "--trusted-key", str(key)]
     args = cli.parser().parse_args([*common, "--agent-id", "edge-7", "--group-label", "lab", "--group-label", "qa",
                                     "--report", "--report-key", str(tmp_path / "report.key")])
-    __import__("tritonops.agent.signing", fromlist=["keygen"]).keygen(tmp_path / "release.key", key)
+    __import__("tritonops.release_format.signing", fromlist=["keygen"]).keygen(tmp_path / "release.key", key)
     agent = cli._agent(args, Triton("http://127.0.0.1:1"))
     assert (agent.agent_id, agent.group_labels, agent.report) == ("edge-7", ("lab", "qa"), True)
     assert str(agent.report_key) == str(tmp_path / "report.key")

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from agent_harness import release_source
-from tritonops.agent import rollout as ar
-from tritonops.agent import signing
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store, sigv4_headers
 from tritonops.core.errors import UsageError
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
+from tritonops.release_format import signing
+from tritonops.release_format import waves as ar
+from tritonops.stores.reader import Store, put, sigv4_headers
 
 WAVES = [{"percent": 50}, {"percent": 100}]
 
@@ -222,7 +222,7 @@ def _report(store: str, agent: str, result: str, digest: str, rid: str = "r2-sta
     signed = {"type": "report", "version": 1, "expires": "2099-01-01T00:00:00Z", "agent": agent,
               "channel": "stable", "release": "r2", "digest": digest, "result": result, "step": "golden",
               "time": "2026-12-02T00:00:00Z", "groups": [], "rollout": rid}
-    ar.put(Store(store), ar.report_key("stable", agent),
+    put(Store(store), ar.report_key("stable", agent),
            json.dumps({"signed": signed, "signatures": [], "unsigned": True}).encode())
 
 
@@ -363,14 +363,14 @@ def test_an_s3_store_gets_the_report_as_a_signed_put(monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
         store = Store("s3://bucket/fleet", s3_endpoint=f"http://127.0.0.1:{server.server_port}")
-        ar.put(store, ar.report_key("stable", "node-1"), b'{"x": 1}\n')
+        put(store, ar.report_key("stable", "node-1"), b'{"x": 1}\n')
     finally:
         server.shutdown()
     assert got["path"] == "/bucket/fleet/reports/stable/node-1.json" and got["body"] == b'{"x": 1}\n'
     assert got["headers"]["x-amz-content-sha256"] == hashlib.sha256(b'{"x": 1}\n').hexdigest()
     assert got["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AK/")
     with pytest.raises(UsageError, match="read-only"):
-        ar.put(Store("http://127.0.0.1:1/mirror"), "reports/stable/a.json", b"{}")
+        put(Store("http://127.0.0.1:1/mirror"), "reports/stable/a.json", b"{}")
 
 
 def test_release_status_reads_a_rollout_from_an_http_mirror(fleet: dict[str, Any]) -> None:

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tritonops.agent import signing, trust
 from tritonops.core.errors import ReleaseError, UsageError
+from tritonops.release_format import signing, trust
 
 YEAR = 365 * 86400
 

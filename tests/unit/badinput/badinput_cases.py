@@ -133,7 +133,7 @@ def pointer(channel: str = "canary", history: list | None = None) -> Callable[[P
         import hashlib
         import time
 
-        from tritonops.agent import manifest, trust
+        from tritonops.release_format import manifest, trust
 
         if not (tmp / "keys" / "release.key").exists():
             keys(tmp)
@@ -153,14 +153,15 @@ def pointer(channel: str = "canary", history: list | None = None) -> Callable[[P
 
 
 def keys(tmp: Path) -> None:
-    from tritonops.agent import signing
+    from tritonops.release_format import signing
 
     signing.keygen(tmp / "keys" / "release.key", tmp / "keys" / "release.pub")
 
 
 def node(tmp: Path) -> None:
     """A node's layout with one installed, gated release r0: {tmp}/models -> releases/r0."""
-    from tritonops.agent import manifest, releases
+    from tritonops.agent import releases
+    from tritonops.release_format import manifest
 
     rel = tmp / "releases" / "r0"
     shutil.copytree(tmp / "repo", rel)
@@ -172,7 +173,7 @@ def node(tmp: Path) -> None:
 def staged(release: str = "r1") -> Callable[[Path], None]:
     """A pushed copy at releases/.staging-<release>, with its manifest."""
     def step(tmp: Path) -> None:
-        from tritonops.agent import manifest
+        from tritonops.release_format import manifest
 
         st = tmp / "releases" / f".staging-{release}"
         shutil.copytree(tmp / "repo", st)
@@ -251,7 +252,7 @@ def _cases() -> list[Case]:
         add(Case(cid, ("validate", R), expect=1, names=(named,), owner=g,
                  setup=with_(edit("repo/mlp/config.pbtxt", was, now))))
 
-    # manifest (helper A: infra/tritonops/cli/model_repo.py, infra/tritonops/agent/manifest.py)
+    # manifest (helper A: infra/tritonops/cli/model_repo.py, infra/tritonops/release_format/manifest.py)
     add(Case("manifest-missing", ("manifest", f"{T}/nope"), names=("nope",), setup=kit))
     add(Case("manifest-empty-string", ("manifest", ""), names=("path", "empty"), setup=kit))
     add(Case("manifest-file", ("manifest", f"{T}/precious.txt"), names=("precious.txt",), setup=kit))

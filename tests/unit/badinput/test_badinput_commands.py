@@ -20,7 +20,7 @@ import tritonops.cli  # noqa: F401
 import tritonops.k8s.render  # noqa: F401
 from badinput_cases import CASES, ROOT
 from badinput_runner import Case, run, tritonops_command
-from tritonops.agent import bundle
+from tritonops import agent_bundle as bundle
 from tritonops.core.exitcodes import ExitCode
 
 tritonops_command()

@@ -15,12 +15,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tritonops.agent import manifest
-from tritonops.agent.golden import golden_gate, read_golden
-from tritonops.agent.metadata import unverified as parse_pointer
 from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.core.names import MANIFEST_FILE, check_path
 from tritonops.model_repo.golden import Golden
+from tritonops.release_format import manifest
+from tritonops.release_format.golden import golden_gate, read_golden
+from tritonops.release_format.metadata import unverified as parse_pointer
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HEX = st.text("0123456789abcdef", min_size=64, max_size=64)

@@ -14,8 +14,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from tritonops.agent import manifest
 from tritonops.cli import app
+from tritonops.release_format import manifest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[3]

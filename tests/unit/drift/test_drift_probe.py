@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import drift as agent_drift
-from tritonops.agent import manifest
-from tritonops.agent.releases import STATE_FILE
+from tritonops.core.names import STATE_FILE
 from tritonops.drift import ansible_check, models
 from tritonops.release import push as rel
+from tritonops.release_format import manifest, node_drift
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "model_repository"
@@ -70,7 +69,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     (releases / STATE_FILE).write_text(json.dumps({"current": staged["release"], "history": []}))
     (tmp / "node" / "models").symlink_to(f"releases/{staged['release']}")
     files = manifest.read(releases / staged["release"])
-    want = agent_drift.expected_versions(files, agent_drift.release_configs(releases / staged["release"], files))
+    want = node_drift.expected_versions(files, node_drift.release_configs(releases / staged["release"], files))
     FakeTriton.index = [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs]
     FakeTriton.loaded = [{"name": m, "version": v} for m, vs in want.items() for v in vs]
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTriton)

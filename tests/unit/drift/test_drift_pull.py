@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 from test_drift_probe import HEADER, SECRET, FakeTriton
 from tritonops.agent import cli as agent_cli
-from tritonops.agent import drift as agent_drift
-from tritonops.agent import signing
-from tritonops.agent.metadata import TRUSTED_FILE
-from tritonops.agent.triton import SECRET_ENV
+from tritonops.agent import drift_probe as agent_drift
 from tritonops.cli import app
 from tritonops.core.exitcodes import ExitCode
+from tritonops.core.names import TRUSTED_FILE
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.release.publish import publish
+from tritonops.release_format import node_drift, signing
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[3]
@@ -130,21 +130,21 @@ def test_in_sync_both_say_clean_then_a_re_pointed_link_both_say_the_same_drift(
 def test_a_channel_release_the_agent_never_verified_is_drift(node: dict[str, Any]) -> None:
     """No trusted pointer (the agent never polled), or another one than what serves (it refused it)."""
     probe = agent_drift.probe(node["link"], node["releases"], "http://127.0.0.1:9", HEADER, "", None, "edge")
-    assert agent_drift.channel_findings(probe) == [{"resource": "release", "detail": (
+    assert node_drift.channel_findings(probe) == [{"resource": "release", "detail": (
         f"channel edge: the release agent has verified no pointer of it yet; serving {node['release']}")}]
     trusted = json.loads((node["releases"] / TRUSTED_FILE).read_text())
     probe = agent_drift.probe(node["link"], node["releases"], "http://127.0.0.1:9", HEADER, "", None, CHANNEL)
-    assert agent_drift.channel_findings(probe) == []
+    assert node_drift.channel_findings(probe) == []
     entry = trusted["channels"][CHANNEL]
     refused = {**probe, "channel": {"name": CHANNEL, "release": "r2", "digest": "f" * 64, "version": entry["version"] + 1}}
-    assert [f["detail"].split("; ")[1] for f in agent_drift.channel_findings(refused)] == [
+    assert [f["detail"].split("; ")[1] for f in node_drift.channel_findings(refused)] == [
         f"channel {CHANNEL} points to r2 (ffffffffffff, version {entry['version'] + 1}, verified by the release agent)"]
 
 
 def test_a_damaged_trusted_state_is_one_finding_not_a_crash(tmp_path: Path) -> None:
     (tmp_path / TRUSTED_FILE).write_text("{not json")
     view = agent_drift.channel_view(tmp_path, CHANNEL)
-    assert agent_drift.channel_findings({"channel": view, "active": None}) == [{"resource": "release", "detail": (
+    assert node_drift.channel_findings({"channel": view, "active": None}) == [{"resource": "release", "detail": (
         f"channel {CHANNEL}: {tmp_path / TRUSTED_FILE}: unreadable, or not the release agent's trusted state")}]
 
 

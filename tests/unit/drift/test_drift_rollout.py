@@ -25,14 +25,15 @@ import pytest
 from test_drift_probe import HEADER, SECRET, FakeTriton
 from test_drift_pull import controller
 from tritonops.agent import cli as agent_cli
-from tritonops.agent import drift as agent_drift
-from tritonops.agent import releases, signing
+from tritonops.agent import drift_probe as agent_drift
+from tritonops.agent import releases
 from tritonops.agent.pull import Agent
-from tritonops.agent.store import Store
-from tritonops.agent.triton import SECRET_ENV
 from tritonops.core.exitcodes import ExitCode
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.release import rollout as ro
 from tritonops.release.publish import publish
+from tritonops.release_format import node_drift, signing
+from tritonops.stores.reader import Store
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 CHANNEL = "stable"
@@ -131,10 +132,10 @@ def test_a_halt_keeps_a_node_of_a_reached_wave_on_its_release(fleet: dict[str, A
     node = fleet["tmp"] / "kept"
     probe = agent_drift.probe(node / "models", node / "releases", "http://127.0.0.1:9", HEADER, "", None, CHANNEL,
                               ("kept", ("canary",)))
-    assert [f["detail"].split("; ")[1] for f in agent_drift.channel_findings(probe)] == [
+    assert [f["detail"].split("; ")[1] for f in node_drift.channel_findings(probe)] == [
         f"channel {CHANNEL} points to r2 ({fleet['r2'][:12]}, version 2, verified by the release agent)"]
     probe["channel"]["rollout"]["halted"] = True
-    assert agent_drift.channel_findings(probe) == []
+    assert node_drift.channel_findings(probe) == []
 
 
 def test_a_bad_agent_id_is_a_usage_error_naming_the_option(fleet: dict[str, Any],

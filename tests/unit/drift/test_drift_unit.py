@@ -10,13 +10,13 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from tritonops.agent import bundle, manifest
-from tritonops.agent import drift as agent_drift
+from tritonops import agent_bundle as bundle
+from tritonops.agent import drift_probe as agent_drift
 from tritonops.agent import releases as agent_releases
-from tritonops.agent.triton import SECRET_ENV
 from tritonops.cli import app
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.drift import ansible_check, models, pulumi_check
 from tritonops.drift.report import (
     DriftReport,
@@ -32,6 +32,7 @@ from tritonops.k8s.stacks.triton import drift as k8s_drift
 from tritonops.k8s.stacks.triton import release_agent as k8s_release_agent
 from tritonops.observability.metrics import DRIFT_METRIC
 from tritonops.release import push as rel
+from tritonops.release_format import manifest, node_drift
 from typer.testing import CliRunner
 
 DATA = Path(__file__).with_name("data")
@@ -129,7 +130,7 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _index(release: dict[str, Any], drop: str = "") -> list[dict[str, Any]]:
     files = manifest.read(Path(release["path"]))
-    want = agent_drift.expected_versions(files, agent_drift.release_configs(Path(release["path"]), files))
+    want = node_drift.expected_versions(files, node_drift.release_configs(Path(release["path"]), files))
     return [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs if m != drop]
 
 
@@ -146,7 +147,7 @@ def test_clean_node_has_no_findings(staged: dict[str, Any]) -> None:
 
 def test_expected_versions_of_the_sample(staged: dict[str, Any]) -> None:
     files = manifest.read(Path(staged["path"]))
-    want = agent_drift.expected_versions(files, agent_drift.release_configs(Path(staged["path"]), files))
+    want = node_drift.expected_versions(files, node_drift.release_configs(Path(staged["path"]), files))
     assert set(want) == set(staged["models"])
     assert all(v == ["1"] for v in want.values())
 
@@ -186,7 +187,7 @@ def test_extra_ready_model_is_drift(staged: dict[str, Any]) -> None:
 
 def test_expect_without_versions_accepts_any_ready_version() -> None:
     index = [{"name": "a", "version": "3", "state": "READY"}, {"name": "b", "version": "1", "state": "UNAVAILABLE"}]
-    found = agent_drift.compare({}, {}, {"a": [], "b": []}, index, None)
+    found = node_drift.compare({}, {}, {"a": [], "b": []}, index, None)
     assert found == [{"resource": "model:b", "detail": "version any not READY (UNAVAILABLE)"}]
 
 
@@ -319,7 +320,7 @@ def test_drift_objects_are_valid_kubernetes() -> None:
 
 def test_cron_job_runs_the_agents_check_from_its_config_map() -> None:
     """The CronJob runs the agent's ``check`` (the code the nodes' timer runs), mounted from the ConfigMap
-    that holds exactly the zipapp ``tritonops.agent.bundle`` builds."""
+    that holds exactly the zipapp ``tritonops.agent_bundle`` builds."""
     cfg = _triton_cfg()
     pod = k8s_drift.cron_job(cfg, cfg.model_services[0])["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     cmd = pod["containers"][0]["command"]

@@ -24,13 +24,13 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
-from tritonops.agent import signing
 from tritonops.k8s.config import ConfigError, TritonStackConfig, project_name
 from tritonops.k8s.contract import missing_user_values, path_parts
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file
 from tritonops.k8s.stacks.triton import required
 from tritonops.k8s.stacks.triton.bootstrap import CHECK_ENV as CHANNEL_CHECK_ENV
+from tritonops.release_format import signing
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS_DIR = ROOT / "stacks"

@@ -4,7 +4,7 @@ A folder store holds channels published with key K1 (``tritonops release publish
 CLI makes). The dev stack's service, its store pointed at that folder, trusting K2: the preview-time check
 (:func:`tritonops.k8s.stacks.triton.bootstrap.check_channels`) and ``tritonops preflight``'s channel probe
 refuse, naming the channel, the store and the key; trusting K1 both pass. The verdict is the release
-agent's own (:class:`tritonops.agent.metadata.Trusted`), not a copy of it.
+agent's own (:class:`tritonops.release_format.metadata.Trusted`), not a copy of it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from k8s_harness import ROOT
-from tritonops.agent import signing, trust
 from tritonops.k8s import preflight
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import bootstrap
 from tritonops.release import publish as pub
+from tritonops.release_format import signing, trust
 
 SAMPLE = ROOT / "examples" / "model_repository"
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT, Mocks, run_program, user_stacks
-from tritonops.agent import signing
 from tritonops.k8s import render
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
@@ -26,6 +25,7 @@ from tritonops.k8s.programs import render_set
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import bootstrap
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
 
 pytestmark = pytest.mark.integration  # moto_server, a real S3 stand-in process
 

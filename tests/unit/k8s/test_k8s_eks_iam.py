@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tritonops.agent import rollout
-from tritonops.agent.store import Store
 from tritonops.core.errors import StoreError
 from tritonops.k8s.stacks.cluster_aws import eks
+from tritonops.release_format import waves as rollout
+from tritonops.stores.reader import Store, put
 
 pytestmark = pytest.mark.integration  # a real server (moto_server) on loopback
 
@@ -78,14 +78,14 @@ def test_the_reporting_role_writes_its_report_and_nothing_else(iam_s3: dict[str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     store = _as(monkeypatch, iam_s3, "reporter")
     assert store.get("channels/stable.json") == b'{"signed": {}}'  # reads as before
-    rollout.put(store, rollout.report_key("stable", "node-1"), REPORT)  # allowed: <prefix>/reports/*
+    put(store, rollout.report_key("stable", "node-1"), REPORT)  # allowed: <prefix>/reports/*
     assert store.get("reports/stable/node-1.json") == REPORT
     for key in ("channels/stable.json", "blobs/sha256/" + "0" * 64, "ids/r9.json", "reportsX/stable/a.json"):
         with pytest.raises(StoreError, match="PUT answered HTTP 403"):
-            rollout.put(store, key, b"{}")  # a pointer, a blob, an id, a look-alike folder: denied
+            put(store, key, b"{}")  # a pointer, a blob, an id, a look-alike folder: denied
     other = _as(monkeypatch, iam_s3, "reporter", prefix="other")
     with pytest.raises(StoreError, match="HTTP 403"):
-        rollout.put(other, rollout.report_key("stable", "node-1"), REPORT)  # another prefix's reports
+        put(other, rollout.report_key("stable", "node-1"), REPORT)  # another prefix's reports
     with pytest.raises(StoreError, match="HTTP 403"):
         other.get("channels/stable.json")
 
@@ -94,4 +94,4 @@ def test_the_read_only_role_cannot_write_a_report(iam_s3: dict[str, object], mon
     store = _as(monkeypatch, iam_s3, "reader")
     assert store.get("channels/stable.json") == b'{"signed": {}}'
     with pytest.raises(StoreError, match="PUT answered HTTP 403"):
-        rollout.put(store, rollout.report_key("stable", "node-2"), REPORT)
+        put(store, rollout.report_key("stable", "node-2"), REPORT)

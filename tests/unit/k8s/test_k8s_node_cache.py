@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from local_servers import counting_store
 from pod_security import violations
-from tritonops.agent import manifest, signing
 from tritonops.agent.cli import parser as agent_parser
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.labels import NODE_POOL_LABEL
@@ -26,6 +25,7 @@ from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import node_cache, workload
 from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 

@@ -368,8 +368,8 @@ def test_chart_kinds_match_the_charts_crds(folder: str, chart: str) -> None:
 
 
 def test_services_sharing_a_keys_config_map_give_it_the_same_keys(tmp_path: Path) -> None:
-    from tritonops.agent.signing import keygen
     from tritonops.k8s.config import ConfigError
+    from tritonops.release_format.signing import keygen
 
     raw, _ = read_stack_file("triton", "prod", user_stacks())
     services = [dict(s) for s in raw["modelServices"]]

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from k8s_harness import ROOT
 from tritonops.agent.cli import parser as agent_parser
-from tritonops.agent.oci import Registry
 from tritonops.cli import app
 from tritonops.k8s import registry_source
 from tritonops.k8s.config import ConfigError, TritonStackConfig
@@ -21,6 +20,7 @@ from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import exposure, workload
 from tritonops.k8s.stacks.triton.required import user_secrets
+from tritonops.stores.oci_api import Registry
 from typer.testing import CliRunner
 
 STORE = "oci://registry.example.com:5000/tritonops/vision"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from k8s_harness import ROOT, container_args, direct_config, triton_config
-from tritonops.agent import manifest, releases, signing
-from tritonops.agent.bundle import build_bytes
+from tritonops.agent import releases
 from tritonops.agent.cli import parser as agent_parser
+from tritonops.agent_bundle import build_bytes
 from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
@@ -25,6 +25,7 @@ from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import exposure, monitoring, release_agent, workload
 from tritonops.k8s.stacks.triton import objects as triton
 from tritonops.k8s.stacks.triton.required import user_secrets
+from tritonops.release_format import manifest, signing
 from tritonops.triton.args import RESTRICTED
 
 # --- pull mode: the release agent in the pod -----------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 import typer
 import yaml
 from k8s_harness import STACK_FILES, STACKS_DIR, user_stacks
-from tritonops.agent.bundle import build_bytes
+from tritonops.agent_bundle import build_bytes
 from tritonops.cli.k8s import render as render_cmd
 from tritonops.k8s.render import build, render
 from typer.testing import CliRunner

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tritonops.agent import signing
 from tritonops.cli import app
 from tritonops.core.keys import manifest_key
 from tritonops.model_repo import pbtxt, warmup
@@ -16,6 +15,7 @@ from tritonops.model_repo.golden import Golden
 from tritonops.model_repo.target import Target
 from tritonops.model_repo.validate import validate
 from tritonops.release import publish as pub
+from tritonops.release_format import signing
 from typer.testing import CliRunner
 
 

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import yaml
-from tritonops.agent import drift as agent_drift
 from tritonops.agent import metrics as agent_metrics
 from tritonops.cli import app
 from tritonops.observability import dashboards as d
@@ -15,6 +14,7 @@ from tritonops.observability import keda
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.observability.export import DASHBOARDS_DIR, RULES_FILE, export
+from tritonops.release_format import node_drift
 from typer.testing import CliRunner
 
 ALLOWED_NAMES = set(m.TRITON_METRICS) | set(r.RECORDING_RULES) | {m.UP} | m.DRIFT_METRICS | set(agent_metrics.HELP)
@@ -89,7 +89,7 @@ def test_drift_alert_reads_the_drift_gauge_by_source_and_host() -> None:
     # The gauge, or while the source's check fails (it writes no count), the last count it wrote
     # (tests/unit/observability/test_observability_promtool.py runs both cases).
     assert expr.startswith(f"max by (source, host) ({m.DRIFT_METRIC} > 0 or (last_over_time({m.DRIFT_METRIC}[")
-    assert expr.endswith(f"and on (instance, job, source) {agent_drift.SUCCESS_METRIC} == 0))")
+    assert expr.endswith(f"and on (instance, job, source) {node_drift.SUCCESS_METRIC} == 0))")
     assert m.DRIFT_METRIC == "tritonops_drift_resources"
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tritonops.agent import drift
 from tritonops.observability import rules as r
 from tritonops.observability.export import rules_yaml
+from tritonops.release_format import node_drift
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: `make apt` installs prometheus")
@@ -31,7 +31,7 @@ STEPS = 200  # 15s steps: 50 minutes of samples
 # The node's drift check, through node-exporter's textfile collector.
 NODE = 'job="node",instance="edge-1:9100"'
 NODE_BASE = {"job": "node", "instance": "edge-1:9100"}
-DRIFT, SUCCESS, LAST_RUN = r.m.DRIFT_METRIC, drift.SUCCESS_METRIC, drift.LAST_RUN_METRIC
+DRIFT, SUCCESS, LAST_RUN = r.m.DRIFT_METRIC, node_drift.SUCCESS_METRIC, node_drift.LAST_RUN_METRIC
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import manifest, signing
 from tritonops.cli import app
 from tritonops.core.keys import manifest_key
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.release import canary as c
 from tritonops.release import publish as pub
+from tritonops.release_format import manifest, signing
 from typer.testing import CliRunner
 
 GATE = c.Gate("http://127.0.0.1:9", window="10m", max_failure_increase=0.01, max_latency_increase=0.2,

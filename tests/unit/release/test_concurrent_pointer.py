@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tritonops.agent import manifest, signing
 from tritonops.core.errors import StoreError
 from tritonops.core.keys import manifest_key
 from tritonops.release import publish as pub
-from tritonops.release import writer as writer_module
+from tritonops.release_format import manifest, signing
+from tritonops.stores import writer as writer_module
 
 # Releases without files, each signed for every channel used here: what a (signed) pointer move checks.
 TEXTS = {r: manifest.text({}, {}, r, ["stable", "a", "b"]).encode() for r in ("r0", "ra", "rb")}

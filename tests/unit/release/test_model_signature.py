@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tritonops.agent import signing
 from tritonops.cli import app
 from tritonops.core.exitcodes import ExitCode
+from tritonops.release_format import signing
 from typer.testing import CliRunner
 
 model_signing = pytest.importorskip("model_signing")
@@ -205,7 +205,7 @@ def test_the_producers_own_verifier_passes_on_a_nodes_installed_copy(signed: dic
     verifier refuses a symbolic link."""
     from click.testing import CliRunner as ClickRunner
     from model_signing import _cli as model_signing_cli
-    from tritonops.agent import bundle
+    from tritonops import agent_bundle as bundle
 
     store = signed["tmp"] / "store"
     code, out = _publish(signed, store)

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from tritonops.agent import signing
 from tritonops.cli import app
 from tritonops.core.keys import manifest_key
 from tritonops.release import publish as pub
-from tritonops.release.oci_writer import _Counted
+from tritonops.release_format import signing
+from tritonops.stores.oci_writer import _Counted
 from typer.testing import CliRunner
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"

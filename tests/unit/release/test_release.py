@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tritonops.agent import bundle, manifest
+from tritonops import agent_bundle as bundle
 from tritonops.agent import releases as node_rel
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import push as rel
+from tritonops.release_format import manifest
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tritonops.agent.triton import SECRET_ENV
 from tritonops.core.exitcodes import ExitCode
+from tritonops.core.triton_http import SECRET_ENV
 
 TRITONOPS = Path(sys.executable).parent / "tritonops"
 

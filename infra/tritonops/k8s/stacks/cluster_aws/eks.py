@@ -289,7 +289,7 @@ def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, namespace: str, s
     )
 
 
-REPORTS_FOLDER = "reports"  # tritonops.agent.rollout.report_key: <prefix>/reports/<channel>/<agent id>.json
+REPORTS_FOLDER = "reports"  # tritonops.release_format.waves.report_key: <prefix>/reports/<channel>/<agent id>.json
 
 
 def s3_read_policy(bucket: str, prefix: str = "", reports: bool = False) -> str:

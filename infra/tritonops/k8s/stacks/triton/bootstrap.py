@@ -3,12 +3,12 @@
 A pull-mode pod's init container waits for its channel's release; on a channel nobody published to,
 the Deployment never becomes ready and ``pulumi up`` times out. So the triton program reads each
 pull-mode service's channel pointer (and its canary's) with the release agent's own store reader
-(:class:`tritonops.agent.store.Store`, the operator's AWS credentials) at preview and up, before it
+(:class:`tritonops.stores.reader.Store`, the operator's AWS credentials) at preview and up, before it
 creates a resource, and refuses with the ``tritonops release publish ... --channel C`` command to run
 first. A store that cannot be reached refuses too, saying so.
 
 A pointer that exists is then judged as the node will judge it: with the agent's own
-:class:`tritonops.agent.metadata.Trusted` (root rotation, signature threshold, channel, ``storeName``,
+:class:`tritonops.release_format.metadata.Trusted` (root rotation, signature threshold, channel, ``storeName``,
 expiry) over the service's ``trustedKeys.publicKeys``, so a channel signed with a key the stack does not
 trust (an example key, a key pair mixed up) is refused here, naming the channel, the store and the keys'
 ids, instead of every pod's release-sync waiting out its deadline. Keys the stack does not hold (a
@@ -27,14 +27,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonops.agent import trust
-from tritonops.agent.metadata import Rejected, Trusted
-from tritonops.agent.metadata import unverified as parse_pointer
-from tritonops.agent.store import Store
 from tritonops.core.errors import ReleaseError
 from tritonops.core.keys import POINTER_MAX, channel_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
 from tritonops.k8s.stacks.triton import required
+from tritonops.release_format import trust
+from tritonops.release_format.metadata import Rejected, Trusted
+from tritonops.release_format.metadata import unverified as parse_pointer
+from tritonops.stores.reader import Store
 
 CHECK_ENV = "TRITONOPS_CHANNEL_CHECK"  # "off": the program skips the check
 

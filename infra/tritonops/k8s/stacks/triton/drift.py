@@ -2,7 +2,7 @@
 
 Pure builders (dicts), added to each model service's objects by ``tritonops.k8s.stacks.triton.objects.service_objects``,
 so ``pulumi up`` and ``tritonops render`` create the same objects. Every run of the release agent's
-``check`` command (``infra/tritonops/agent/drift.py``, the same code the edge nodes' timer runs, from the agent
+``check`` command (``infra/tritonops/agent/drift_probe.py``, the same code the edge nodes' timer runs, from the agent
 zipapp in the namespace's ``tritonops-agent`` ConfigMap):
 
 - calls the Service's repository index and statistics (restricted APIs: the admin header comes from
@@ -26,7 +26,7 @@ import json
 from typing import Any
 
 from tritonops import versions
-from tritonops.agent.triton import SECRET_ENV
+from tritonops.core.triton_http import SECRET_ENV
 from tritonops.k8s import waits
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (

@@ -20,8 +20,8 @@ import hashlib
 import os
 from collections.abc import Sequence
 
-from tritonops.agent.bundle import build_bytes
-from tritonops.agent.triton import SECRET_ENV as AGENT_SECRET_ENV
+from tritonops.agent_bundle import build_bytes
+from tritonops.core.triton_http import SECRET_ENV as AGENT_SECRET_ENV
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import (
     HTTP_PORT,
@@ -126,7 +126,7 @@ def release_agent_args(
 
 @functools.cache
 def agent_bundle() -> tuple[bytes, str]:
-    """The agent zipapp (``tritonops.agent.bundle.build_bytes``) and its sha256."""
+    """The agent zipapp (``tritonops.agent_bundle.build_bytes``) and its sha256."""
     data = build_bytes()
     return data, hashlib.sha256(data).hexdigest()
 

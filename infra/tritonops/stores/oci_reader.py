@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core import netio
 from ..core.errors import StoreError, TooLong
-from . import netio, oci
+from . import oci_api as oci
 
 
 class RegistryReader:

@@ -35,19 +35,13 @@ signatures and ``"unsigned": true``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
-import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..core.errors import ReleaseError, StoreError, UsageError
-from ..core.fsio import write_atomic
+from ..core.errors import ReleaseError, UsageError
 from ..core.names import MANIFEST_MAX, check_name, check_release_id
-from . import netio, releases, trust
-from .store import Store, sigv4_headers
 
 MAX_WAVES = 32
 MAX_GROUPS = 64
@@ -229,77 +223,5 @@ def decide(pointer: Mapping[str, Any], agent_id: str, groups: list[str] | tuple[
     return Decision(serve, why, targeted, ro["id"], str(ro["wave"]), "" if first is None else str(first), held)
 
 
-def choose(agent: Any, pointer: dict[str, Any]) -> Target | None:
-    """What ``agent`` may apply now (:func:`decide`): the channel's release, the rollout's previous one, or
-    None (keep what it serves); sets its rollout metric and status."""
-    d = decide(pointer, agent.agent_id, agent.group_labels, releases.state(agent.releases),
-               f"{agent.store}/channels/{agent.channel}.json")
-    if d.state and d.state.startswith("invalid: ") and agent.rollout_state != d.state:
-        agent.log(f"release {pointer.get('release')} not applied: {d.state.removeprefix('invalid: ')}")
-    agent.rollout_state = d.state
-    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if d.targeted else 0, channel=agent.channel,
-                          rollout=d.rollout, wave=d.wave, previous=d.held or "")
-    return None if d.serve is None else (str(d.serve["release"]), str(d.serve["digest"]), int(d.serve["length"]))
-
-
-def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:
-    """After an attempt: write the agent's status report (``--report``); never raises (logs instead)."""
-    if not getattr(agent, "report", False) or out.get("result") not in ("applied", "failed"):
-        return None
-    pointer = agent.pointer or {}
-    ro = pointer.get("rollout") if isinstance(pointer.get("rollout"), dict) else None
-    prev = (ro or {}).get("previous")
-    applied = prev if isinstance(prev, dict) and out.get("release") == prev.get("release") != pointer.get(
-        "release") else pointer  # the rollout's previous release (a new node not targeted), or the channel's
-    digest = str(applied.get("digest") or "")
-    if out["result"] == "applied":
-        result = "gated" if agent.triton is not None else "applied"
-    else:
-        result = "refused" if digest in agent.refused else "failed"
-    now = time.time()
-    signed = {"type": "report", "version": int(now * 1000), "expires": trust.format_time(now + REPORT_EXPIRES),
-              "agent": agent.agent_id, "channel": agent.channel,
-              "release": out.get("release") or pointer.get("release"),
-              "digest": digest, "result": result, "step": out.get("step"), "error": str(out.get("error") or "")[:500],
-              "time": trust.format_time(now), "groups": list(agent.group_labels),
-              "rollout": ro.get("id") if ro else None}
-    try:
-        if agent.report_key is not None:
-            data = trust.sign_envelope(signed, [Path(agent.report_key)])
-        else:
-            data = (json.dumps({"signed": signed, "signatures": [], "unsigned": True}, indent=2, sort_keys=True)
-                    + "\n").encode()
-        put(agent.store, report_key(agent.channel, agent.agent_id), data)
-    except ReleaseError as e:
-        agent.log(f"status report not written: {e}")
-        return None
-    return signed
-
-
 def report_key(channel: str, agent_id: str) -> str:
     return f"reports/{channel}/{agent_id}.json"
-
-
-def put(store: Store, key: str, data: bytes) -> None:
-    """Write one object into the store the agent reads: a folder (atomic rename) or S3 (a SigV4 PUT)."""
-    if store.kind == "file":
-        try:
-            write_atomic(store.root / key, data.decode())
-        except OSError as e:
-            raise StoreError(f"{store.root / key}: cannot write ({e.strerror or e})") from None
-        return
-    if store.kind != "s3":
-        raise UsageError(f"{store}: an HTTP mirror or a registry is read-only to agents; reports need an s3:// or "
-                         "folder store")
-    url = store._http_url(key)  # noqa: SLF001 - the store's own addressing, shared with its reads
-    creds = store._credentials()  # noqa: SLF001
-    payload = hashlib.sha256(data).hexdigest()
-
-    def sign(target: str) -> dict[str, str]:
-        return {"Content-Type": "application/json",
-                **sigv4_headers(target, store.region, credentials=creds, env={}, method="PUT", payload_hash=payload)}
-
-    resp = netio.request(url, what=f"{store}/{key}", headers=sign, data=data, method="PUT",
-                         deadline=REPORT_TIMEOUT, limit=REPORT_MAX, error=StoreError, cancel=store.cancel)
-    if not 200 <= resp.status < 300:
-        raise StoreError(f"{store}/{key}: PUT answered HTTP {resp.status} {netio.reason(resp.status)}")

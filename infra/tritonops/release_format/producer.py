@@ -169,7 +169,7 @@ def check(raw: bytes | None, files: dict[str, str], keys: dict[str, tuple[str, b
 
 
 class Producers(Protocol):
-    """What a trusted root says of producers (tritonops.agent.trust.Root): their keys, and whether required."""
+    """What a trusted root says of producers (tritonops.release_format.trust.Root): their keys, and whether required."""
 
     @property
     def producer_keys(self) -> dict[str, tuple[str, bytes]]: ...

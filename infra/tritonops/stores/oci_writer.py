@@ -26,11 +26,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tritonops.agent import lock, manifest, oci
-from tritonops.agent.store import Store
-from tritonops.core.errors import StoreError
-from tritonops.core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX
-from tritonops.core.names import MANIFEST_FILE
+from ..core import lock
+from ..core.errors import StoreError
+from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT, SIGNATURE_MAX
+from ..core.names import MANIFEST_FILE
+from ..release_format import manifest
+from . import oci_api as oci
+from .reader import Store
 
 
 class RegistryWriter:

@@ -30,7 +30,7 @@ from typing import Any
 from ..core.errors import ReleaseError
 from ..core.fsio import read_bounded
 from ..core.names import GOLDEN_FILE
-from .triton import Triton
+from ..core.triton_http import Triton
 
 GOLDEN_MAX_BYTES = 16 << 20
 DEFAULT_RTOL = 1e-4

@@ -46,9 +46,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import netio
 from ..core.errors import StoreError
 from ..core.fsio import read_bounded
-from . import netio
 
 STS_TIMEOUT = 10.0
 CONTAINER_TIMEOUT = 5.0

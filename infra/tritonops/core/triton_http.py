@@ -15,7 +15,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from ..core.errors import ReleaseError
+from .errors import ReleaseError
 
 SECRET_ENV = "TRITONOPS_ADMIN_SECRET"
 DEFAULT_HEADER = "triton-admin-key"

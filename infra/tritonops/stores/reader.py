@@ -29,11 +29,12 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core import netio
 from ..core.errors import StoreError, TooLong, UsageError
-from ..core.fsio import read_bounded
-from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
+from ..core.fsio import read_bounded, write_atomic
+from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT, POINTER_MAX
 from ..core.names import MANIFEST_MAX
-from . import aws_credentials, netio
+from . import aws_credentials
 from .aws_credentials import Credentials, sigv4_headers
 
 
@@ -71,7 +72,7 @@ class Store:
         elif self.kind == "file":
             self.root = Path(parts.path if parts.scheme else url)
         elif self.kind == "oci":
-            from .oci_store import RegistryReader
+            from .oci_reader import RegistryReader
 
             self.oci = RegistryReader(self)
         else:
@@ -211,6 +212,32 @@ class Store:
             _unlink(dest)
             raise StoreError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
         return written
+
+
+def put(store: Store, key: str, data: bytes, timeout: float = METADATA_TIMEOUT, limit: int = POINTER_MAX) -> None:
+    """Write one object into the store the agent reads: a folder (atomic rename) or S3 (a SigV4 PUT within
+    ``timeout`` seconds, reading at most ``limit`` bytes of its answer)."""
+    if store.kind == "file":
+        try:
+            write_atomic(store.root / key, data.decode())
+        except OSError as e:
+            raise StoreError(f"{store.root / key}: cannot write ({e.strerror or e})") from None
+        return
+    if store.kind != "s3":
+        raise UsageError(f"{store}: an HTTP mirror or a registry is read-only to agents; reports need an s3:// or "
+                         "folder store")
+    url = store._http_url(key)  # noqa: SLF001 - the store's own addressing, shared with its reads
+    creds = store._credentials()  # noqa: SLF001
+    payload = hashlib.sha256(data).hexdigest()
+
+    def sign(target: str) -> dict[str, str]:
+        return {"Content-Type": "application/json",
+                **sigv4_headers(target, store.region, credentials=creds, env={}, method="PUT", payload_hash=payload)}
+
+    resp = netio.request(url, what=f"{store}/{key}", headers=sign, data=data, method="PUT",
+                         deadline=timeout, limit=limit, error=StoreError, cancel=store.cancel)
+    if not 200 <= resp.status < 300:
+        raise StoreError(f"{store}/{key}: PUT answered HTTP {resp.status} {netio.reason(resp.status)}")
 
 
 def _unlink(path: Path) -> None:

@@ -1,9 +1,9 @@
 """Writing into a store (the controller's side): an S3 bucket with boto3, or the folder an HTTP mirror serves.
 
-Reads go through the agents' own :class:`tritonops.agent.store.Store`; a channel pointer (or any object
+Reads go through the agents' own :class:`tritonops.stores.reader.Store`; a channel pointer (or any object
 that must never lose a concurrent write) moves by compare-and-swap (:meth:`Writer.swap`): on S3 a
 conditional PUT (``If-Match`` the ETag read, ``If-None-Match: *`` for the first write), in a folder a lock
-(:mod:`tritonops.agent.lock`).
+(:mod:`tritonops.core.lock`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tritonops.agent import lock
-from tritonops.agent.store import Store
-from tritonops.core.errors import StoreError, UsageError
-from tritonops.core.keys import POINTER_MAX
+from ..core import lock
+from ..core.errors import StoreError, UsageError
+from ..core.keys import POINTER_MAX
+from .reader import Store
 
 SWAP_TRIES = 8  # conditional writes of one pointer before giving up (each after reading it again)
 
 
 class Writer:
     """Writes into a store; reads go through the agent's ``Store``. An ``oci://`` store is written by
-    :class:`tritonops.release.oci_writer.RegistryWriter`."""
+    :class:`tritonops.stores.oci_writer.RegistryWriter`."""
 
     def __init__(self, url: str, s3_endpoint: str | None = None) -> None:
         self.url = url
@@ -42,7 +42,7 @@ class Writer:
             if self.root.exists() and not self.root.is_dir():
                 raise UsageError(f"{url}: not a folder; publish to s3://BUCKET/PREFIX or to a folder")
         elif self.reader.kind == "oci":
-            from tritonops.release.oci_writer import RegistryWriter
+            from .oci_writer import RegistryWriter
 
             self.oci = RegistryWriter(self.reader)
         else:

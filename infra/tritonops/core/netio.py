@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from ..core.errors import ReleaseError, StoreError, TooLong
+from .errors import ReleaseError, StoreError, TooLong
 
 CHUNK = 64 << 10  # bytes per read of a small answer (a pointer, a manifest, an error)
 BLOB_CHUNK = 1 << 20  # bytes per read of a file's download: fewer, larger reads (store.download)

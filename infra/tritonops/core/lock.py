@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core.errors import ReleaseError
+from .errors import ReleaseError
 
 LOCK_FILE = ".lock"
 DEFAULT_TIMEOUT = 60.0

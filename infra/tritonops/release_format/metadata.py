@@ -27,11 +27,10 @@ from typing import Any
 from ..core.errors import ReleaseError, StoreError, TooLong
 from ..core.fsio import read_bounded, write_atomic
 from ..core.keys import ROOT_MAX, SIGNATURE_MAX, manifest_key, root_key, signatures_key
-from ..core.names import MANIFEST_MAX, check_release_id
+from ..core.names import MANIFEST_MAX, TRUSTED_FILE, check_release_id
+from ..stores.reader import Store
 from . import manifest, trust
-from .store import Store
 
-TRUSTED_FILE = ".trusted.json"
 TRUSTED_MAX = 4 << 20
 ROOTS_PER_POINTER = 64  # root versions followed for one pointer (a pointer naming root 10**9 costs 64 reads at most)
 REASONS = ("rollback", "expired", "channel", "relabel", "signature", "length", "store")

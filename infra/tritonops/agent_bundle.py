@@ -1,10 +1,11 @@
 """Write the agent into one file: a zipapp that ``python3 FILE <command>`` runs on any node or pod.
 
-The roles push it, the Kubernetes pods get it from a ConfigMap, drift runs it. It holds two packages
-under one renamed top package, as they sit in the checkout: ``tritonops_agent/agent/`` (this package)
-and ``tritonops_agent/core/`` (``tritonops.core``, the plumbing it shares with the controller), so the
-agent's relative imports (``from ..core.errors import ...``) resolve alike in both. Its content
-depends only on their sources, so its sha256 changes exactly when either does.
+The roles push it, the Kubernetes pods get it from a ConfigMap, drift runs it. It holds the node's
+packages under one renamed top package, as they sit in the checkout: ``tritonops_agent/agent/`` (the
+node program), ``core/`` (the plumbing it shares with the controller), ``release_format/`` (the release
+format and its checks) and ``stores/`` (the store kinds), so their relative imports (``from ..core.errors
+import ...``) resolve alike in both. Its content depends only on their sources, so its sha256 changes
+exactly when one of them does.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ import zipfile
 from pathlib import Path
 
 PACKAGE = "tritonops_agent"
-SUBPACKAGES = ("agent", "core")  # the folders of infra/tritonops/ the zipapp holds: nothing else ships
-_INIT = b'"""The tritonops release agent (``agent``) and the plumbing it shares (``core``), as one zipapp."""\n'
+SUBPACKAGES = ("agent", "core", "release_format", "stores")  # the folders of infra/tritonops/ the zipapp holds
+_INIT = b'"""The tritonops release agent (``agent``) and what it shares with the controller, as one zipapp."""\n'
 _MAIN = b"import sys\nfrom tritonops_agent.agent.cli import main\nsys.exit(main())\n"
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 
 def sources() -> dict[str, bytes]:
-    """{path inside the zipapp's package: source} of the agent's and core's modules."""
-    root = Path(__file__).parent.parent
+    """{path inside the zipapp's package: source} of the modules of SUBPACKAGES."""
+    root = Path(__file__).parent
     return {f"{sub}/{p.name}": p.read_bytes() for sub in SUBPACKAGES
             for p in sorted((root / sub).glob("*.py")) if p.name != "__main__.py"}
 
@@ -57,13 +58,13 @@ def build(out: Path) -> Path:
     return out
 
 
-if __name__ == "__main__":  # python -m tritonops.agent.bundle OUT: what the roles run on the controller
+if __name__ == "__main__":  # python -m tritonops.agent_bundle OUT: what the roles run on the controller
     import hashlib
     import json
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m tritonops.agent.bundle OUT")
+        sys.exit("usage: python -m tritonops.agent_bundle OUT")
     target = Path(sys.argv[1])
     before = target.read_bytes() if target.is_file() else None
     data = build(target).read_bytes()

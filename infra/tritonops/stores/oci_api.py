@@ -39,9 +39,9 @@ import urllib.parse
 from pathlib import Path
 from typing import IO, Any
 
+from ..core import netio
 from ..core.errors import StoreError, UsageError
 from ..core.fsio import read_bounded
-from . import netio
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 RELEASE_TYPE = "application/vnd.tritonops.release.v1+json"
