@@ -81,7 +81,7 @@ KARPENTER_AMI_ALIASES = {"al2023": "al2023@v20260520", "bottlerocket": "bottlero
 INGRESS_NGINX_CHART_VERSION = "4.15.1"
 # Gateway API: the default way in (ingress.mode: gateway). Implementation: Envoy Gateway, maintained (CNCF Envoy
 # project), runs on EKS behind an NLB/ELB Service, and its Envoy proxies export per-route cluster request counters
-# (tritonops.observability.keda.GATEWAY_REQUESTS). Release v1.9.1 of 2026-08-28 (latest of the v1.9 line,
+# (tritonops.observability.keda_trigger.GATEWAY_REQUESTS). Release v1.9.1 of 2026-08-28 (latest of the v1.9 line,
 # supported Kubernetes 1.33-1.36, end of life 2027-02-14: site/content/en/news/releases/matrix.md at tag v1.9.0;
 # https://github.com/envoyproxy/gateway/blob/main/release-notes/v1.9.1.yaml and
 # https://gateway.envoyproxy.io/news/releases/v1.9/, read 2026-12-07). Its Helm chart is the OCI artifact

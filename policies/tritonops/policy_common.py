@@ -23,7 +23,7 @@ AGENT_FILE = "tritonops-agent.pyz"  # tritonops.k8s.stacks.triton.release_agent.
 TRACK = "track"  # tritonops.k8s.labels.TRACK_LABEL: stable | canary
 INSTANCE = "app.kubernetes.io/instance"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-# Scale to zero (tritonops.k8s.stacks.triton.scaling.SCALE_TO_ZERO_ANNOTATION; tritonops.observability.keda's
+# Scale to zero (tritonops.k8s.stacks.triton.scaling.SCALE_TO_ZERO_ANNOTATION; tritonops.observability.keda_trigger's
 # GATEWAY_REQUESTS, Envoy Gateway's per-route cluster counter, and INGRESS_REQUESTS, legacy ingress-nginx's):
 # prod's explicit consent, and the wake-up signal that exists while no Triton pod runs.
 ALLOW_SCALE_TO_ZERO = "tritonops.io/allow-scale-to-zero"

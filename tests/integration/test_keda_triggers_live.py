@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 from test_observability_live import _get, wait_for
-from tritonops.observability import keda
+from tritonops.observability import keda_trigger as keda
 from tritonops.observability import metrics as m
 from tritonops.triton import bench, server
 from tritonops.triton.load_config import BenchConfig

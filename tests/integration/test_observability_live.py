@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 import yaml
-from tritonops.agent import metrics as agent_metrics
+from tritonops.agent import exporter as agent_metrics
 from tritonops.k8s.stacks.triton.workload import SUMMARY_LATENCIES_ARG
 from tritonops.observability import dashboards as d
-from tritonops.observability import keda
+from tritonops.observability import keda_trigger as keda
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.triton import bench, server

@@ -36,7 +36,7 @@ from ..stores.reader import Store
 from . import argtypes, failures, releases
 from . import drift_probe as drift
 from .cache import Cache
-from .metrics import serve
+from .exporter import serve
 from .pull import Agent
 from .serve import StepFailed, serve_release
 

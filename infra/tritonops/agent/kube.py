@@ -3,9 +3,9 @@
 From inside the cluster: the Kubernetes API (the pod's service account token and CA file,
 ``https://kubernetes.default.svc``; the CronJob's Role grants get/list on pods only) lists the pods of
 each Deployment, whose containers must run the images, commands and arguments the stack renders
-(``expected``, written by ``tritonops.k8s.stacks.triton.drift`` into the CronJob's ConfigMap from the same builder as
-the Deployment). Each pod's release agent sidecar reports on ``/status`` the release it serves and the
-channel pointer it last read: a pod serving another release than its channel names, and not because
+(``expected``, written by ``tritonops.k8s.stacks.triton.drift_cronjob`` into the CronJob's ConfigMap from
+the same builder as the Deployment). Each pod's release agent sidecar reports on ``/status`` the release it
+serves and the channel pointer it last read: a pod serving another release than its channel names, and not because
 it refused the channel's, is drift.
 """
 

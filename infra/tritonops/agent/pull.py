@@ -40,11 +40,11 @@ from ..core.keys import POINTER_MAX, blob_key, channel_key
 from ..core.names import MANIFEST_FILE
 from ..core.triton_http import Triton
 from ..release_format import manifest, metadata, producer, signing, waves
-from ..release_format.golden import golden_gate
+from ..release_format.golden_gate import golden_gate
 from ..stores.reader import Store
 from . import failures, releases, reporting
 from .cache import fetch_through, open_cache
-from .metrics import Metrics
+from .exporter import Metrics
 from .serve import StepFailed, _step, serve_release
 
 

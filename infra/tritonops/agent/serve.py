@@ -16,7 +16,7 @@ from typing import Any
 from ..core.errors import ReleaseError
 from ..core.triton_http import Triton
 from ..release_format import manifest
-from ..release_format.golden import golden_gate
+from ..release_format.golden_gate import golden_gate
 from . import failures, releases
 
 

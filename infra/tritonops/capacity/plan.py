@@ -7,7 +7,7 @@ target pending requests per replica), one replica's measured throughput and p95 
 
 Replicas follow the scaler, not a rule of thumb: KEDA's metric is the pending requests summed over
 the replicas, and the HPA settles on the smallest replica count ``n`` for which
-:func:`tritonops.observability.keda.desired_replicas` asks for no more than ``n``. The pending count of
+:func:`tritonops.observability.keda_trigger.desired_replicas` asks for no more than ``n``. The pending count of
 one replica at utilisation ``rho`` is taken from an M/M/1 queue, ``rho**2 / (1 - rho)``
 (:func:`pending_per_replica`): an approximation (Triton's dynamic batcher drains queues in batches),
 used the same way by the simulation (:mod:`tritonops.capacity.sim`) so both agree.
@@ -30,7 +30,7 @@ from tritonops.core.errors import UsageError
 from tritonops.core.fsio import read_bounded
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stacks.triton.budget import service_budget
-from tritonops.observability.keda import ScalingPolicy, desired_replicas
+from tritonops.observability.keda_trigger import ScalingPolicy, desired_replicas
 
 INPUT_MAX_BYTES = 1 << 20
 HOURS = 24

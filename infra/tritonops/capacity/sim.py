@@ -9,7 +9,7 @@ Discrete time (``step_s``, default 15 s), pure and seeded. Each step:
   (the trigger's ``avg_over_time`` window);
 - optionally a second trigger, the served requests/s summed over the replicas (``rate_target`` per
   replica, the same 1 min average); the HPA follows whichever trigger asks for more;
-- the HPA: :func:`tritonops.observability.keda.desired_replicas` with its tolerance, scale-up limited as
+- the HPA: :func:`tritonops.observability.keda_trigger.desired_replicas` with its tolerance, scale-up limited as
   the HPA's default policy (the larger of +100 % and +4 pods per 15 s), scale-down only to the
   highest recommendation of the last ``stabilization_s`` (300 s by default, as Kubernetes documents);
   with ``min_replicas == 0`` KEDA drops to zero after ``cooldown_s`` without activity;
@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from tritonops.capacity.plan import pending_per_replica
-from tritonops.observability.keda import ScalingPolicy, desired_replicas
+from tritonops.observability.keda_trigger import ScalingPolicy, desired_replicas
 
 DAY_S = 86400
 

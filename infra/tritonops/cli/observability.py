@@ -41,7 +41,7 @@ def export_cmd(
     """
     require("observability export", "obs")
     from tritonops.observability.export import export  # the Grafana SDK: the 'obs' extra
-    from tritonops.observability.keda import ScalingPolicy
+    from tritonops.observability.keda_trigger import ScalingPolicy
     from tritonops.observability.rules import RuleSettings
 
     try:

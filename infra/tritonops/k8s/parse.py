@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tritonops.k8s.config import MODELS, STACKS, ConfigError, ConfigErrors, StackConfig
-from tritonops.k8s.keys import DNS_LABEL, config_key
+from tritonops.k8s.config_keys import DNS_LABEL, config_key
 from tritonops.k8s.stacks.cluster_aws import checks as cluster_aws
 from tritonops.k8s.stacks.platform import checks as platform
 from tritonops.k8s.stacks.triton import checks as triton

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from tritonops.core.errors import UsageError
 from tritonops.k8s.config import ConfigError, ModelService, ReleaseSource
-from tritonops.k8s.keys import check_object_name, config_key
+from tritonops.k8s.config_keys import check_object_name, config_key
 from tritonops.stores.oci_api import ECR_HOST, split_url
 
 Obj = dict[str, Any]

@@ -2,7 +2,7 @@
 
 Triton ignores extra files in a model folder, so the golden data ships inside every release and the
 gate can prove a model answers correctly wherever it is deployed. The gate itself, and the file's
-format, are the agent's (:mod:`tritonops.release_format.golden`); this model is what ``validate`` reports with
+format, are the agent's (:mod:`tritonops.release_format.golden_gate`); this model is what ``validate`` reports with
 (field and line) and what writes golden files, and it accepts and refuses exactly what the agent's
 reader does (tests/unit/release/test_golden_parity.py).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tritonops.core.fsio import read_bounded
-from tritonops.release_format.golden import (
+from tritonops.release_format.golden_gate import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
     GOLDEN_MAX_BYTES,

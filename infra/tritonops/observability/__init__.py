@@ -2,7 +2,7 @@
 
 - :mod:`tritonops.observability.rules`: Prometheus recording rules and alerts (with runbooks);
 - :mod:`tritonops.observability.dashboards`: Grafana dashboards (grafana-foundation-sdk);
-- :mod:`tritonops.observability.keda`: the KEDA Prometheus trigger and the desired-replicas formula;
+- :mod:`tritonops.observability.keda_trigger`: the KEDA Prometheus trigger and the desired-replicas formula;
 - :mod:`tritonops.observability.export`: writes rule files and dashboard JSON into a directory (edge).
 
 Only Triton's own metric names are used (see :mod:`tritonops.observability.metrics`), plus Prometheus'

@@ -25,7 +25,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DataSou
 
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
-from tritonops.observability.keda import ScalingPolicy
+from tritonops.observability.keda_trigger import ScalingPolicy
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 MODEL = 'model=~"$model"'

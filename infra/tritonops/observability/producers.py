@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tritonops.observability import keda
+from tritonops.observability import keda_trigger as keda
 from tritonops.observability.metrics import TRITON_METRICS, metric_names
 
 TRITON, INGRESS_NGINX, DCGM_EXPORTER = "triton", "ingress-nginx", "dcgm-exporter"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonops.observability import metrics as m
-from tritonops.observability.keda import ScalingPolicy
+from tritonops.observability.keda_trigger import ScalingPolicy
 from tritonops.release_format.node_drift import LAST_RUN_METRIC, SUCCESS_METRIC
 
 RECORDING_GROUP = "tritonops.triton.recording"

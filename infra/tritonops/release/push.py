@@ -2,7 +2,7 @@
 
 Used by the ``model_repository`` role (``python -m tritonops.release.push prepare|fetch-s3|golden``);
 ``check_repository`` also by ``tritonops release publish``. The gate is the release agent's
-(:mod:`tritonops.release_format.golden`), so push and pull mode decide a release alike. Nothing on a host
+(:mod:`tritonops.release_format.golden_gate`), so push and pull mode decide a release alike. Nothing on a host
 changes before ``prepare`` has succeeded.
 What runs on the node (install, activate, mark, prune, status) is the release agent
 (``tritonops.agent``), which the role pushes as one file; the manifest and its hashing live there too.
@@ -27,7 +27,7 @@ from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.names import MANIFEST_FILE, STAGING_PREFIX, check_path, check_release_id
 from tritonops.core.triton_http import Triton
 from tritonops.release_format import manifest
-from tritonops.release_format.golden import golden_gate
+from tritonops.release_format.golden_gate import golden_gate
 
 STAGE_LOCK_TIMEOUT = 600.0  # seconds a prepare waits for another one staging into the same cache
 
@@ -252,7 +252,7 @@ def golden(url: str, repository: Path, models: list[str] | None = None, timeout:
 
     Every model (``models``, or each folder of ``repository`` with a config.pbtxt) READY within
     ``timeout`` seconds, every golden case of ``repository`` within tolerance
-    (:func:`tritonops.release_format.golden.golden_gate`). The metrics endpoint is not part of the gate (it may
+    (:func:`tritonops.release_format.golden_gate.golden_gate`). The metrics endpoint is not part of the gate (it may
     bind to a management address only). ``url`` is Triton's HTTP endpoint, ``http(s)://HOST:PORT``.
     """
     if "://" not in url:

@@ -33,10 +33,10 @@ import pytest
 import yaml
 from devkit.hosts.podman import CONTAINERS_CONF, podman
 from tritonops.agent.drift_probe import TEXTFILE_NAME
-from tritonops.release_format.node_drift import DRIFT_METRIC
 from tritonops.core.exitcodes import ExitCode
 from tritonops.drift.report import DriftReport
 from tritonops.drift.run import run
+from tritonops.release_format.node_drift import DRIFT_METRIC
 
 REPO = Path(__file__).resolve().parents[3]
 # TRITONOPS_DRIFT_NODE names an existing node to reuse (kept afterwards): a re-converge instead of a first one.

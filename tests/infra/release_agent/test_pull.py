@@ -56,7 +56,7 @@ from ra_node import (
 )
 from tritonops.core.triton_http import Triton
 from tritonops.release.publish import publish
-from tritonops.release_format.golden import golden_gate
+from tritonops.release_format.golden_gate import golden_gate
 from tritonops.release_format.signing import keygen
 
 SAMPLE = REPO / "examples" / "model_repository"

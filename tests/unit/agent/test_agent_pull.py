@@ -25,7 +25,7 @@ from tritonops.agent.pull import Agent
 from tritonops.core.errors import ReleaseError
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
-from tritonops.release_format.golden import read_golden
+from tritonops.release_format.golden_gate import read_golden
 from tritonops.stores.reader import Store, sigv4_headers
 
 

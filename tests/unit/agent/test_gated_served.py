@@ -40,7 +40,7 @@ from tritonops.core import fsio
 from tritonops.core.triton_http import Triton
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
-from tritonops.release_format.golden import golden_gate
+from tritonops.release_format.golden_gate import golden_gate
 from tritonops.stores.reader import Store
 
 TIMEOUTS = ["--load-timeout", "5", "--golden-timeout", "5"]

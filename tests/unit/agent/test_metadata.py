@@ -476,7 +476,7 @@ def test_a_blob_shorter_than_its_manifest_length_is_retried_never_installed(tmp_
 
 def test_the_rejected_metric_help_lists_every_refusal_reason() -> None:
     """The metric's HELP names the reasons from metadata.REASONS itself, in their order (one list, not two)."""
-    from tritonops.agent.metrics import HELP
+    from tritonops.agent.exporter import HELP
 
     kind, text = HELP["tritonops_release_metadata_rejected_total"]
     assert kind == "counter"

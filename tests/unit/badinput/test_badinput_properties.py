@@ -19,7 +19,7 @@ from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.core.names import MANIFEST_FILE, check_path
 from tritonops.model_repo.golden import Golden
 from tritonops.release_format import manifest
-from tritonops.release_format.golden import golden_gate, read_golden
+from tritonops.release_format.golden_gate import golden_gate, read_golden
 from tritonops.release_format.metadata import unverified as parse_pointer
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

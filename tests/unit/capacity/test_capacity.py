@@ -10,7 +10,7 @@ from tritonops.capacity import plan as planner
 from tritonops.cli import app
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
-from tritonops.observability.keda import ScalingPolicy
+from tritonops.observability.keda_trigger import ScalingPolicy
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tritonops.capacity import sim
 from tritonops.capacity.plan import PROFILES, steady_replicas
-from tritonops.observability.keda import ScalingPolicy
+from tritonops.observability.keda_trigger import ScalingPolicy
 
 POLICY = ScalingPolicy(threshold=4, min_replicas=2, max_replicas=10)
 PARAMS = sim.SimParams(replica_rps=1000.0)

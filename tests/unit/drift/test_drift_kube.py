@@ -25,7 +25,7 @@ from tritonops.agent import kube
 from tritonops.core.errors import ReleaseError
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
-from tritonops.k8s.stacks.triton import drift
+from tritonops.k8s.stacks.triton import drift_cronjob as drift
 
 TOKEN = "unit-test.sa-token-9f3e"
 DIGEST_A, DIGEST_B = "a" * 64, "b" * 64

@@ -28,7 +28,7 @@ from tritonops.drift.report import (
 )
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
-from tritonops.k8s.stacks.triton import drift as k8s_drift
+from tritonops.k8s.stacks.triton import drift_cronjob as k8s_drift
 from tritonops.k8s.stacks.triton import release_agent as k8s_release_agent
 from tritonops.observability.metrics import DRIFT_METRIC
 from tritonops.release import push as rel

@@ -15,7 +15,8 @@ from tritonops.k8s import gateway, series
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.programs import render_set
 from tritonops.k8s.stack_file import load_stack_config, stack_file
-from tritonops.observability import keda, producers
+from tritonops.observability import keda_trigger as keda
+from tritonops.observability import producers
 
 
 def _triton(env: str) -> TritonStackConfig:

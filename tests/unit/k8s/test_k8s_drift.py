@@ -1,4 +1,4 @@
-"""The drift CronJob (tritonops.k8s.stacks.triton.drift) runs the agent's `check` from the namespace's ConfigMap."""
+"""The drift CronJob (tritonops.k8s.stacks.triton.drift_cronjob) runs the agent's `check` from the namespace's ConfigMap."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s import waits
 from tritonops.k8s.config import TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
-from tritonops.k8s.stacks.triton import drift, release_agent, workload
+from tritonops.k8s.stacks.triton import drift_cronjob as drift
 from tritonops.k8s.stacks.triton import objects as triton
+from tritonops.k8s.stacks.triton import release_agent, workload
 
 
 def _triton(env: str = "prod") -> TritonStackConfig:

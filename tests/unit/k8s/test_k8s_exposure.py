@@ -426,7 +426,7 @@ def test_restricted_groups_are_the_admin_apis() -> None:
         ({"ip": "10.0.12.34"}, 443, True),  # the API server (EKS: control-plane ENIs in the subnets)
         ({"ip": "10.0.12.34"}, 6443, True),
         ({"ip": "10.0.12.34"}, 22, False),
-        ({"ns": "triton", "pod": SERVER}, release_agent.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.stacks.triton.drift)
+        ({"ns": "triton", "pod": SERVER}, release_agent.AGENT_PORT, True),  # the agent's /status (tritonops.k8s.stacks.triton.drift_cronjob)
     ],
 )
 def test_the_drift_check_reaches_the_kube_api_and_the_agents(dst: Obj, port: int, allowed: bool) -> None:

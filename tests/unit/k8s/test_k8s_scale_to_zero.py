@@ -26,7 +26,7 @@ from tritonops.k8s.parse import parse_config
 from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config, read_stack_file, stack_file
 from tritonops.k8s.stacks.triton import exposure, scaling
-from tritonops.observability import keda
+from tritonops.observability import keda_trigger as keda
 
 DATA = Path(__file__).parent / "data" / "keda"
 PACK = ROOT / "policies" / "tritonops"

@@ -13,9 +13,10 @@ from tritonops.k8s import labels as k8s_labels
 from tritonops.k8s.config import ConfigError, TritonStackConfig
 from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
-from tritonops.k8s.stacks.triton import drift, exposure, monitoring, scaling, workload
+from tritonops.k8s.stacks.triton import drift_cronjob as drift
+from tritonops.k8s.stacks.triton import exposure, monitoring, scaling, workload
 from tritonops.k8s.stacks.triton import objects as triton
-from tritonops.observability.keda import prometheus_trigger
+from tritonops.observability.keda_trigger import prometheus_trigger
 from tritonops.observability.rules import rule_groups
 
 

@@ -24,7 +24,8 @@ from tritonops.k8s.render import build
 from tritonops.k8s.stack_file import load_stack_config
 from tritonops.k8s.stacks.cluster_aws.eks import node_labels
 from tritonops.k8s.stacks.platform.charts import gpu_operator_release
-from tritonops.observability import keda, producers
+from tritonops.observability import keda_trigger as keda
+from tritonops.observability import producers
 
 OLD_INGRESS_NGINX_COMMAND = (  # the contract's command before issue 43: metrics on, no ServiceMonitor
     "helm upgrade --install ingress-nginx ingress-nginx --repo https://kubernetes.github.io/ingress-nginx "

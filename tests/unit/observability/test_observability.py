@@ -7,10 +7,10 @@ import math
 
 import pytest
 import yaml
-from tritonops.agent import metrics as agent_metrics
+from tritonops.agent import exporter as agent_metrics
 from tritonops.cli import app
 from tritonops.observability import dashboards as d
-from tritonops.observability import keda
+from tritonops.observability import keda_trigger as keda
 from tritonops.observability import metrics as m
 from tritonops.observability import rules as r
 from tritonops.observability.export import DASHBOARDS_DIR, RULES_FILE, export

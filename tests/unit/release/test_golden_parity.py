@@ -1,6 +1,6 @@
 """One golden gate: both readers of golden.json accept and refuse the same files, and both modes gate alike.
 
-The agent's reader (``tritonops.release_format.golden.read_golden``, standard library, the gate of pull mode and,
+The agent's reader (``tritonops.release_format.golden_gate.read_golden``, standard library, the gate of pull mode and,
 through ``tritonops.release.push golden``, of push mode) and the pydantic model
 (``tritonops.model_repo.golden.Golden``, what ``validate`` reports with and what writes golden files)
 are two schemas of one format. A table of good files and of every kind of bad one, then hypothesis
@@ -30,7 +30,7 @@ from tritonops.core.names import GOLDEN_FILE
 from tritonops.core.triton_http import Triton
 from tritonops.model_repo.golden import Golden, numpy_dtypes
 from tritonops.release import push
-from tritonops.release_format.golden import WIRE_DATATYPES, golden_gate, read_golden
+from tritonops.release_format.golden_gate import WIRE_DATATYPES, golden_gate, read_golden
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "model_repository"

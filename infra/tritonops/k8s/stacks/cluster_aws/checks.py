@@ -10,7 +10,7 @@ from typing import Any
 from tritonops import world
 from tritonops.k8s.catalog import GPU_AMI_TYPES, gpu_family
 from tritonops.k8s.config import ConfigError
-from tritonops.k8s.keys import DNS_LABEL, check_dns_label, config_key
+from tritonops.k8s.config_keys import DNS_LABEL, check_dns_label, config_key
 
 
 def check(cfg: Any, source: str | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tritonops.k8s.config import ConfigError
-from tritonops.k8s.keys import check_object_name, config_key
+from tritonops.k8s.config_keys import check_object_name, config_key
 
 
 def check(cfg: Any, source: str | None) -> None:

@@ -16,7 +16,7 @@ from tritonops.core.keys import channel_key
 from tritonops.core.names import check_name
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import PRODUCTION, ConfigError, ModelRepository, ReleaseSource, TrustedKeys
-from tritonops.k8s.keys import check_dns_label, check_object_name, config_key
+from tritonops.k8s.config_keys import check_dns_label, check_object_name, config_key
 from tritonops.k8s.registry_source import check_store_url
 from tritonops.k8s.stacks.triton.budget import check_budget
 

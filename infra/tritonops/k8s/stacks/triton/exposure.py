@@ -180,7 +180,8 @@ def wake_routing_policy(cfg: TritonStackConfig, svc: ModelService) -> Obj:
     ``<httproute|grpcroute>/<ns>/<route>/rule/<i>`` whose one endpoint is the cluster IP; with no pods kube-proxy
     rejects the connection (kubernetes pkg/proxy/iptables/proxier.go: REJECT for a Service port without
     endpoints), and the router charges the 503 it answers to that cluster (``chargeUpstreamAbort`` ->
-    ``chargeUpstreamCode``): ``envoy_cluster_upstream_rq_xx`` grows (tritonops.observability.keda.GATEWAY_REQUESTS).
+    ``chargeUpstreamCode``): ``envoy_cluster_upstream_rq_xx`` grows
+    (tritonops.observability.keda_trigger.GATEWAY_REQUESTS).
     The price: kube-proxy, not Envoy, spreads connections over the pods (per connection, not per request), so
     only services that may scale to zero get it. Not run against a live Envoy Gateway here."""
     routes = gateway_routes(cfg, svc)
@@ -302,7 +303,7 @@ def default_deny_policy(cfg: TritonStackConfig) -> Obj:
 def namespace_egress_policy(cfg: TritonStackConfig) -> Obj:
     """What every pod of the namespace may reach: the cluster DNS, and the namespace's Triton servers'
     HTTP and gRPC ports (in-namespace callers, e.g. the drift check; the servers' policy admits them).
-    The drift check's paths to the agents' port are its own (``tritonops.k8s.stacks.triton.drift``)."""
+    The drift check's paths to the agents' port are its own (``tritonops.k8s.stacks.triton.drift_cronjob``)."""
     dns = cfg.network_policy.dns
     return {
         "apiVersion": "networking.k8s.io/v1",

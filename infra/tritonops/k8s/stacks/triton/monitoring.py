@@ -11,7 +11,7 @@ from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import JOB_LABEL, SCRAPE_JOB, TRACK_LABEL, Obj, name_of, object_meta, selector
 from tritonops.k8s.stacks.triton.release_agent import AGENT_PORT_NAME
 from tritonops.k8s.stacks.triton.scaling import scaling_policy
-from tritonops.observability.keda import ScalingPolicy
+from tritonops.observability.keda_trigger import ScalingPolicy
 from tritonops.observability.rules import RuleSettings, rule_groups
 
 

@@ -18,7 +18,7 @@ from tritonops.k8s import waits
 from tritonops.k8s.config import ModelService, TritonStackConfig
 from tritonops.k8s.labels import Obj, canary_of, labels, object_meta
 from tritonops.k8s.stacks.triton.budget import service_budget
-from tritonops.k8s.stacks.triton.drift import drift_objects
+from tritonops.k8s.stacks.triton.drift_cronjob import drift_objects
 from tritonops.k8s.stacks.triton.exposure import (
     default_deny_policy,
     gateway_routes,
@@ -71,7 +71,7 @@ def service_objects(cfg: TritonStackConfig, svc: ModelService, role_arn: Any = N
         objs += gateway_routes(cfg, svc)
         if svc.autoscaling.enabled and svc.autoscaling.min_replicas == 0:
             objs.append(wake_routing_policy(cfg, svc))  # the wake request must reach a route's cluster
-    objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (tritonops.k8s.stacks.triton.drift)
+    objs += drift_objects(cfg, svc)  # CronJob: the live Triton vs svc.models (drift_cronjob.py)
     return waits.annotate(objs)  # pulumi.com/skipAwait where readiness is the canary gate's
 
 

@@ -1,6 +1,6 @@
 """Autoscaling of a Triton model service: the KEDA ScaledObject of its stable Deployment and its triggers.
 
-The queries come from ``tritonops.observability.keda`` (one source for Kubernetes and edge hosts); the
+The queries come from ``tritonops.observability.keda_trigger`` (one source for Kubernetes and edge hosts); the
 producer of every series they read is in ``tritonops.observability.producers``.
 
 A service that may scale to zero still comes up with one replica that passed the golden gate: KEDA
@@ -19,8 +19,8 @@ from tritonops.k8s.labels import Obj, name_of, object_meta
 from tritonops.k8s.stacks.triton.budget import service_budget
 from tritonops.k8s.stacks.triton.exposure import gateway_routes, ingresses
 from tritonops.k8s.stacks.triton.workload import deployment
-from tritonops.observability import keda
-from tritonops.observability.keda import ScalingPolicy, prometheus_trigger
+from tritonops.observability import keda_trigger as keda
+from tritonops.observability.keda_trigger import ScalingPolicy, prometheus_trigger
 
 
 def scaling_policy(svc: ModelService) -> ScalingPolicy:
