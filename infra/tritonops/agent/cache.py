@@ -12,10 +12,17 @@ Layout of the cache folder (``--cache``)::
   a blob whose sha256 is not its name (a bit flip, a torn write from before a crash) is deleted and
   reported as a miss, so the caller fetches it again: a corrupted blob is never served.
 * **Filled once.** :meth:`Cache.fill` holds the blob's fill lock while it downloads, into
-  ``fill/<sha256>/part`` (or into the caller's release file, hashed as it arrives, and ``part`` a kernel
-  copy of it), fsyncs it and renames it into ``blobs/``: a blob is whole or absent. A second
-  filler of the same blob (another pod, the prefetcher, a thread of ``cache serve``) waits on the lock
-  and then finds the blob there: the store is read once.
+  ``fill/<sha256>/part`` (or into the caller's release file, hashed as it arrives, and ``part`` a hard
+  link to it: the release and the blob share one inode, no byte written twice; a kernel copy where the
+  cache is on another filesystem) and renames it into ``blobs/`` once its sha256 checked out: a blob
+  appears only whole. A second filler of the same blob (another pod, the prefetcher, a thread of
+  ``cache serve``) waits on the lock and then finds the blob there: the store is read once.
+* **Crash order.** Nothing is fsynced (the page cache writes back as for any file, a release's own
+  files included): a power cut can leave a blob's name over torn or missing bytes, which its next read
+  finds (every read hashes, the daemon's before it sends and its client's again) and deletes: the
+  blob is fetched again, never served. A crash costs at most a refetch, not a wrong byte. A shared
+  inode changes nothing there: chmod, chown or a write to the release file shows in the blob, and a
+  changed byte fails the blob's next check as a bit flip would.
 * **Reboot.** A partial download lives only under ``fill/``; :meth:`Cache.clean` (run when a cache is
   opened) removes the partials whose fill lock nobody holds (their filler died).
 * **Quota, least recently used.** Each read sets the blob's mtime (its last use: atime is often off).
@@ -48,7 +55,7 @@ from ..core.errors import ReleaseError
 from ..core.fsio import write_atomic
 from ..core.keys import blob_key
 from ..release_format import manifest
-from ..stores.reader import Store
+from ..stores import Store
 
 PIN_TTL = 3600.0  # seconds a pin counts without being touched
 FILL_TIMEOUT = 3600.0  # seconds a filler waits for another filler of the same blob
@@ -213,8 +220,8 @@ class Cache:
         count; it runs under the blob's fill lock, so a second filler waits and finds the blob there.
         ``into``: the caller's copy, made under the lock (no eviction in between): a blob found in the cache is
         checked as it is copied (copy_to); on a miss ``download`` writes ``into`` (its one hash) and the cache's
-        blob is a kernel copy of those checked bytes (checked again on every read), not a second download,
-        copy or hash of them."""
+        blob is a hard link to those checked bytes (checked again on every read), not a second download,
+        write or hash of them."""
         with self._filling(sha256, timeout) as folder:
             if into is not None and self.copy_to(sha256, into):
                 return self.blob(sha256), 0
@@ -225,13 +232,11 @@ class Cache:
             try:
                 if into is not None:
                     n = download(into)
-                    shutil.copyfile(into, part)
+                    _link_or_copy(into, part)
                 else:
                     n = download(part)
-                with open(part, "rb") as f:
-                    os.fsync(f.fileno())  # whole on disk before it is visible
+                # No fsync: a blob torn by a power cut fails its check on the next read (deleted, fetched again).
                 os.replace(part, self.blob(sha256))
-                _fsync_dir(self.root / "blobs")
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(part)
@@ -326,9 +331,11 @@ class Cache:
         return removed
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(str(path), os.O_RDONLY)
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """``dest`` a hard link to ``src`` (no byte copied), else (another filesystem, or links refused) a kernel copy."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(dest)  # a dead filler's partial
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)

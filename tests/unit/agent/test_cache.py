@@ -1,6 +1,7 @@
 """The node cache (agent/cache.py, cache_daemon.py): quota and LRU eviction that spares pinned blobs,
 concurrent fillers (processes) reading the store once, corrupted blobs refetched, a fill killed midway
-leaving nothing visible, the prefetcher's bandwidth bound, and the cache daemon as the pods' mirror.
+leaving nothing visible, a fill linked into the release file (a torn blob fetched again), the
+prefetcher's bandwidth bound, and the cache daemon as the pods' mirror.
 
 The store is a real one: the sample repository published into a folder, read over HTTP through an
 http.server that counts (and slows) blob requests.
@@ -9,6 +10,7 @@ http.server that counts (and slows) blob requests.
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import os
 import signal
@@ -28,7 +30,7 @@ from tritonops.agent.cache_daemon import Prefetcher, serve
 from tritonops.agent.pull import Agent
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 
 @pytest.fixture
@@ -138,6 +140,37 @@ def test_a_fill_killed_midway_leaves_no_visible_blob_and_is_cleaned(tmp_path: Pa
     assert cache.verified("a" * 64) is None and not list((tmp_path / "c" / "blobs").iterdir())
 
 
+def test_a_fill_into_a_release_file_links_it_and_a_torn_blob_is_fetched_again(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = Cache(tmp_path / "c", log=lambda m: None)
+    data = b"w" * 100_000
+    h = hashlib.sha256(data).hexdigest()
+    release_file = tmp_path / "release" / "model.onnx"
+    release_file.parent.mkdir()
+    downloads = []
+
+    def download(out: Path) -> int:
+        downloads.append(out)
+        return out.write_bytes(data)
+
+    assert cache.fill(h, download, into=release_file) == (cache.blob(h), len(data))
+    # One inode for the release's file and the blob: the checked bytes were not written a second time.
+    assert os.path.samefile(release_file, cache.blob(h)) and os.stat(release_file).st_nlink == 2
+    # No fsync: a power cut may leave the blob's name over torn bytes (here: cut through the shared inode).
+    os.truncate(release_file, 4096)
+    assert not cache.copy_to(h, tmp_path / "next") and not cache.blob(h).exists()  # never served
+    assert cache.fill(h, download, into=tmp_path / "next")[1] == len(data) and len(downloads) == 2
+    assert cache.copy_to(h, tmp_path / "third") and (tmp_path / "third").read_bytes() == data
+    # The cache on another filesystem (no hard link across): the blob is a copy of the checked bytes.
+    other = Cache(tmp_path / "other", log=lambda m: None)
+    def cross_device(src: Path, dst: Path) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "link", cross_device)
+    other.fill(h, download, into=tmp_path / "fourth")
+    assert not os.path.samefile(tmp_path / "fourth", other.blob(h)) and other.blob(h).read_bytes() == data
+
+
 def test_rate_limit_schedule_holds_the_bound() -> None:
     now = [0.0]
     slept: list[float] = []
@@ -160,7 +193,7 @@ def test_rate_limit_schedule_holds_the_bound() -> None:
 def test_prefetch_warms_the_cache_and_pods_read_it_through_the_daemon(tmp_path: Path, store: tuple) -> None:
     url, counts, pubkey, _ = store
     cache = Cache(tmp_path / "cache", log=lambda m: None)
-    pre = Prefetcher(cache, Store(url), "stable", [pubkey], rate=5000, log=lambda m: None)
+    pre = Prefetcher(cache, open_store(url), "stable", [pubkey], rate=5000, log=lambda m: None)
     now = [0.0]
     pre.pace = RateLimit(5000, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     warm = pre.once()
@@ -171,11 +204,11 @@ def test_prefetch_warms_the_cache_and_pods_read_it_through_the_daemon(tmp_path: 
     assert set(counts) == distinct and cache.pinned() == distinct
     before = sum(counts.values())
     assert pre.once() is warm and sum(counts.values()) == before  # unchanged pointer: nothing read again
-    srv = serve("127.0.0.1:0", cache, Store(url), 1 << 30, lambda: {})
+    srv = serve("127.0.0.1:0", cache, open_store(url), 1 << 30, lambda: {})
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        mirror = Store(f"http://127.0.0.1:{srv.server_port}")
-        agent = Agent(Store(url), "stable", tmp_path / "pod" / "models", tmp_path / "pod" / "releases", [pubkey],
+        mirror = open_store(f"http://127.0.0.1:{srv.server_port}")
+        agent = Agent(open_store(url), "stable", tmp_path / "pod" / "models", tmp_path / "pod" / "releases", [pubkey],
                       mirror=mirror, log=lambda m: None)
         out = agent.sync()
     finally:
@@ -188,7 +221,7 @@ def test_prefetch_warms_the_cache_and_pods_read_it_through_the_daemon(tmp_path: 
 
 def test_an_edge_agent_pins_the_release_it_serves(tmp_path: Path, store: tuple) -> None:
     url, counts, pubkey, _ = store
-    agent = Agent(Store(url), "stable", tmp_path / "node" / "models", tmp_path / "node" / "releases", [pubkey],
+    agent = Agent(open_store(url), "stable", tmp_path / "node" / "models", tmp_path / "node" / "releases", [pubkey],
                   cache=tmp_path / "cache", cache_quota=1, agent_id="edge-1", log=lambda m: None)
     assert agent.poll()["result"] == "applied"
     files = set(manifest.read(tmp_path / "node" / "releases" / "r1").values())
@@ -199,12 +232,12 @@ def test_an_edge_agent_pins_the_release_it_serves(tmp_path: Path, store: tuple) 
 def test_a_miss_at_the_daemon_passes_the_store_through_once_and_fills_the_cache(tmp_path: Path, store: tuple) -> None:
     url, counts, pubkey, _ = store
     cache = Cache(tmp_path / "cache", log=lambda m: None)
-    srv = serve("127.0.0.1:0", cache, Store(url), 1 << 30, lambda: {})
+    srv = serve("127.0.0.1:0", cache, open_store(url), 1 << 30, lambda: {})
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         for pod in ("pod1", "pod2"):
-            agent = Agent(Store(url), "stable", tmp_path / pod / "models", tmp_path / pod / "releases", [pubkey],
-                          mirror=Store(f"http://127.0.0.1:{srv.server_port}"), log=lambda m: None)
+            agent = Agent(open_store(url), "stable", tmp_path / pod / "models", tmp_path / pod / "releases", [pubkey],
+                          mirror=open_store(f"http://127.0.0.1:{srv.server_port}"), log=lambda m: None)
             out = agent.sync()
             assert out["downloaded"] == 0 and out["mirrored"] == len(manifest.tree_files(SAMPLE)) - out["reused"]
             assert manifest.verify(tmp_path / pod / "releases" / "r1") == manifest.tree_files(SAMPLE)
@@ -214,8 +247,8 @@ def test_a_miss_at_the_daemon_passes_the_store_through_once_and_fills_the_cache(
         victim = max((tmp_path / "cache" / "blobs").iterdir(), key=lambda p: p.stat().st_size)
         good = victim.read_bytes()
         victim.write_bytes(bytes([good[0] ^ 1]) + good[1:])  # corrupted on the node: never served, fetched again
-        agent = Agent(Store(url), "stable", tmp_path / "pod3" / "models", tmp_path / "pod3" / "releases", [pubkey],
-                      mirror=Store(f"http://127.0.0.1:{srv.server_port}"), log=lambda m: None)
+        agent = Agent(open_store(url), "stable", tmp_path / "pod3" / "models", tmp_path / "pod3" / "releases", [pubkey],
+                      mirror=open_store(f"http://127.0.0.1:{srv.server_port}"), log=lambda m: None)
         assert agent.sync()["downloaded"] == 0
         assert counts[victim.name] == 2 and hashlib.sha256(victim.read_bytes()).hexdigest() == victim.name
     finally:
