@@ -48,11 +48,11 @@ from rich.table import Table
 from tritonclient.grpc import model_config_pb2
 from tritonops.model_repo import pbtxt
 from tritonops.model_repo.spec import ModelSpec
+from tritonops.observability.metrics import GPU_UTILIZATION as UTILIZATION
 from tritonops.triton import bench, bounds, server, tune
 from tritonops.triton.load_config import BenchConfig
 
 ROOT = Path(__file__).resolve().parent.parent  # a repository tool: the wide MLP lives in tests/
-UTILIZATION = "nv_gpu_utilization"
 KINDS = ("KIND_GPU", "KIND_CPU")
 ENGINES = ("pytorch", "onnxruntime-gpu", "onnxruntime-cpu")
 PICK_TOLERANCE = 0.10  # tune's pick, as the grid measured it, within this of the grid's best

@@ -9,7 +9,7 @@ name: tritonserver_args
 author:
   - tritonops maintainers (@tritonops)
 version_added: 0.2.0
-short_description: tritonserver's arguments, or the admin APIs it restricts, from tritonops.triton.args
+short_description: tritonserver's arguments, or a fact of Triton's (ports, admin header), from tritonops.triton.args
 description:
   - Returns tritonserver's arguments as the C(tritonops.triton.args) module of the C(tritonops) Python
     package builds them for every site (the Kubernetes pods, C(tritonops serve), the edge), one list
@@ -19,11 +19,14 @@ description:
     C(--grpc-restricted-protocol) for each enabled protocol); the role keeps these in its root-only
     environment file, since they hold the admin key.
   - With the term C(restricted_apis), the admin APIs a hardened Triton restricts (the role's default).
+  - With the term C(http_port), C(grpc_port), C(metrics_port) or C(admin_header), Triton's default port or
+    the project's admin header name (C(tritonops.triton.args.FACTS)), as the roles' defaults read them.
   - Runs on the controller and needs the C(tritonops) package, of the same release as this collection,
     in the Python that runs Ansible (as the C(tritonops.triton.pin) lookup does).
 options:
   _terms:
-    description: Nothing (the arguments), C(admin) or C(restricted_apis).
+    description: Nothing (the arguments), C(admin), or one fact (C(restricted_apis), C(http_port), C(grpc_port),
+      C(metrics_port), C(admin_header)).
     type: list
     elements: str
   model_repository:
@@ -121,13 +124,14 @@ EXAMPLES = r"""
 
 # In a role's defaults/main.yml: the APIs every Triton of the project restricts.
 # triton_server_restricted_apis: "{{ query('tritonops.triton.tritonserver_args', 'restricted_apis') }}"
+# triton_server_http_port: "{{ lookup('tritonops.triton.tritonserver_args', 'http_port') }}"
 """
 
 RETURN = r"""
 _raw:
-  description: The arguments (or API names), one element each.
+  description: The arguments (or API names), one element each; or the one fact a term names.
   type: list
-  elements: str
+  elements: raw
 """
 
 # ansible-test (validate-modules) wants the imports below DOCUMENTATION, EXAMPLES and RETURN.
@@ -148,11 +152,12 @@ class LookupModule(LookupBase):
                 f"{sys.executable} (the Python that runs Ansible): install the tritonops wheel of this "
                 f"collection's release into it ({e})") from None
         part = [str(t) for t in terms]
-        if part == ["restricted_apis"] and not kwargs:
-            return list(args.RESTRICTED_APIS)
+        if len(part) == 1 and part[0] in args.FACTS and not kwargs:
+            fact = args.FACTS[part[0]]
+            return list(fact) if isinstance(fact, list) else [fact]
         if part not in ([], ["admin"]):
             raise AnsibleLookupError(f"tritonops.triton.tritonserver_args: terms {part}: expected none, "
-                                     "'admin' or 'restricted_apis'")
+                                     f"'admin' or one of {', '.join(args.FACTS)}")
         try:
             settings = args.settings_from_options(kwargs, admin_only=part == ["admin"])
         except ValueError as e:

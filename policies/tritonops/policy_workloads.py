@@ -3,7 +3,6 @@ sizes, the restricted admin APIs, pinned images, prod high availability."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from policy_common import (
@@ -21,7 +20,7 @@ from policy_common import (
     pod_spec,
     triton_containers,
 )
-from tritonops.triton.args import RESTRICTED_APIS, RESTRICTED_FLAGS
+from tritonops.core.triton_cli import RESTRICTED_APIS, RESTRICTED_FLAGS, restricted_groups
 
 
 def validate_gpu_resources(args: Any, report_violation: Report) -> None:
@@ -106,21 +105,6 @@ def validate_container_resources(args: Any, report_violation: Report) -> None:
         missing += [] if limits.get("memory") else ["limits.memory"]
         if missing:
             report_violation(f"{where} has no resources {', '.join(missing)}")
-
-
-def restricted_groups(args: Iterable[Any], flag: str) -> set[str]:
-    """API groups ``flag`` restricts (``--flag=GROUPS:KEY=VALUE`` or ``--flag GROUPS:KEY=VALUE``, repeatable;
-    a setting without a non-empty KEY=VALUE restricts nothing)."""
-    argv = [str(a) for a in args]
-    values = [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
-    values += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
-    groups: set[str] = set()
-    for value in values:
-        apis, _, header = value.partition(":")
-        key, _, secret = header.partition("=")
-        if key and secret:
-            groups |= {g.strip() for g in apis.split(",")}
-    return groups
 
 
 def validate_restricted_apis(args: Any, report_violation: Report) -> None:

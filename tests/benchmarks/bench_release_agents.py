@@ -53,7 +53,7 @@ from tritonops.agent import releases as agent_releases
 from tritonops.agent.pull import Agent
 from tritonops.core.keys import channel_key
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "model_repository"
@@ -94,7 +94,7 @@ def worker(conn: Any, first: int, count: int, cfg: dict[str, Any]) -> None:
         installed.append({})
         messages.append([])
         crashed.append(None)
-        agents.append(Agent(Store(cfg["store"], s3_endpoint=cfg["endpoint"]), CHANNEL, home / "models",
+        agents.append(Agent(open_store(cfg["store"], s3_endpoint=cfg["endpoint"]), CHANNEL, home / "models",
                             home / "releases", [Path(cfg["pubkey"])], triton=None, log=make_log(i),
                             agent_id=f"agent-{first + i:05d}", report=bool(cfg.get("rollout"))))
 

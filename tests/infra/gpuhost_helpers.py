@@ -11,19 +11,27 @@ from typing import Any
 
 import yaml
 from tritonops import versions
+from tritonops.triton.args import FACTS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 _PIN = re.compile(r"\{\{ lookup\('tritonops\.triton\.pin', '(\w+)'\) \}\}")
+_FACT = re.compile(r"\{\{ lookup\('tritonops\.triton\.tritonserver_args', '(\w+)'\) \}\}")
 
 
 def defaults(role: str) -> dict[str, Any]:
     """roles/<role>/defaults/main.yml: the expectations where the inventory says nothing; a pin default
-    (the tritonops.triton.pin lookup) is the pin's value, as Ansible resolves it."""
+    (the tritonops.triton.pin lookup) is the pin's value, and a fact of Triton's (the tritonserver_args
+    lookup: ports, admin header) the fact's, as Ansible resolves them."""
     data = dict(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {})
-    return {k: versions.pin(m.group(1)) if isinstance(v, str) and (m := _PIN.fullmatch(v)) else v
-            for k, v in data.items()}
+
+    def resolved(v: Any) -> Any:
+        if isinstance(v, str) and (m := _PIN.fullmatch(v)):
+            return versions.pin(m.group(1))
+        return FACTS[m.group(1)] if isinstance(v, str) and (m := _FACT.fullmatch(v)) else v
+
+    return {k: resolved(v) for k, v in data.items()}
 
 
 def journal(host: Any, unit: str, lines: int = 60) -> str:

@@ -42,7 +42,7 @@ from tritonops.agent import releases
 from tritonops.agent.pull import Agent
 from tritonops.release import publish as pub
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def _agent(moto: Moto, root: Path, channel: str) -> Agent:
     (root / "releases").mkdir(parents=True, exist_ok=True)
-    return Agent(Store(STORE, s3_endpoint=moto.url), channel, root / "models", root / "releases", [moto.pub],
+    return Agent(open_store(STORE, s3_endpoint=moto.url), channel, root / "models", root / "releases", [moto.pub],
                  log=lambda m: None)
 
 

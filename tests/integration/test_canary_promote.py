@@ -73,7 +73,7 @@ class Stack:
             raise OSError(str(e)) from e
 
     def pointer(self, channel: str) -> str:
-        p = pub.read_pointer(pub.Writer(self.store).reader, channel)
+        p = pub.read_pointer(pub.open_writer(self.store).reader, channel)
         assert p is not None
         return str(p["release"])
 

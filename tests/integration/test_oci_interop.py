@@ -16,7 +16,7 @@ from tritonops.agent.pull import Agent
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 
@@ -64,7 +64,7 @@ def test_a_pointer_pushed_by_oras_that_no_key_of_ours_signs_is_refused(
         tmp_path: Path, published: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     node = tmp_path / "node"
     (node / "releases").mkdir(parents=True)
-    agent = Agent(Store(published["url"]), "stable", node / "models", node / "releases", [published["pub"]],
+    agent = Agent(open_store(published["url"]), "stable", node / "models", node / "releases", [published["pub"]],
                   log=lambda m: None)
     assert agent.poll()["result"] == "applied"
     forged = tmp_path / "work" / "stable.json"  # what an attacker with push rights would write

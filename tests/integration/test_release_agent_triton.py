@@ -20,7 +20,7 @@ from tritonops.core.triton_http import Triton
 from tritonops.release import publish as pub
 from tritonops.release import push
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 from tritonops.triton import server
 
 # Triton goes away and comes back: about 90 s.
@@ -43,7 +43,7 @@ def test_a_release_waits_for_triton_and_lost_models_are_loaded_again(tmp_path: P
     link, rel = tmp_path / "node" / "models", tmp_path / "node" / "releases"
     srv = _start(link, tmp_path / "w1")
     try:
-        agent = Agent(Store(store), "stable", link, rel, [pubkey],
+        agent = Agent(open_store(store), "stable", link, rel, [pubkey],
                       triton=Triton(f"http://{srv.http_url}", secret=SECRET), log=lambda m: None)
         assert agent.poll()["result"] == "applied"
         models = set(Triton(f"http://{srv.http_url}", secret=SECRET).ready_models())

@@ -38,7 +38,7 @@ from tritonops.release import publish as pub
 from tritonops.release.status import status as release_status
 from tritonops.release_format import manifest as manifests
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 from tritonops.triton import server
 
 pytestmark = pytest.mark.integration
@@ -306,7 +306,7 @@ def test_3_unsigned_or_tampered_releases_never_reach_triton(fleet: Fleet) -> Non
     out = fleet.publish("r5", {"mlp/1/model.py": "\n# tampered in the bucket after publishing\n"})
     import boto3
 
-    raw = Store(STORE, s3_endpoint=fleet.endpoint).get(f"releases/{out['digest']}/manifest.json")
+    raw = open_store(STORE, s3_endpoint=fleet.endpoint).get(f"releases/{out['digest']}/manifest.json")
     files = manifests.parse(raw or b"", "manifest")
     boto3.client("s3", endpoint_url=fleet.endpoint).put_object(
         Bucket=BUCKET, Key=f"fleet/blobs/sha256/{files['mlp/1/model.py']}", Body=b"import os  # evil\n")

@@ -41,7 +41,7 @@ LAYERS = {
 # with nothing else installed (its zipapp holds these four packages), core is everyone's ground floor.
 NODE = ("tritonops.agent", "tritonops.core", "tritonops.release_format", "tritonops.stores")
 NODE_IMPORTS = {"tritonops.agent": NODE, "tritonops.core": ("tritonops.core",),
-                "tritonops.release_format": ("tritonops.release_format", "tritonops.core", "tritonops.stores"),
+                "tritonops.release_format": ("tritonops.release_format", "tritonops.core"),
                 "tritonops.stores": ("tritonops.stores", "tritonops.core", "tritonops.release_format")}
 # Only the controller's writes need these; a store module imports them inside the function that writes.
 LAZY_CONTROLLER_IMPORTS = {"tritonops.stores": ("boto3", "botocore")}
@@ -202,8 +202,8 @@ def _foreign(graph: dict[str, set[str]], loaded: dict[str, set[str]] | None = No
 
 def test_the_node_packages_import_only_the_standard_library_and_each_other() -> None:
     assert _foreign(GRAPH, LOADED) == []
-    assert any(dep.startswith("tritonops.core") for dep in GRAPH["tritonops.stores.reader"])  # the rule is live
-    assert "boto3" in GRAPH["tritonops.stores.writer"] and "boto3" not in LOADED["tritonops.stores.writer"]
+    assert any(dep.startswith("tritonops.core") for dep in GRAPH["tritonops.stores.http"])  # the rule is live
+    assert "boto3" in GRAPH["tritonops.stores.s3"] and "boto3" not in LOADED["tritonops.stores.s3"]
 
 
 def test_a_store_module_may_import_boto3_only_inside_a_function() -> None:
@@ -228,13 +228,13 @@ def test_only_the_command_line_imports_the_agent() -> None:
 
 
 def test_the_node_rule_refuses_anything_else() -> None:
-    graph = {"tritonops.agent.pull": {"json", "tritonops.core.errors", "tritonops.stores.reader", "tritonops.model_repo",
+    graph = {"tritonops.agent.pull": {"json", "tritonops.core.errors", "tritonops.stores.http", "tritonops.model_repo",
                                       "tritonops"},
-             "tritonops.stores.reader": {"yaml"},
-             "tritonops.core.fsio": {"os", "tritonops.stores.reader"},
+             "tritonops.stores.http": {"yaml"},
+             "tritonops.core.fsio": {"os", "tritonops.stores.http"},
              "tritonops.release.push": {"yaml", "tritonops.model_repo"}}
     assert _foreign(graph) == ["tritonops.agent.pull imports tritonops", "tritonops.agent.pull imports tritonops.model_repo",
-                               "tritonops.core.fsio imports tritonops.stores.reader", "tritonops.stores.reader imports yaml"]
+                               "tritonops.core.fsio imports tritonops.stores.http", "tritonops.stores.http imports yaml"]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -24,6 +24,8 @@ import numpy as np
 import tritonclient.http as httpclient
 from rich.console import Console
 from rich.table import Table
+from tritonops.core.triton_cli import HTTP_PORT, METRICS_PORT
+from tritonops.core.triton_http import DEFAULT_HEADER
 from tritonops.model_repo.golden import Golden
 from tritonops.triton import server
 from tritonops.triton.smoke import SmokeReport, report_table, smoke
@@ -35,7 +37,6 @@ from devkit.hosts.podman import CONTAINERS_CONF
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "model_repository"
 EDGE_NODE = "tritonops-edge-1"
-ADMIN_HEADER = "triton-admin-key"
 _TASK = re.compile(r"^TASK \[(?P<name>.+?)\] \*")
 _RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unr>\d+)\s+"
                     r"failed=(?P<failed>\d+)")
@@ -154,13 +155,13 @@ def run_edge(console: Console | None = None, node: str = EDGE_NODE,
     console.print(f"      converged in {recap['seconds']}s: ok={recap['ok']} changed={recap['changed']} "
                   f"failed={recap['failed']}")
     secret = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text())["triton_server_admin_secret"]
-    console.print(f"[4/4] smoke check of {node} from the controller (HTTP {n.address}:8000, golden data from"
+    console.print(f"[4/4] smoke check of {node} from the controller (HTTP {n.address}:{HTTP_PORT}, golden data from"
                   " examples/model_repository)")
     step = time.monotonic()
-    report = smoke(f"http://{n.address}:8000", repository=SAMPLE, metrics_url=f"http://{n.address}:8002/metrics",
-                   headers={ADMIN_HEADER: secret})
+    report = smoke(f"http://{n.address}:{HTTP_PORT}", repository=SAMPLE, metrics_url=f"http://{n.address}:{METRICS_PORT}/metrics",
+                   headers={DEFAULT_HEADER: secret})
     console.print(report_table(report))
-    console.print(pipeline_table(f"{n.address}:8000", SAMPLE))
+    console.print(pipeline_table(f"{n.address}:{HTTP_PORT}", SAMPLE))
     phases["smoke"] = round(time.monotonic() - step, 1)
     key_file = write_key_file(cache_dir() / f"{node}-admin-key", secret)
     console.print(closing_hint(node, n.address, key_file, time.monotonic() - started), soft_wrap=True,
@@ -192,9 +193,9 @@ def closing_hint(node: str, address: str, key_file: Path, seconds: float) -> str
         f"demo done in {seconds:.0f}s. The node keeps running. tritonops and ansible-playbook are in .venv/bin:",
         "  . .venv/bin/activate        # or: export PATH=\"$PWD/.venv/bin:$PATH\"",
         f"  podman exec -it {node} bash",
-        f"  tritonops smoke http://{address}:8000 --repository examples/model_repository",
-        f"  tritonops bench mlp_batched --url {address}:8000 --allow-host {address} --admin-key-file {key_file}",
-        f"  tritonops tune mlp_batched --repository examples/model_repository --url {address}:8000 --allow-host "
+        f"  tritonops smoke http://{address}:{HTTP_PORT} --repository examples/model_repository",
+        f"  tritonops bench mlp_batched --url {address}:{HTTP_PORT} --allow-host {address} --admin-key-file {key_file}",
+        f"  tritonops tune mlp_batched --repository examples/model_repository --url {address}:{HTTP_PORT} --allow-host "
         f"{address} --admin-key-file {key_file} --no-write --plot /tmp/tune-mlp_batched.png",
         f"  make demo-down              # removes the node: "
         f"PYTHONPATH=tools .venv/bin/python -m devkit hosts down {node}",

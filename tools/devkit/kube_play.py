@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tritonops.core.triton_http import DEFAULT_HEADER
 
 from devkit.hosts.podman import HostsError, podman, podman_env, require_podman
 from devkit.triton_image import IMAGE, UID
@@ -510,7 +511,7 @@ def demo(console: Any, keep: bool = False, workdir: Path | None = None) -> Any:
         http = played.url("http")
         console.print(f"[5/5] tritonops smoke {http} --repository examples/model_repository")
         report = smoke(http, repository=SAMPLE, metrics_url=f"{played.url('metrics')}/metrics",
-                       headers={"triton-admin-key": token})
+                       headers={DEFAULT_HEADER: token})
         console.print(report_table(report))
         console.print(pipeline_table(http.removeprefix("http://"), SAMPLE))
         if keep:

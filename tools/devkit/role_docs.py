@@ -9,15 +9,19 @@ fails when a README is stale or when ``defaults/main.yml`` and the argument spec
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tritonops.triton.args import FACTS
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 BEGIN = "<!-- BEGIN ROLE VARIABLES -->"
 END = "<!-- END ROLE VARIABLES -->"
+# A default that reads one of Triton's facts through the lookup shows the fact's value (8000, not the lookup).
+_FACT = re.compile(r"lookup\('tritonops\.triton\.tritonserver_args', '(\w+)'\)")
 
 
 def role_dirs(root: Path = ROLES_DIR) -> list[Path]:
@@ -39,6 +43,9 @@ def spec_options(role: Path, entry: str = "main") -> dict[str, dict[str, Any]]:
 
 def _cell(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    whole = re.fullmatch(r"\{\{ (.+) \}\}", text)
+    fact = _FACT.fullmatch(whole[1]) if whole else None
+    text = str(FACTS[fact[1]]) if fact else _FACT.sub(lambda m: repr(FACTS[m[1]]), text)
     text = text.replace("|", "\\|").replace("\n", " ")
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -34,8 +34,8 @@ from typing import Any
 from ..core.errors import ReleaseError
 from ..core.fsio import write_atomic
 from ..core.keys import blob_key
-from ..release_format import metadata
-from ..stores.reader import Store
+from ..stores import Store
+from . import trusted_state
 from .cache import Cache, RateLimit
 from .pull import Agent
 
@@ -161,8 +161,8 @@ class Prefetcher:
             return self.warm
         start, fetched, blobs, releases = time.monotonic(), 0, set(), []
         for release, digest, length in targets:
-            _, doc, _ = metadata.fetch_manifest(self.store, digest, length, release, self.channel,
-                                                self.agent.trusted.root)
+            _, doc, _ = trusted_state.fetch_manifest(self.store, digest, length, release, self.channel,
+                                                     self.agent.trusted.root)
             for rel, h in sorted(doc["files"].items()):
                 size = int(doc["lengths"][rel])
                 if self.rate:  # the file's deadline covers its paced download

@@ -30,9 +30,10 @@ from ..core import lock
 from ..core.errors import ReleaseError, StoreError, UsageError
 from ..core.exitcodes import ExitCode
 from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
+from ..core.triton_cli import HTTP_PORT
 from ..core.triton_http import DEFAULT_HEADER, Triton
 from ..release_format import manifest
-from ..stores.reader import Store
+from ..stores import forms, open_store
 from . import argtypes, failures, releases
 from . import drift_probe as drift
 from .cache import Cache
@@ -53,8 +54,8 @@ def _layout(sp: argparse.ArgumentParser) -> None:
 def _pull_args(sp: argparse.ArgumentParser) -> None:
     _layout(sp)
     sp.add_argument("--store", required=True,
-                    help="s3://BUCKET/PREFIX, http(s)://HOST/PATH, oci://REGISTRY/REPO or a folder (a registry's "
-                         "credentials: TRITONOPS_REGISTRY_AUTH, its CA: TRITONOPS_REGISTRY_CA)")
+                    help=f"{forms()} (a registry's credentials: TRITONOPS_REGISTRY_AUTH, its CA: "
+                         "TRITONOPS_REGISTRY_CA)")
     sp.add_argument("--channel", required=True)
     sp.add_argument("--store-name",
                     help="the store's name its signed root carries (tritonops release root init --name): metadata "
@@ -123,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     _pull_args(sp)
     sp = sub.add_parser("pull", help="pull: keep this target on its channel (sidecar or node service)")
     _pull_args(sp)
-    sp.add_argument("--triton", type=argtypes.url, default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
+    sp.add_argument("--triton", type=argtypes.url, default=f"http://127.0.0.1:{HTTP_PORT}",
+                    help="Triton's HTTP endpoint")
     sp.add_argument("--header", default=DEFAULT_HEADER, help="the admin header's name (value from the env)")
     sp.add_argument("--interval", type=argtypes.number(0, low_ok=False), default=30.0,
                     help="seconds between polls (default 30)")
@@ -136,7 +138,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--once", action="store_true", help="poll once and exit (1 when the release failed)")
     sp.add_argument("--missed-polls", type=argtypes.count, default=3,
                     help="/ready turns 503 when no poll has completed in this many intervals (default 3)")
-    # Staged rollouts (rollout.py): the agent's identity, its groups, and its status reports.
+    # Staged rollouts (release_format.waves, reporting.py): the agent's identity, its groups, its status reports.
     sp.add_argument("--agent-id",
                     help="this agent's id in rollouts and reports (default: POD_NAME, else the host name)")
     sp.add_argument("--group-label", action="append", default=[],
@@ -175,9 +177,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _agent(args: argparse.Namespace, triton: Triton | None = None) -> Agent:
-    store = Store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
+    store = open_store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
                   blob_timeout=args.blob_timeout)
-    mirror = (Store(args.cache_url, timeout=args.metadata_timeout, blob_timeout=args.blob_timeout)
+    mirror = (open_store(args.cache_url, timeout=args.metadata_timeout, blob_timeout=args.blob_timeout)
               if args.cache_url else None)
     return Agent(store, args.channel, args.link, args.releases,
                  args.trusted_key, triton=triton, keep=args.keep, cache=args.cache, owner=args.owner,
@@ -196,11 +198,12 @@ def _cache(args: argparse.Namespace) -> int:
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
 
-    store = Store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
+    store = open_store(args.store, s3_endpoint=args.s3_endpoint, timeout=args.metadata_timeout,
                   blob_timeout=args.blob_timeout)
     cache = Cache(args.cache, args.quota, log=log)
-    prefetchers = [cache_daemon.Prefetcher(cache, Store(args.store, s3_endpoint=args.s3_endpoint,
-                                                        timeout=args.metadata_timeout, blob_timeout=args.blob_timeout),
+    prefetchers = [cache_daemon.Prefetcher(cache, open_store(args.store, s3_endpoint=args.s3_endpoint,
+                                                             timeout=args.metadata_timeout,
+                                                             blob_timeout=args.blob_timeout),
                                            ch, args.trusted_key, args.max_rate, args.store_name, log)
                    for ch in args.channel]
     if args.cache_cmd == "prefetch" and args.once:

@@ -19,13 +19,15 @@ from typing import Any
 from ..core.errors import ReleaseError, UsageError
 from ..core.exitcodes import ExitCode
 from ..core.fsio import write_atomic
-from ..core.names import MANIFEST_FILE, STATE_FILE, TRUSTED_FILE
+from ..core.names import MANIFEST_FILE, TRUSTED_FILE
+from ..core.triton_cli import HTTP_PORT
 from ..core.triton_http import DEFAULT_HEADER, SECRET_ENV, Triton
 from ..release_format import waves
 from ..release_format.manifest import tree_files
 from ..release_format.node_drift import compare, expected_versions, node_findings, release_configs, textfile
 from . import argtypes, effective, kube
 from .releases import release_digest
+from .releases import state as gated_state
 
 TEXTFILE_NAME = "tritonops_drift_node.prom"
 
@@ -57,14 +59,14 @@ def probe(link: Path, releases: Path, url: str, header: str, secret: str,
             out["manifest"] = dict(doc["files"]) if doc and isinstance(doc.get("files"), dict) else None
             if out["manifest"] is not None:  # the models Triton should have READY, by the release's own configs
                 out["models"] = expected_versions(out["manifest"], release_configs(target, out["manifest"]))
-    state = read_json(releases / STATE_FILE)
-    out["current"] = state.get("current") if state else None
+    state = gated_state(releases)
+    out["current"] = state.get("current")
     if channel is not None:
         active = out["active"]
         out["served_digest"] = release_digest(releases, active) if active and "/" not in active else None
         agent_id, groups = identity or waves.identity(None, ())
         out["channel"] = {**channel_view(releases, channel), "agent": agent_id, "groups": list(groups),
-                          "gated": {"current": out["current"], "digest": state.get("digest") if state else None}}
+                          "gated": {"current": out["current"], "digest": state["digest"]}}
     out["index"], out["index_error"], out["loaded"] = index_or_error(url, header, secret)
     return out
 
@@ -133,7 +135,7 @@ def add_commands(sub: Any) -> None:
                                                      "compare the node with its release (exit 1 on drift)"))
         sp.add_argument("--link", default="/var/lib/triton/models")
         sp.add_argument("--releases", default="/var/lib/triton/releases")
-        sp.add_argument("--port", type=argtypes.port, default=8000)
+        sp.add_argument("--port", type=argtypes.port, default=HTTP_PORT)
         sp.add_argument("--header", default=DEFAULT_HEADER)
         sp.add_argument("--expected", default=effective.EXPECTED_FILE,
                         help="the triton_server role's expected state: unit, process and posture are "

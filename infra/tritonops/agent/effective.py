@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ReleaseError
+from ..core.triton_cli import GRPC_PORT, HTTP_PORT, RESTRICTED_FLAGS, flag_of, restricted_groups, value_of
 from . import posture
 
 EXPECTED_FILE = "/etc/tritonserver/expected.json"  # roles/triton_server: _triton_server_expected_file
 REDACTED = "<redacted>"
-RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
 ADMIN_API = "model-repository"  # the category of repository index and load
 _EXEC_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
 UNIT_RECORD = "expected-unit.json"  # next to EXPECTED_FILE: roles/triton_server/tasks/record_unit.yml
@@ -182,17 +182,13 @@ def state(service: str) -> dict[str, Any]:
     return {"unit": unit, "process": process}
 
 
-def _flag(arg: str) -> str:
-    return arg.partition("=")[0]
-
-
 def compare_args(where: str, expected: list[str], actual: list[str]) -> list[Finding]:
     """One finding per flag whose values differ (missing, changed, or not in the role's unit)."""
-    flags = sorted({_flag(a) for a in expected} | {_flag(a) for a in actual})
+    flags = sorted({flag_of(a) for a in expected} | {flag_of(a) for a in actual})
     findings = []
     for flag in flags:
-        want = sorted(a for a in expected if _flag(a) == flag)
-        have = sorted(a for a in actual if _flag(a) == flag)
+        want = sorted(a for a in expected if flag_of(a) == flag)
+        have = sorted(a for a in actual if flag_of(a) == flag)
         if want == have:
             continue
         if not have:
@@ -303,10 +299,6 @@ def compare(expected: dict[str, Any], now: dict[str, Any],
 
 # --- live posture -----------------------------------------------------------------------------------
 
-def _arg(args: list[str], flag: str, default: str = "") -> str:
-    return next((a.partition("=")[2] for a in reversed(args) if _flag(a) == flag), default)
-
-
 def _loopback(address: str) -> str:
     """Where the node reaches an address Triton listens on (a wildcard: loopback)."""
     if address in ("", "0.0.0.0", "::"):  # noqa: S104 - an address read, not bound
@@ -316,7 +308,7 @@ def _loopback(address: str) -> str:
 
 def restricts(args: list[str], flag: str) -> bool:
     """The arguments restrict the repository API (index, load) behind a header."""
-    return any(ADMIN_API in a.partition("=")[2].partition(":")[0].split(",") for a in args if _flag(a) == flag)
+    return ADMIN_API in restricted_groups(args, flag)
 
 
 def posture_findings(http_url: str | None, restricted_http: bool, grpc: tuple[str, int] | None,
@@ -352,16 +344,15 @@ def posture_findings(http_url: str | None, restricted_http: bool, grpc: tuple[st
 
 def expected_posture(args: list[str]) -> dict[str, Any]:
     """Where and how to check the posture, from the arguments the role gives Triton."""
-    http = _arg(args, "--allow-http", "true") == "true"
-    grpc = _arg(args, "--allow-grpc", "true") == "true"
+    http = value_of(args, "--allow-http", "true") == "true"
+    grpc = value_of(args, "--allow-grpc", "true") == "true"
+    http_port, grpc_port = value_of(args, "--http-port", str(HTTP_PORT)), value_of(args, "--grpc-port", str(GRPC_PORT))
     return {
-        "http_url": (f"http://{_loopback(_arg(args, '--http-address'))}:{_arg(args, '--http-port', '8000')}"
-                     if http else None),
-        "restricted_http": restricts(args, "--http-restricted-api"),
-        "grpc": (_loopback(_arg(args, "--grpc-address")).strip("[]"), int(_arg(args, "--grpc-port", "8001")))
-        if grpc else None,
-        "restricted_grpc": restricts(args, "--grpc-restricted-protocol"),
-        "grpc_tls": _arg(args, "--grpc-use-ssl", "false") == "true",
+        "http_url": f"http://{_loopback(value_of(args, '--http-address'))}:{http_port}" if http else None,
+        "restricted_http": restricts(args, RESTRICTED_FLAGS[0]),
+        "grpc": (_loopback(value_of(args, "--grpc-address")).strip("[]"), int(grpc_port)) if grpc else None,
+        "restricted_grpc": restricts(args, RESTRICTED_FLAGS[1]),
+        "grpc_tls": value_of(args, "--grpc-use-ssl", "false") == "true",
     }
 
 

@@ -12,39 +12,40 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..core import metric_names
 from ..release_format.metadata import REASONS
 
 Labels = tuple[tuple[str, str], ...]
 
 HELP = {
-    "tritonops_release_info": ("gauge", "The release this target serves after its golden gate (value 1)."),
-    "tritonops_release_channel_info": ("gauge", "The release the channel pointer names, as last read (value 1)."),
-    "tritonops_release_up_to_date": ("gauge", "1 when the served release is the channel's, or the channel's "
-                                              "release was refused and the last gated one serves."),
-    "tritonops_release_last_success_timestamp_seconds": ("gauge", "When the target last reached its channel."),
-    "tritonops_release_last_poll_timestamp_seconds": ("gauge", "When the channel pointer was last read."),
-    "tritonops_release_polls_total": ("counter", "Channel polls by result (not_modified, unchanged, changed, error)."),
-    "tritonops_release_failures_total": ("counter", "Release attempts that failed, by the step that failed and "
-                                                    "its class: retry (may pass later: store, disk, Triton, "
-                                                    "lock) or refused (never will; failures.py)."),
-    "tritonops_release_textfile_errors_total": ("counter", "Writes of the node-exporter textfile that failed, by "
-                                                           "errno (ENOSPC: a full disk); the agent goes on."),
-    "tritonops_release_apply_seconds": ("gauge", "Seconds the last release took from pointer to mark."),
-    "tritonops_release_downloaded_bytes_total": ("counter", "Bytes downloaded from the store."),
-    "tritonops_release_store_requests_total": ("counter", "Requests sent to the store."),
-    "tritonops_release_metadata_expired": ("gauge", "1 when the channel's signed pointer has expired (freeze: "
-                                                    "nothing new is applied, the gated release serves)."),
-    "tritonops_release_metadata_rejected_total": ("counter", "Signed metadata refused, by reason "
-                                                             f"({', '.join(REASONS)})."),
-    "tritonops_release_rollout_targeted": ("gauge", "1 when the channel's rollout (or no rollout) takes this "
-                                                    "target, 0 when it waits for a later wave (wave: its first; "
-                                                    "previous: the release before the rollout that it serves "
-                                                    "meanwhile, else empty)."),
-    "tritonops_release_credentials_errors_total": ("counter", "Failed attempts to get S3 credentials (STS "
-                                                              "AssumeRoleWithWebIdentity, the container credentials "
-                                                              "endpoint, a token file), by source."),
-    "tritonops_release_credentials_expiry_timestamp_seconds": ("gauge", "When the temporary S3 credentials in use "
-                                                                        "expire, by source."),
+    metric_names.RELEASE_INFO: ("gauge", "The release this target serves after its golden gate (value 1)."),
+    metric_names.CHANNEL_INFO: ("gauge", "The release the channel pointer names, as last read (value 1)."),
+    metric_names.UP_TO_DATE: ("gauge", "1 when the served release is the channel's, or the channel's "
+                                       "release was refused and the last gated one serves."),
+    metric_names.LAST_SUCCESS: ("gauge", "When the target last reached its channel."),
+    metric_names.LAST_POLL: ("gauge", "When the channel pointer was last read."),
+    metric_names.POLLS: ("counter", "Channel polls by result (not_modified, unchanged, changed, error)."),
+    metric_names.FAILURES: ("counter", "Release attempts that failed, by the step that failed and "
+                                       "its class: retry (may pass later: store, disk, Triton, "
+                                       "lock) or refused (never will; failures.py)."),
+    metric_names.TEXTFILE_ERRORS: ("counter", "Writes of the node-exporter textfile that failed, by "
+                                              "errno (ENOSPC: a full disk); the agent goes on."),
+    metric_names.APPLY_SECONDS: ("gauge", "Seconds the last release took from pointer to mark."),
+    metric_names.DOWNLOADED_BYTES: ("counter", "Bytes downloaded from the store."),
+    metric_names.STORE_REQUESTS: ("counter", "Requests sent to the store."),
+    metric_names.METADATA_EXPIRED: ("gauge", "1 when the channel's signed pointer has expired (freeze: "
+                                             "nothing new is applied, the gated release serves)."),
+    metric_names.METADATA_REJECTED: ("counter", "Signed metadata refused, by reason "
+                                                f"({', '.join(REASONS)})."),
+    metric_names.ROLLOUT_TARGETED: ("gauge", "1 when the channel's rollout (or no rollout) takes this "
+                                             "target, 0 when it waits for a later wave (wave: its first; "
+                                             "previous: the release before the rollout that it serves "
+                                             "meanwhile, else empty)."),
+    metric_names.CREDENTIALS_ERRORS: ("counter", "Failed attempts to get S3 credentials (STS "
+                                                 "AssumeRoleWithWebIdentity, the container credentials "
+                                                 "endpoint, a token file), by source."),
+    metric_names.CREDENTIALS_EXPIRY: ("gauge", "When the temporary S3 credentials in use "
+                                               "expire, by source."),
 }
 
 

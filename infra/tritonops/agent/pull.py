@@ -34,15 +34,16 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from ..core import metric_names
 from ..core.errors import ReleaseError, StoreError, TooLong
 from ..core.fsio import write_atomic
 from ..core.keys import POINTER_MAX, blob_key, channel_key
-from ..core.names import MANIFEST_FILE
+from ..core.names import MANIFEST_FILE, TRUSTED_FILE
 from ..core.triton_http import Triton
 from ..release_format import manifest, metadata, producer, signing, waves
 from ..release_format.golden_gate import golden_gate
-from ..stores.reader import Store
-from . import failures, releases, reporting
+from ..stores import Store
+from . import failures, releases, reporting, trusted_state
 from .cache import fetch_through, open_cache
 from .exporter import Metrics
 from .serve import StepFailed, _step, serve_release
@@ -60,7 +61,7 @@ class Agent:
         self.link, self.releases = Path(link), Path(releases_dir)
         self.trusted_keys = [signing.check_public_key(Path(k)) for k in trusted_keys]  # a bad key: exit 2
         # The root and channel versions this node trusts (<releases>/.trusted.json; --trusted-key files at first).
-        self.trusted = metadata.Trusted(self.releases, self.trusted_keys, store_name)
+        self.trusted = trusted_state.load(self.releases, self.trusted_keys, store_name)
         self.frozen = False  # the channel's signed pointer has expired: nothing new is applied
         self.triton, self.keep = triton, keep
         # The node cache (cache.py): a folder shared by the node's agents, or ``mirror``, a node's ``cache serve``.
@@ -130,24 +131,24 @@ class Agent:
     def _export(self) -> None:
         st = releases.state(self.releases)
         if self.gated():
-            self.metrics.replace("tritonops_release_info", 1, channel=self.channel, release=str(st["current"]),
+            self.metrics.replace(metric_names.RELEASE_INFO, 1, channel=self.channel, release=str(st["current"]),
                                  digest=str(st.get("digest") or ""))
         else:  # not served (re-pointed, not gated again yet): claim no release
-            self.metrics.clear("tritonops_release_info")
+            self.metrics.clear(metric_names.RELEASE_INFO)
         if self.pointer:
-            self.metrics.replace("tritonops_release_channel_info", 1, channel=self.channel,
+            self.metrics.replace(metric_names.CHANNEL_INFO, 1, channel=self.channel,
                                  release=self.pointer["release"], digest=self.pointer["digest"])
         ok = self.up_to_date() and not self.frozen  # an expired pointer: the channel may have moved unseen
-        self.metrics.set("tritonops_release_up_to_date", 1 if ok else 0, channel=self.channel)
-        self.metrics.set("tritonops_release_metadata_expired", 1 if self.frozen else 0, channel=self.channel)
+        self.metrics.set(metric_names.UP_TO_DATE, 1 if ok else 0, channel=self.channel)
+        self.metrics.set(metric_names.METADATA_EXPIRED, 1 if self.frozen else 0, channel=self.channel)
         if ok:
-            self.metrics.set("tritonops_release_last_success_timestamp_seconds", time.time(), channel=self.channel)
-        self.metrics.set("tritonops_release_store_requests_total", self.store.requests)
+            self.metrics.set(metric_names.LAST_SUCCESS, time.time(), channel=self.channel)
+        self.metrics.set(metric_names.STORE_REQUESTS, self.store.requests)
         creds = getattr(self.store, "credentials", None)  # None: a folder, HTTP, or an anonymous S3 read
         if creds is not None:
-            self.metrics.set("tritonops_release_credentials_errors_total", creds.errors, source=creds.source)
+            self.metrics.set(metric_names.CREDENTIALS_ERRORS, creds.errors, source=creds.source)
             if creds.expiry is not None:
-                self.metrics.set("tritonops_release_credentials_expiry_timestamp_seconds", creds.expiry,
+                self.metrics.set(metric_names.CREDENTIALS_EXPIRY, creds.expiry,
                                  source=creds.source)
 
     # --- fetch and install ------------------------------------------------------------------------
@@ -169,7 +170,7 @@ class Agent:
 
     def _rejected(self, reason: str, message: str) -> None:
         """Count and log metadata the node refuses to act on (metadata.REASONS)."""
-        self.metrics.inc("tritonops_release_metadata_rejected_total", channel=self.channel, reason=reason)
+        self.metrics.inc(metric_names.METADATA_REJECTED, channel=self.channel, reason=reason)
         self.log(f"channel {self.channel}: metadata refused ({reason}): {message}")
 
     def fetch(self, release: str, digest: str, length: int | None = None) -> dict[str, Any]:
@@ -181,8 +182,8 @@ class Agent:
                 digest, release):
             length = int(self.pointer["length"])
         try:
-            raw, doc, signers = metadata.fetch_manifest(self.store, digest, length, release, self.channel,
-                                                        self.trusted.root)
+            raw, doc, signers = trusted_state.fetch_manifest(self.store, digest, length, release, self.channel,
+                                                             self.trusted.root)
         except metadata.Rejected as e:
             self._rejected(e.reason, str(e))  # a short read (Truncated, a StoreError too) may pass on retry
             raise StepFailed("fetch" if isinstance(e, StoreError) else "verify", str(e), e) from None
@@ -220,7 +221,7 @@ class Agent:
                 reused += source == "cached"
                 mirrored += source == "mirrored"
                 downloaded += n
-                self.metrics.inc("tritonops_release_downloaded_bytes_total", n)
+                self.metrics.inc(metric_names.DOWNLOADED_BYTES, n)
             _step("verify", lambda: producer.require(self.trusted.root, staging, files, f"release {release}"))
             (staging / MANIFEST_FILE).write_bytes(raw)
             # Every file was hashed as it was written into staging (a download, the cache's verified copy, a
@@ -314,7 +315,7 @@ class Agent:
             live = self.triton.live()
         klass, cause = e.classify(live)
         labels = {"channel": self.channel, "step": e.step, "class": klass}  # "class": not a keyword argument
-        self.metrics.inc("tritonops_release_failures_total", 1.0, **labels)
+        self.metrics.inc(metric_names.FAILURES, 1.0, **labels)
         tries = self.retry_at.get(digest, (0, 0.0))[0] + 1
         if klass == failures.RETRY:
             # It may pass later: retry with backoff (1, 2, 4 ... 32 intervals of this poll), staying
@@ -348,7 +349,7 @@ class Agent:
                 self._rejected("expired", f"{where}: {why}; the gated release keeps serving")
             return False
         try:
-            pointer = self.trusted.check(raw, self.channel, self.store, where)
+            checked = trusted_state.check_pointer(self.trusted, raw, self.channel, self.store, where)
         except metadata.Rejected as e:
             self._log_resets()
             self.frozen = self.frozen or e.reason == "expired"
@@ -358,8 +359,8 @@ class Agent:
             self.store.forget(key)  # a root could not be read: read the pointer again next poll
             raise
         self._log_resets()
-        self.trusted.accept(self.channel, pointer)  # saved under the folder's lock: with the release, or alone
-        self.pointer, self.frozen = pointer, False
+        self.trusted.accept(self.channel, checked)  # saved under the folder's lock: with the release, or alone
+        self.pointer, self.frozen = checked.pointer, False
         return True
 
     def _log_resets(self) -> None:
@@ -372,18 +373,18 @@ class Agent:
         """Persist the trusted state under the node folder's lock; when busy, on the next poll."""
         try:
             with releases.locked(self.releases, f"pull {self.channel}"):
-                self.trusted.save()
+                trusted_state.save(self.releases, self.trusted)
         except (releases.lock.LockBusy, OSError) as e:
-            self.log(f"{self.trusted.path}: not written yet ({e}); trying again on the next poll")
+            self.log(f"{self.releases / TRUSTED_FILE}: not written yet ({e}); trying again on the next poll")
 
     def poll(self) -> dict[str, Any]:
         """Read the pointer; apply a new release. Returns what happened (never raises on a failed step)."""
         with self.lock:
-            self.metrics.set("tritonops_release_last_poll_timestamp_seconds", time.time(), channel=self.channel)
+            self.metrics.set(metric_names.LAST_POLL, time.time(), channel=self.channel)
             try:
                 new = self._read_pointer()
             except ReleaseError as e:
-                self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result="error")
+                self.metrics.inc(metric_names.POLLS, channel=self.channel, result="error")
                 if self.trusted.dirty:  # a root rotation followed before the refusal (an expired root)
                     self._save_trust()
                 self._export()
@@ -415,7 +416,7 @@ class Agent:
                 out["rollout"] = self.rollout_state
             if self.trusted.dirty:  # a pointer trusted without a release to apply (refresh, a refusal)
                 self._save_trust()
-            self.metrics.inc("tritonops_release_polls_total", channel=self.channel, result=result)
+            self.metrics.inc(metric_names.POLLS, channel=self.channel, result=result)
             self._pin()
             self._export()
             return out
@@ -487,7 +488,7 @@ class Agent:
         self.retry_at.pop(digest, None)
         self.failures.pop(digest, None)
         seconds = time.monotonic() - start
-        self.metrics.set("tritonops_release_apply_seconds", seconds, channel=self.channel)
+        self.metrics.set(metric_names.APPLY_SECONDS, seconds, channel=self.channel)
         self.log(f"release {release} ({digest[:12]}) serving after {seconds:.1f}s: "
                  f"{json.dumps({**fetched, **applied}, sort_keys=True)}")
         return {"result": "applied", "seconds": round(seconds, 3), **fetched, **applied}
@@ -581,7 +582,7 @@ class Agent:
             write_atomic(path, self.metrics.render())
         except OSError as e:
             reason = errno.errorcode.get(e.errno or 0, "error")
-            self.metrics.inc("tritonops_release_textfile_errors_total", reason=reason)
+            self.metrics.inc(metric_names.TEXTFILE_ERRORS, reason=reason)
             self.log(f"{path}: not written ({e.strerror or e}); the agent goes on")
 
 

@@ -44,7 +44,7 @@ from ..core import lock
 from ..core.errors import ReleaseError, UsageError
 from ..core.fsio import write_atomic
 from ..core.names import JOURNAL_FILE, MANIFEST_FILE, STAGING_PREFIX, STATE_FILE, check_path, check_release_id
-from ..release_format import manifest
+from ..release_format import manifest, records
 
 # A staging entry changed less than this long ago may be a push in progress (the role copies the
 # tarball before it runs install): prune leaves it alone. Older ones are leftovers of a killed run.
@@ -151,23 +151,20 @@ def _locked(command: str) -> Callable[[F], F]:
 
 
 def state(releases: Path) -> dict[str, Any]:
+    """The node's gated state, ``current.json`` (records.parse_state)."""
     path = Path(releases) / STATE_FILE
     try:
-        doc = json.loads(path.read_text())
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
+        raw: bytes | None = path.read_bytes()
     except FileNotFoundError:
-        return {"current": None, "digest": None, "history": []}
-    except (OSError, ValueError) as e:
+        raw = None
+    except OSError as e:
         # Unknown state, not a crash: no release counts as gated until the next one is marked.
-        return {"current": None, "digest": None, "history": [], "error": f"{path}: unreadable ({e}); ignored"}
-    doc.setdefault("digest", None)
-    doc.setdefault("history", [])
-    return dict(doc)
+        return {**records.parse_state(None, str(path)), "error": f"{path}: unreadable ({e}); ignored"}
+    return records.parse_state(raw, str(path))
 
 
 def _write_state(releases: Path, doc: dict[str, Any]) -> None:
-    write_atomic(Path(releases) / STATE_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_atomic(Path(releases) / STATE_FILE, records.state_text(doc))
 
 
 def active_release(link: Path, releases: Path) -> str | None:
@@ -462,7 +459,7 @@ def mark(releases: Path, release: str, digest: str | None = None, link: Path | N
                         "activated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     st.pop("error", None)
     st.pop("served", None)
-    _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-50:],
+    _write_state(releases, {**st, "current": release, "digest": digest, "history": history[-records.STATE_HISTORY:],
                             **({"served": rec} if rec else {})})
     return {"changed": True, "previous": st.get("current"), "current": release, "served": rec is not None}
 

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core import metric_names
 from ..core.errors import ReleaseError
-from ..release_format import trust
-from ..release_format.waves import REPORT_EXPIRES, REPORT_MAX, REPORT_TIMEOUT, Target, decide, report_key
-from ..stores.reader import put
+from ..core.keys import channel_key, report_key
+from ..release_format import records, trust
+from ..release_format.waves import REPORT_MAX, REPORT_TIMEOUT, Target, decide
 from . import releases
 
 
@@ -19,11 +20,11 @@ def choose(agent: Any, pointer: dict[str, Any]) -> Target | None:
     """What ``agent`` may apply now (:func:`decide`): the channel's release, the rollout's previous one, or
     None (keep what it serves); sets its rollout metric and status."""
     d = decide(pointer, agent.agent_id, agent.group_labels, releases.state(agent.releases),
-               f"{agent.store}/channels/{agent.channel}.json")
+               f"{agent.store}/{channel_key(agent.channel)}")
     if d.state and d.state.startswith("invalid: ") and agent.rollout_state != d.state:
         agent.log(f"release {pointer.get('release')} not applied: {d.state.removeprefix('invalid: ')}")
     agent.rollout_state = d.state
-    agent.metrics.replace("tritonops_release_rollout_targeted", 1 if d.targeted else 0, channel=agent.channel,
+    agent.metrics.replace(metric_names.ROLLOUT_TARGETED, 1 if d.targeted else 0, channel=agent.channel,
                           rollout=d.rollout, wave=d.wave, previous=d.held or "")
     return None if d.serve is None else (str(d.serve["release"]), str(d.serve["digest"]), int(d.serve["length"]))
 
@@ -42,20 +43,16 @@ def report(agent: Any, out: dict[str, Any]) -> dict[str, Any] | None:
         result = "gated" if agent.triton is not None else "applied"
     else:
         result = "refused" if digest in agent.refused else "failed"
-    now = time.time()
-    signed = {"type": "report", "version": int(now * 1000), "expires": trust.format_time(now + REPORT_EXPIRES),
-              "agent": agent.agent_id, "channel": agent.channel,
-              "release": out.get("release") or pointer.get("release"),
-              "digest": digest, "result": result, "step": out.get("step"), "error": str(out.get("error") or "")[:500],
-              "time": trust.format_time(now), "groups": list(agent.group_labels),
-              "rollout": ro.get("id") if ro else None}
+    signed = records.report(agent.agent_id, agent.channel, out.get("release") or pointer.get("release"), digest,
+                            result, out.get("step"), str(out.get("error") or ""), list(agent.group_labels),
+                            ro.get("id") if ro else None, time.time())
     try:
         if agent.report_key is not None:
             data = trust.sign_envelope(signed, [Path(agent.report_key)])
         else:
             data = (json.dumps({"signed": signed, "signatures": [], "unsigned": True}, indent=2, sort_keys=True)
                     + "\n").encode()
-        put(agent.store, report_key(agent.channel, agent.agent_id), data, REPORT_TIMEOUT, REPORT_MAX)
+        agent.store.put(report_key(agent.channel, agent.agent_id), data, REPORT_TIMEOUT, REPORT_MAX)
     except ReleaseError as e:
         agent.log(f"status report not written: {e}")
         return None

@@ -15,12 +15,14 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 import typer
 from rich.markup import escape
 
 from tritonops.cli.output import err_console
 from tritonops.core.exitcodes import ExitCode
+from tritonops.stores import s3
 
 # What each extra of pyproject.toml brings that the package imports (import names; tests/unit/cli keeps the
 # extras declared).
@@ -83,5 +85,5 @@ def require_program(command: str, extra: str, program: str) -> None:
 
 def require_store(command: str, store: str) -> None:
     """An ``s3://`` store is written and read with boto3 (the 's3' extra); a folder or HTTP mirror needs nothing."""
-    if store.startswith("s3://"):
+    if urlsplit(store).scheme in s3.KIND.schemes:
         require(command, "s3")

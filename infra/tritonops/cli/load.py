@@ -23,7 +23,8 @@ from tritonops.cli.params import path as path_arg
 from tritonops.core.errors import ReleaseError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.names import check_path
-from tritonops.core.triton_http import SECRET_ENV
+from tritonops.core.triton_cli import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from tritonops.core.triton_http import DEFAULT_HEADER, SECRET_ENV
 from tritonops.triton.admin import AdminKeyError, admin_headers, admin_key, check_header_name
 from tritonops.triton.load_config import BenchConfig
 from tritonops.triton.tune_space import TuneConfig
@@ -88,8 +89,8 @@ def _model_name(name: str) -> str:
 
 
 def _endpoint(url: str) -> str:
-    """A typer callback: host:port, or a URL with a scheme as ``smoke`` takes it (http://HOST:8000,
-    grpc://HOST:8001), checked; :func:`_address` turns it into host:port and a protocol."""
+    """A typer callback: host:port, or a URL with a scheme as ``smoke`` takes it (http://HOST:PORT,
+    grpc://HOST:PORT), checked; :func:`_address` turns it into host:port and a protocol."""
     if not url.strip():
         raise typer.BadParameter("an empty endpoint: give host:port")
     from tritonops.triton.smoke import Endpoint
@@ -143,7 +144,7 @@ def bench_cmd(
     model: Annotated[str, typer.Argument(help="Model name", callback=_model_name)],
     url: Annotated[
         str, typer.Option(help="Triton HTTP or gRPC endpoint: host:port or http://HOST:PORT", callback=_endpoint)
-    ] = "127.0.0.1:8000",
+    ] = f"127.0.0.1:{HTTP_PORT}",
     protocol: Annotated[
         str | None, typer.Option(help="http or grpc (default: --url's scheme, else http)")
     ] = None,
@@ -164,7 +165,7 @@ def bench_cmd(
         float, typer.Option(help="perf_analyzer: % by which windows may differ and still be stable")
     ] = BenchConfig.stability_pct,
     allow_host: AllowHost = None,
-    header: AdminHeader = "triton-admin-key",
+    header: AdminHeader = DEFAULT_HEADER,
     admin_key_file: AdminKeyFile = None,
     show_command: Annotated[bool, typer.Option(
         "--show-command", help="Print the perf_analyzer command line (library path included) that measures "
@@ -281,7 +282,7 @@ def tune_cmd(
     repository: Annotated[Path, typer.Option(help="Model repository holding MODEL/config.pbtxt")],
     url: Annotated[
         str, typer.Option(help="Triton HTTP endpoint: host:port or http://HOST:PORT", callback=_endpoint)
-    ] = "127.0.0.1:8000",
+    ] = f"127.0.0.1:{HTTP_PORT}",
     budget_ms: Annotated[float, typer.Option(help="p95 latency budget (ms)")] = _TUNE.budget_ms,
     concurrency: Annotated[int, typer.Option(help="Closed-loop concurrency for every setting")] = _TUNE.concurrency,
     requests: Annotated[
@@ -308,7 +309,7 @@ def tune_cmd(
         callback=lambda v: v and _endpoint(v))] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="PNG (default tune-MODEL.png)")] = None,
     allow_host: AllowHost = None,
-    header: AdminHeader = "triton-admin-key",
+    header: AdminHeader = DEFAULT_HEADER,
     admin_key_file: AdminKeyFile = None,
     write: Annotated[bool, typer.Option(help="Write the recommendation into MODEL/config.pbtxt")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result")] = False,
@@ -480,14 +481,14 @@ def _tune_report(result: tuner.TuneResult, cfg: tuner.TuneConfig, config_path: P
 # --- inference checks and a local server ---------------------------------------------------------
 
 def smoke(
-    url: Annotated[str, typer.Argument(help="http://HOST:8000, grpc://HOST:8001 or grpcs://HOST:8001")],
+    url: Annotated[str, typer.Argument(help=f"http://HOST:{HTTP_PORT}, grpc://HOST:{GRPC_PORT} or grpcs://HOST:{GRPC_PORT}")],
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Check only these models")] = None,
     repository: Annotated[
         Path | None, typer.Option(help="Local copy of the deployed repository: golden data and the expected models",
                                   parser=path_arg)
     ] = None,
-    metrics_url: Annotated[str | None, typer.Option(help="Default: http://HOST:8002/metrics")] = None,
-    header: AdminHeader = "triton-admin-key",
+    metrics_url: Annotated[str | None, typer.Option(help=f"Default: http://HOST:{METRICS_PORT}/metrics")] = None,
+    header: AdminHeader = DEFAULT_HEADER,
     admin_key_file: AdminKeyFile = None,
     ca: Annotated[Path | None, typer.Option(help="CA bundle for grpcs://", parser=path_arg)] = None,
     cert: Annotated[Path | None, typer.Option(help="Client certificate for mutual TLS", parser=path_arg)] = None,

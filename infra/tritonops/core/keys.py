@@ -13,8 +13,10 @@ A store holds, under one prefix::
                                          "signatures": [...]}
     root/<N>.json                        root (keys and thresholds) version N, signed by N-1's root keys
                                          and its own: nodes follow a rotation without a redeploy
+    reports/<channel>/<agent id>.json    an agent's status report (--report; release rollout reads them)
+    rollouts/<channel>.json              the report versions ``release rollout advance`` counted (replays)
 
-The node reads a store with ``tritonops.stores.reader.Store``; the controller writes one with
+The node reads a store with ``tritonops.stores.open_store``; the controller writes one with
 ``tritonops.release.publish``: both name its objects with these functions.
 """
 
@@ -30,6 +32,8 @@ BLOB_TIMEOUT = 600.0  # seconds, overall, for one file of a release
 
 
 CHANNEL_MAX = 128  # characters of a channel name (its pointer's file name must fit any store: 255 bytes)
+CHANNELS_PREFIX = "channels/"  # every channel's pointer is under it (what a listing of the channels reads)
+REPORTS_FOLDER = "reports"  # every agent's status report is under it (the only folder agents write)
 
 
 def channel_key(channel: str) -> str:
@@ -37,7 +41,27 @@ def channel_key(channel: str) -> str:
             or len(channel) > CHANNEL_MAX or not channel.isascii()):
         raise UsageError(f"channel {channel[:40]!r}{'...' if len(channel) > 40 else ''}: use letters, digits, "
                          f"'.', '_' or '-' (1-{CHANNEL_MAX} characters)")
-    return f"channels/{channel}.json"
+    return f"{CHANNELS_PREFIX}{channel}.json"
+
+
+def id_key(release: str) -> str:
+    """``{"release", "digest"}``: the content a release id names, claimed once (release publish)."""
+    return f"ids/{release}.json"
+
+
+def counted_key(channel: str) -> str:
+    """The report version counted last per agent in a channel's rollout (signed by the channel role)."""
+    return f"rollouts/{channel}.json"
+
+
+def reports_prefix(channel: str) -> str:
+    """The folder of a channel's status reports (one per agent)."""
+    return f"{REPORTS_FOLDER}/{channel}/"
+
+
+def report_key(channel: str, agent_id: str) -> str:
+    """An agent's status report on a channel (its last attempt's result)."""
+    return f"{reports_prefix(channel)}{agent_id}.json"
 
 
 def manifest_key(digest: str) -> str:

@@ -23,7 +23,7 @@ ANSWER_MAX = 64 << 20  # bytes of one answer (an inference result of the golden 
 
 
 class Triton:
-    """One Triton server's HTTP endpoint (``http://127.0.0.1:8000``)."""
+    """One Triton server's HTTP endpoint (``http://127.0.0.1:PORT``)."""
 
     def __init__(self, url: str, header: str = DEFAULT_HEADER, secret: str | None = None,
                  timeout: float = 30.0) -> None:

@@ -4,9 +4,10 @@ Grouped by what it builds. At the top, what all three stacks share: the config m
 and their parser (``parse``, ``keys``), stack files (``stack_file``, ``contract``), ``labels``,
 ``catalog``, ``waits``, ``helm`` and ``gitops``, ``render`` (with ``rendered`` and ``programs``), the
 Pulumi engine side (``engine``), the cluster contract and ``preflight``. ``stacks.<stack>`` holds each
-stack's builders, its rules across config fields (``checks``) and its program (``program``);
-``components`` holds one Pulumi ComponentResource per module. Builders return plain dicts and never
-import Pulumi, so ``tritonops render`` writes the very objects ``pulumi up`` creates.
+stack's builders, its rules across config fields (``checks``), its Pulumi ComponentResources
+(``components``, over ``tritonops.k8s.component``) and its program (``program``). Builders return plain
+dicts and never import Pulumi, so ``tritonops render`` writes the very objects ``pulumi up`` creates;
+only ``program.program`` imports the stack's ``components``.
 """
 
 STACKS = ("cluster-aws", "platform", "triton")  # the stacks under a project's stacks/

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from tritonops import versions
+from tritonops.core.triton_http import DEFAULT_HEADER
 from tritonops.k8s import STACKS as STACKS  # the names live in the package (the CLI reads them cheaply)
 
 # A stack's behaviour comes from its config (``tier``), never its name: any stack with a
@@ -440,7 +441,7 @@ class NetworkPolicyConfig(_Cfg):
 
 
 class AdminApiConfig(_Cfg):
-    header: str = "triton-admin-key"
+    header: str = DEFAULT_HEADER
     secret_name: str = "triton-admin-api"  # Kubernetes Secret holding the header value
     secret_key: str = "token"
 

@@ -1,5 +1,5 @@
 """A Helm chart release as data: what every stack installs with a chart, the same for ``pulumi up``
-(``kubernetes:helm.sh/v3:Release``, tritonops.k8s.components.base.helm_release) and ``tritonops render``
+(``kubernetes:helm.sh/v3:Release``, tritonops.k8s.component.helm_release) and ``tritonops render``
 (Flux objects, tritonops.k8s.gitops).
 
 Helm installs a chart's ``crds/`` only on the first install and never upgrades them, so a chart bump would

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritonops.core.triton_cli import GRPC_PORT, HTTP_PORT, METRICS_PORT  # noqa: F401 - the objects' ports
 from tritonops.k8s.config import CanaryConfig, ModelService, TritonStackConfig
 from tritonops.observability.metrics import CANARY, STABLE, TRACK
 
 TIER_LABEL = "tritonops.io/tier"  # on the objects the builders make: what the policy pack reads
 Obj = dict[str, Any]
 
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 SCRAPE_JOB = "triton"  # the `job` label tritonops.observability's rules and dashboards select on
 JOB_LABEL = "tritonops.io/scrape-job"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -25,12 +25,13 @@ from urllib.parse import urlsplit
 from tritonops.core.errors import UsageError
 from tritonops.k8s.config import ConfigError, ModelService, ReleaseSource
 from tritonops.k8s.config_keys import check_object_name, config_key
+from tritonops.stores import forms, schemes
 from tritonops.stores.oci_api import ECR_HOST, split_url
 
 Obj = dict[str, Any]
 Loc = tuple[int | str, ...]
 
-SCHEMES = ("s3", "http", "https", "oci")
+SCHEMES = schemes(network=True)  # the store kinds a pod reaches over the network
 AUTH_KEY = ".dockerconfigjson"  # the key of a kubernetes.io/dockerconfigjson Secret
 AUTH_DIR, AUTH_FILE = "/etc/tritonops/registry-auth", "config.json"
 AUTH_PATH = f"{AUTH_DIR}/{AUTH_FILE}"
@@ -76,8 +77,7 @@ def check_store_url(svc: Any, loc: Loc, source: str | None) -> None:
         return ConfigError(config_key("triton", (*loc, field)), message, source)
 
     if parts.scheme not in SCHEMES or not parts.netloc:
-        raise refuse("store", f"{rel.store!r}: a pod pulls from s3://BUCKET/PREFIX, http(s)://MIRROR/PATH or "
-                              "oci://REGISTRY/REPO")
+        raise refuse("store", f"{rel.store!r}: a pod pulls from {forms(network=True)}")
     for field, value, kind in (("registryAuthSecret", rel.registry_auth_secret, "Secret"),
                                ("registryCaConfigMap", rel.registry_ca_config_map, "ConfigMap")):
         if value is not None and parts.scheme != "oci":

@@ -34,6 +34,9 @@ from tritonops.k8s import gateway, gpu_operator
 from tritonops.k8s.config import TritonStackConfig, project_name
 from tritonops.k8s.contract import Problem, locate
 from tritonops.k8s.labels import NODE_POOL_LABEL, name_of
+from tritonops.k8s.stacks.cluster_aws.eks import node_labels
+from tritonops.k8s.stacks.platform import charts
+from tritonops.k8s.stacks.triton.exposure import BACKEND_TRAFFIC_POLICY
 from tritonops.observability import producers
 from tritonops.observability.producers import DCGM_EXPORTER, ENVOY_GATEWAY, INGRESS_NGINX, TRITON
 
@@ -64,14 +67,12 @@ def _triton_scraped(objs: list[Obj], ns: str, deploy: Obj) -> str | None:
 
 
 def _prometheus_selects_all(cluster: Any) -> str | None:
-    from tritonops.k8s.stacks.platform.charts import monitoring_release
-
     platform = cluster.platform
     if platform is None:
         return None
     if not platform.monitoring.enabled:
         return f"the platform stack ({cluster.platform_file}) runs no Prometheus (monitoring.enabled: false)"
-    spec = monitoring_release(platform).values["prometheus"]["prometheusSpec"]
+    spec = charts.monitoring_release(platform).values["prometheus"]["prometheusSpec"]
     if spec.get("serviceMonitorSelectorNilUsesHelmValues", True):
         return (f"the platform's Prometheus ({cluster.platform_file}) selects only its own release's "
                 "ServiceMonitors, not the one the ingress-nginx chart creates")
@@ -99,9 +100,7 @@ def _envoy_gateway_scraped(cluster: Any, command: str) -> str | None:
                 "(tritonops.k8s.gateway.objects)")
     platform = cluster.platform
     if platform is not None and platform.monitoring.enabled:
-        from tritonops.k8s.stacks.platform.charts import monitoring_release
-
-        spec = monitoring_release(platform).values["prometheus"]["prometheusSpec"]
+        spec = charts.monitoring_release(platform).values["prometheus"]["prometheusSpec"]
         if spec.get("podMonitorSelectorNilUsesHelmValues", True):
             return (f"the platform's Prometheus ({cluster.platform_file}) selects only its own release's "
                     f"PodMonitors, not {gateway.POD_MONITOR}")
@@ -112,8 +111,6 @@ def _gateway_wake_counted(objs: list[Obj], ns: str | None, query: str) -> str | 
     """Every route the wake query names is routed to its Service's cluster IP by a BackendTrafficPolicy
     (``routingType: Service``): with endpoint routing, Envoy Gateway answers a Service without endpoints with a
     direct response that no cluster counter sees (tritonops.k8s.stacks.triton.exposure.wake_routing_policy)."""
-    from tritonops.k8s.stacks.triton.exposure import BACKEND_TRAFFIC_POLICY
-
     routes = {o["metadata"]["name"] for o in objs if o.get("kind") in ("HTTPRoute", "GRPCRoute")
               and o["metadata"].get("namespace") == ns and f"/{ns}/" in query
               and re.search(rf"[(|]{re.escape(o['metadata']['name'])}[)|]", query)}
@@ -132,9 +129,6 @@ def _gateway_wake_counted(objs: list[Obj], ns: str | None, query: str) -> str | 
 
 
 def _dcgm_scraped(cluster: Any, deploy: Obj) -> str | None:
-    from tritonops.k8s.stacks.cluster_aws.eks import node_labels
-    from tritonops.k8s.stacks.platform.charts import gpu_operator_release
-
     platform = cluster.platform
     if platform is not None:
         op = platform.gpu_operator
@@ -148,7 +142,7 @@ def _dcgm_scraped(cluster: Any, deploy: Obj) -> str | None:
     pool = pools.get(pool_name or "")
     if pool is None:
         return None
-    values = gpu_operator_release(platform).values if platform is not None else {}
+    values = charts.gpu_operator_release(platform).values if platform is not None else {}
     if gpu_operator.DCGM_EXPORTER not in gpu_operator.operands_on(node_labels(pool), values):
         return (f"dcgm-exporter does not run on pool {pool.name!r} ({pool.ami_type}, {cluster.aws_file}): the GPU "
                 "Operator's components stay off it, so no DCGM series exists for its pods (Triton's own "

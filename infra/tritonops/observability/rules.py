@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tritonops.core import metric_names as release_metrics
+from tritonops.core.triton_cli import HTTP_PORT, METRICS_PORT
 from tritonops.observability import metrics as m
 from tritonops.observability.keda_trigger import ScalingPolicy
 from tritonops.release_format.node_drift import LAST_RUN_METRIC, SUCCESS_METRIC
@@ -230,11 +232,11 @@ def _availability_alerts(s: RuleSettings) -> list[dict[str, Any]]:
             s.for_("1m"), "critical",
             "Triton metrics endpoint {{ $labels.instance }} is down",
             "Prometheus cannot scrape Triton at {{ $labels.instance }} (job {{ $labels.job }}).",
-            """
+            f"""
 1. Is the process up? systemd: `systemctl status tritonserver`, `journalctl -u tritonserver -n 200`;
    Kubernetes: `kubectl -n triton get pods`, `kubectl describe pod`, look for OOMKilled / CrashLoopBackOff.
 2. A model that fails to load with --exit-on-error=true stops the server: the log names it.
-3. Check the metrics port (8002) is reachable from Prometheus (NetworkPolicy, firewall).
+3. Check the metrics port ({METRICS_PORT}) is reachable from Prometheus (NetworkPolicy, firewall).
 4. `tritonops smoke` against the host once it is back; it runs a golden inference per model.
 """,
         ),
@@ -247,11 +249,11 @@ def _availability_alerts(s: RuleSettings) -> list[dict[str, Any]]:
             "Model {{ $labels.model }} v{{ $labels.version }} stopped serving on {{ $labels.instance }}",
             "Triton at {{ $labels.instance }} is up but no longer exports metrics for a model it served "
             "within the last " + s.model_lookback + ": the model was unloaded or failed to (re)load.",
-            """
-1. `curl -s -XPOST http://HOST:8000/v2/repository/index` shows each model's state and reason.
+            f"""
+1. `curl -s -XPOST http://HOST:{HTTP_PORT}/v2/repository/index` shows each model's state and reason.
 2. Read the server log for the model's load error (bad config.pbtxt, missing file, backend error).
 3. Validate the repository: `tritonops validate REPO`; roll back to the last good version.
-4. In explicit mode, reload: `curl -XPOST http://HOST:8000/v2/repository/models/MODEL/load`.
+4. In explicit mode, reload: `curl -XPOST http://HOST:{HTTP_PORT}/v2/repository/models/MODEL/load`.
 """,
         ),
     ]
@@ -342,9 +344,9 @@ def _gpu_alerts(s: RuleSettings) -> list[dict[str, Any]]:
             "{{ $labels.instance }}: GPU {{ $labels.gpu_uuid }} memory "
             "{{ $value | humanizePercentage }} used",
             f"GPU memory use above {s.gpu_memory_ratio:.0%}: loading another model or version may fail.",
-            """
-1. Which models are loaded? `curl -s -XPOST http://HOST:8000/v2/repository/index`.
-2. Unload unused versions (version_policy latest { num_versions: 1 }).
+            f"""
+1. Which models are loaded? `curl -s -XPOST http://HOST:{HTTP_PORT}/v2/repository/index`.
+2. Unload unused versions (version_policy latest {{ num_versions: 1 }}).
 3. Fewer instances per GPU, smaller max_batch_size, or move a model to another GPU/node.
 """,
         ),
@@ -431,7 +433,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
     return [
         _alert(
             "TritonopsReleaseBehindChannel",
-            "max by (instance, channel) (tritonops_release_up_to_date) == 0",
+            f"max by (instance, channel) ({release_metrics.UP_TO_DATE}) == 0",
             s.for_("30m"), "warning",
             "{{ $labels.instance }} does not serve the release of channel {{ $labels.channel }}",
             "The release agent on {{ $labels.instance }} has not reached the release its channel names "
@@ -446,7 +448,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         ),
         _alert(
             "TritonopsReleaseFailed",
-            "sum by (instance, channel, step) (increase(tritonops_release_failures_total{class=\"refused\"}[30m])) > 0",
+            f"sum by (instance, channel, step) (increase({release_metrics.FAILURES}{{class=\"refused\"}}[30m])) > 0",
             s.for_("0m"), "warning",
             "A release was refused on {{ $labels.instance }} at step {{ $labels.step }}",
             "The release agent on {{ $labels.instance }} (channel {{ $labels.channel }}) refused a release at "
@@ -465,7 +467,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         # pointer it could read), so TritonopsReleaseBehindChannel cannot see it: this alert does.
         _alert(
             "TritonopsReleaseCredentialsFailing",
-            "sum by (instance, source) (increase(tritonops_release_credentials_errors_total[15m])) > 0",
+            f"sum by (instance, source) (increase({release_metrics.CREDENTIALS_ERRORS}[15m])) > 0",
             s.for_("15m"), "warning",
             "The release agent on {{ $labels.instance }} cannot get S3 credentials ({{ $labels.source }})",
             "The release agent on {{ $labels.instance }} has failed to get S3 credentials from {{ $labels.source }} "
@@ -481,7 +483,7 @@ def release_rules(s: RuleSettings | None = None) -> list[dict[str, Any]]:
         # gated release and applies nothing new; up_to_date is 0 too, but this says why.
         _alert(
             "TritonopsReleaseMetadataExpired",
-            "max by (instance, channel) (tritonops_release_metadata_expired) == 1",
+            f"max by (instance, channel) ({release_metrics.METADATA_EXPIRED}) == 1",
             s.for_("10m"), "warning",
             "The signed pointer of channel {{ $labels.channel }} has expired on {{ $labels.instance }}",
             "The release agent on {{ $labels.instance }} reads a channel pointer for {{ $labels.channel }} whose "

@@ -13,8 +13,8 @@ write), retried after reading again when someone else moved it first; in a folde
 read-modify-write holds a lock (``channels/.lock``, :mod:`tritonops.core.lock`).
 
 Stores: ``s3://BUCKET/PREFIX`` (boto3; credentials from boto3's chain) or a folder that a static
-HTTP server publishes to air-gapped sites (agents read it over http(s)://). The layout is
-``tritonops.stores.reader``'s; reads go through the same ``Store`` class the agents use.
+HTTP server publishes to air-gapped sites (agents read it over http(s)://), or ``oci://REGISTRY/REPO``
+(:mod:`tritonops.stores`: ``open_writer``); reads go through the same stores the agents use.
 """
 
 from __future__ import annotations
@@ -28,16 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from tritonops.core.errors import ReleaseError, StoreError, UsageError
-from tritonops.core.keys import POINTER_MAX, blob_key, channel_key, manifest_key, root_key, signatures_key
+from tritonops.core.keys import (
+    CHANNELS_PREFIX,
+    POINTER_MAX,
+    blob_key,
+    channel_key,
+    id_key,
+    manifest_key,
+    root_key,
+    signatures_key,
+)
 from tritonops.core.names import MANIFEST_MAX, check_release_id
 from tritonops.release import canary, model_signature
 from tritonops.release.push import check_repository
-from tritonops.release_format import manifest, metadata, producer, trust
+from tritonops.release_format import manifest, metadata, producer, records, trust
 from tritonops.release_format.metadata import unverified as parse_pointer
-from tritonops.stores.reader import Store
-from tritonops.stores.writer import Writer
+from tritonops.stores import Store, Writer, open_writer
 
-HISTORY = 20
 ROOT_EXPIRES = 365 * 86400.0  # a root (keys and thresholds) is valid a year unless rotated
 EXPIRES = 30 * 86400.0  # seconds a pointer stays valid unless refreshed (--expires; "freeze" needs an expiry)
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
@@ -98,26 +105,6 @@ def read_pointer(store: Store | Writer, channel: str) -> dict[str, Any] | None:
             return None
         raise
     return parse_pointer(raw or b"", f"{store}/{channel_key(channel)}")
-
-
-def pointer_doc(channel: str, old: dict[str, Any] | None, release: str, digest: str, note: str, length: int,
-                root: trust.Root | None, rollout: dict[str, Any] | None, expires: float) -> dict[str, Any]:
-    """The signed part of ``channel``'s next pointer after ``old``: version + 1, the history, the expiry."""
-    same = old is not None and old["digest"] == digest and old["release"] == release
-    # A rollout's next wave (or its halt) is the same release: no new history entry.
-    history = ([{k: old[k] for k in ("release", "digest", "published", "note") if k in old}]
-               if old and not same else [])
-    history += (old or {}).get("history", [])
-    now = time.time()
-    doc = {"type": "channel", "channel": channel, "version": int((old or {}).get("version", 0)) + 1,
-           "expires": trust.format_time(now + expires), "release": release, "digest": digest, "length": length,
-           "root_version": root.version if root else 0, "note": note, "published": trust.format_time(now),
-           "history": history[:HISTORY]}
-    if root is not None and root.name:
-        doc["store"] = root.name  # nodes with --store-name refuse another store's pointer under the same keys
-    if rollout is not None:
-        doc["rollout"] = rollout
-    return doc
 
 
 def nodes_root(writer: Writer) -> trust.Root | None:
@@ -187,7 +174,7 @@ def move_pointer(writer: Writer, channel: str, release: str, digest: str, note: 
             return None
         length = _release_length(writer, channel, rel, dig)
         _producer_as_nodes(writer, root, rel, dig)
-        doc = pointer_doc(channel, old, rel, dig, why, length, root, rollout, expires)
+        doc = records.next_pointer(channel, old, rel, dig, why, length, root, rollout, expires, time.time())
         seen["doc"] = doc
         signed = trust.sign_envelope(doc, list(keys))
         as_nodes(root, old, signed, channel, f"{writer.url}/{key}")  # nothing is written that nodes refuse
@@ -220,22 +207,18 @@ def _claim(writer: Writer, release: str, digest: str) -> bool:
     """Claim ``ids/<release>.json`` for ``digest`` with a conditional write (a compare-and-swap: If-None-Match
     on S3, the folder's lock): a second publish of other content under the same id is refused, even at the
     same moment; the same content again finds its own claim. True when this call made the claim."""
-    id_key = f"ids/{release}.json"
+    key = id_key(release)
 
     def claim(old: bytes | None) -> bytes | None:
         if old is None:
-            return json.dumps({"release": release, "digest": digest}).encode()
-        try:
-            known = json.loads(old)
-            assert isinstance(known, dict)
-        except (ValueError, RecursionError, AssertionError):
-            raise StoreError(f"{writer.url}/{id_key}: not a release id record {{'release', 'digest'}}") from None
-        if known.get("digest") != digest:
+            return records.id_record(release, digest)
+        known = records.id_digest(old, f"{writer.url}/{key}")
+        if known != digest:
             raise ReleaseError(f"{writer.url}: release id {release!r} was published with other content "
-                               f"(digest {str(known.get('digest'))[:16]}, now {digest[:16]}); use a new id")
+                               f"(digest {known[:16]}, now {digest[:16]}); use a new id")
         return None
 
-    return writer.swap(id_key, claim, what=f"release id {release}") is not None
+    return writer.swap(key, claim, what=f"release id {release}") is not None
 
 
 def _keys(keys: Path | list[Path] | None) -> list[Path]:
@@ -264,7 +247,7 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     for k in release_keys:
         trust.public_pem(k)  # a missing or unreadable key is refused (naming it) before anything else is read
     files, warnings = check_repository(source, target, config_name)
-    writer = Writer(to, s3_endpoint)
+    writer = open_writer(to, s3_endpoint)
     root = nodes_root(writer)
     signed, unverified = _model_signature(source, files, producer_keys, root)
     if version:
@@ -282,7 +265,7 @@ def publish(source: Path, to: str, channel: str | None, signing_key: Path | list
     _preflight(root, writer, text, signature, channel, release, digest, _keys(channel_keys) or release_keys, expires)
     new: list[str] = []  # what this run wrote that was not there before: removed again if it fails
     if _claim(writer, release, digest):  # one id, one content: whoever comes second with other content is refused
-        new.append(f"ids/{release}.json")
+        new.append(id_key(release))
     try:
         counts = _upload(writer, source, files, lengths, new, progress)
         for key, data in ((signatures_key(digest), signature), (manifest_key(digest), text)):
@@ -378,7 +361,8 @@ def _preflight(root: trust.Root | None, writer: Writer, text: bytes, signature: 
     except ReleaseError as e:
         raise UsageError(f"{e} [nodes would refuse it: signature; nothing written]") from None
     if channel:
-        doc = pointer_doc(channel, None, release, digest, "publish", len(text), root, None, expires)
+        doc = records.next_pointer(channel, None, release, digest, "publish", len(text), root, None, expires,
+                                   time.time())
         as_nodes(root, None, trust.sign_envelope(doc, keys), channel, f"{writer.url}/{channel_key(channel)}")
 
 
@@ -391,7 +375,7 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
     shows the canary no worse than stable; otherwise :class:`~tritonops.release.canary.PromotionRefused`
     (a ReleaseError carrying the figures) and nothing is written. The result then holds the report.
     """
-    writer = Writer(to, s3_endpoint)
+    writer = open_writer(to, s3_endpoint)
     writer.check_exists()
     channel_key(channel)
     src = read_pointer(writer, source_channel)
@@ -415,7 +399,7 @@ def promote(to: str, source_channel: str, channel: str, s3_endpoint: str | None 
 def rollback(to: str, channel: str, release: str | None = None, s3_endpoint: str | None = None, *,
              keys: Path | list[Path] | None = None, expires: float = EXPIRES) -> dict[str, Any]:
     """Move ``channel`` back: to its previous release, or to ``release`` from its history."""
-    writer = Writer(to, s3_endpoint)
+    writer = open_writer(to, s3_endpoint)
     writer.check_exists()
     cur = read_pointer(writer, channel)
     if cur is None:
@@ -442,7 +426,7 @@ def refresh(to: str, channel: str, s3_endpoint: str | None = None, *, keys: Path
             expires: float = EXPIRES) -> dict[str, Any]:
     """Re-sign the channel's release as it is, with a new version and expiry (a cron's job: the pointer of
     a channel that does not move would otherwise expire and freeze its nodes)."""
-    writer = Writer(to, s3_endpoint)
+    writer = open_writer(to, s3_endpoint)
     if read_pointer(writer, channel) is None:
         raise UsageError(f"{to}: channel {channel!r} does not exist")
 
@@ -477,7 +461,7 @@ def write_root(to: str, keys: dict[str, list[Path]], sign_with: list[Path], thre
     ``producer_keys`` (EC public keys) go into the root with ``require_model_signature`` (agent.producer); without
     them a rotation keeps the current root's producer keys (and its requirement, unless ``require_model_signature``
     says otherwise)."""
-    writer = Writer(to, s3_endpoint)
+    writer = open_writer(to, s3_endpoint)
     version = latest_root(writer) + 1
     unfollowed = None
     if first is True and version == 2 and trusted_keys:
@@ -545,7 +529,7 @@ def _nodes_anchor(writer: Writer, trusted_keys: list[Path] | None, sign_with: li
     if trusted_keys:
         return trust.implicit_root(list(trusted_keys))
     signers: dict[str, str] = {}
-    for key in writer.names("channels/"):
+    for key in writer.names(CHANNELS_PREFIX):
         try:
             env = trust.parse_envelope(writer.get(key, limit=POINTER_MAX), f"{writer.url}/{key}", "channel")
         except ReleaseError:

@@ -25,24 +25,23 @@ rollout (Uptane's rule for vehicle manifests): ``advance`` keeps each agent's co
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tritonops.core.errors import ReleaseError, StoreError, UsageError
+from tritonops.core.errors import ReleaseError, UsageError
+from tritonops.core.keys import channel_key, counted_key, id_key, report_key, reports_prefix
 from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
 from tritonops.release.status import scrape
-from tritonops.release_format import signing, trust
+from tritonops.release_format import records, signing, trust
 from tritonops.release_format import waves as ar
-from tritonops.stores.reader import Store
+from tritonops.stores import Store, open_store
 
 REPORTS_MAX = 100_000  # reports read per channel
 READERS = 16  # reports read at once
-OUTCOMES = ("applied", "gated", "failed", "refused")
 COUNTED_EXPIRES = 10 * 365 * 86400.0  # the record is replaced at every advance that counts something new
 
 
@@ -84,14 +83,11 @@ def start(to: str, channel: str, release: str, waves: list[dict[str, Any]], max_
           pointer_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """Point ``channel`` at ``release`` (published before: ids/<release>.json) with a rollout at wave 0."""
     check_release_id(release)
-    writer = pub.Writer(to, s3_endpoint)
-    id_key = f"ids/{release}.json"
-    if not writer.exists(id_key):
-        raise UsageError(f"{to}: release {release!r} was never published (no {id_key})")
-    try:
-        digest = str(json.loads(writer.get(id_key))["digest"])
-    except (ValueError, KeyError, TypeError):
-        raise StoreError(f"{to}/{id_key}: not a release id record {{'release', 'digest'}}") from None
+    writer = pub.open_writer(to, s3_endpoint)
+    key = id_key(release)
+    if not writer.exists(key):
+        raise UsageError(f"{to}: release {release!r} was never published (no {key})")
+    digest = records.id_digest(writer.get(key), f"{to}/{key}")
     rid = rollout_id or f"{release}-{channel}"
     ro = ar.parse({"id": rid, "waves": waves, "wave": 0, "halted": False, "max_failures": max_failures},
                   "rollout")
@@ -143,7 +139,7 @@ def read_reports(writer: pub.Writer, channel: str, report_keys: list[Path] | Non
     filed under its own agent's name and signed by that agent's key in ``fleet`` (or, for an agent the
     fleet gives no key, by one of ``report_keys`` when given). With a fleet, a report of an agent it does
     not list is not counted (rejected: "not in the fleet"); the groups a report claims are never used."""
-    keys = writer.names(f"reports/{channel}/")
+    keys = writer.names(reports_prefix(channel))
     root = trust.implicit_root(report_keys) if report_keys else None
     members = {a: pem for a, _, pem in fleet} if fleet is not None else None
     out: dict[str, Any] = {"reports": {}, "rejected": []}
@@ -172,7 +168,7 @@ def _one_report(raw: bytes, key: str, channel: str, where: str, root: trust.Root
     """(agent id, its report's signed part) once it may count; ReleaseError saying why not otherwise."""
     env = trust.parse_envelope(raw, where, "report")
     agent = check_name(env["signed"].get("agent"), where, "agent", 253)
-    if key != ar.report_key(channel, agent):
+    if key != report_key(channel, agent):
         raise ReleaseError(f"{where}: a report of agent {agent!r} under another agent's name")
     if members is not None and agent not in members:
         raise ReleaseError(f"{where}: agent {agent!r} is not in the fleet: not counted")
@@ -185,32 +181,10 @@ def _one_report(raw: bytes, key: str, channel: str, where: str, root: trust.Root
         signed = trust.verify(raw, "report", root, where, "report")
     else:
         signed = env["signed"]
-    _report_fields(signed, where)
+    records.check_report(signed, where)
     if trust.expired(signed, now):
         raise ReleaseError(f"{where}: expired at {signed['expires']}: not counted")
     return agent, {**signed, "signed": bool(env["signatures"])}
-
-
-def _report_fields(signed: dict[str, Any], where: str) -> None:
-    """Each field a report's reader uses, checked: ReleaseError naming the field."""
-    if signed.get("result") not in OUTCOMES:
-        raise ReleaseError(f"{where}: result {str(signed.get('result'))[:40]!r} is not one of " + ", ".join(OUTCOMES))
-    for name in ("rollout", "digest", "release"):
-        if not isinstance(signed.get(name), (str, type(None))):
-            raise ReleaseError(f"{where}: {name} {str(signed.get(name))[:40]!r} is not a string")
-    groups = signed.get("groups", [])
-    if not isinstance(groups, list) or len(groups) > ar.MAX_GROUPS:
-        raise ReleaseError(f"{where}: groups {str(groups)[:40]!r} is not a list of at most {ar.MAX_GROUPS} labels")
-    for g in groups:
-        check_name(g, where, "groups label")
-    if "expires" in signed:
-        trust.parse_time(signed["expires"], where)
-    if type(signed.get("version", 0)) is not int or signed.get("version", 0) < 0:
-        raise ReleaseError(f"{where}: version {str(signed.get('version'))[:40]!r} is not a whole number")
-
-
-def counted_key(channel: str) -> str:
-    return f"rollouts/{channel}.json"
 
 
 def _counted_root(writer: pub.Writer, keys: list[Path]) -> trust.Root | None:
@@ -246,7 +220,7 @@ def drop_replays(got: dict[str, Any], last: dict[str, int], channel: str) -> Non
     """Move each report older than the one counted before for its agent from ``reports`` to ``rejected``."""
     for agent, r in list(got["reports"].items()):
         if r.get("version", 0) < last.get(agent, 0):
-            got["rejected"].append(f"{ar.report_key(channel, agent)}: version {r.get('version')} is older "
+            got["rejected"].append(f"{report_key(channel, agent)}: version {r.get('version')} is older "
                                    f"than the report counted before ({last[agent]}): a replay, not counted")
             del got["reports"][agent]
 
@@ -322,7 +296,7 @@ def waves_table(ro: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str
     table = []
     for i, w in enumerate(ro["waves"]):
         mine = [r for r in rows if r["wave"] == i]
-        counts = {k: sum(r["outcome"] == k for r in mine) for k in OUTCOMES}
+        counts = {k: sum(r["outcome"] == k for r in mine) for k in records.OUTCOMES}
         table.append({"wave": i, "spec": _spec(w), "reached": i <= ro["wave"], "agents": len(mine),
                       "targeted": len(mine) if i <= ro["wave"] else 0, **counts,
                       "pending": sum(r["outcome"] is None for r in mine) if i <= ro["wave"] else 0})
@@ -336,24 +310,26 @@ def _current(writer: pub.Writer, channel: str) -> tuple[dict[str, Any], dict[str
     if p.get("rollout") is None:
         raise UsageError(f"{writer.url}: channel {channel!r} has no rollout (start one: tritonops release rollout "
                          "start)")
-    return p, ar.parse(p["rollout"], f"{writer.url}/channels/{channel}.json")
+    return p, ar.parse(p["rollout"], f"{writer.url}/{channel_key(channel)}")
 
 
 def summary(to: str, channel: str, agent_urls: list[str], s3_endpoint: str | None = None,
             fleet: Fleet | None = None,
             report_keys: list[Path] | None = None) -> dict[str, Any] | None:
     """The channel's rollout, its agents and the per-wave counts; None when the channel has no rollout."""
-    reader = Store(to, s3_endpoint=s3_endpoint)
-    # S3 and folders with the controller's access (reports listed too); an HTTP mirror read as agents do.
-    store: Store | pub.Writer = pub.Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    reader = open_store(to, s3_endpoint=s3_endpoint)
+    # The kinds agents report into read with the controller's access (reports listed too); the others as
+    # agents read them.
+    writer = pub.open_writer(to, s3_endpoint) if reader.kind.reports else None
+    store: Store | pub.Writer = writer or reader
     p = pub.read_pointer(store, channel)
     if p is None or p.get("rollout") is None:
         return None
-    ro = ar.parse(p["rollout"], f"{to}/channels/{channel}.json")
-    got: dict[str, Any] = (read_reports(store, channel, report_keys, fleet) if isinstance(store, pub.Writer) else
+    ro = ar.parse(p["rollout"], f"{to}/{channel_key(channel)}")
+    got: dict[str, Any] = (read_reports(writer, channel, report_keys, fleet) if writer is not None else
                            {"reports": {}, "rejected": [f"{to}: an HTTP mirror cannot be listed; reports not read"]})
-    if isinstance(store, pub.Writer):
-        drop_replays(got, last_counted(store, channel, ro["id"], []), channel)
+    if writer is not None:
+        drop_replays(got, last_counted(writer, channel, ro["id"], []), channel)
     rows = observe(p, ro, got["reports"], [scrape(u) for u in agent_urls], fleet)
     return {"channel": channel, "release": p["release"], "digest": p["digest"], "rollout": ro,
             "waves": waves_table(ro, rows), "agents": rows, "rejected_reports": got["rejected"],
@@ -390,9 +366,9 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
     """
     if not unbound_reports:
         check_bindings(fleet, report_keys, "release rollout advance")
-    writer = pub.Writer(to, s3_endpoint)
+    writer = pub.open_writer(to, s3_endpoint)
     p, ro = _current(writer, channel)
-    where = f"{to}/channels/{channel}.json"
+    where = f"{to}/{channel_key(channel)}"
     got = read_reports(writer, channel, report_keys, fleet)
     keys = list((pointer_args or {}).get("keys") or [])
     last = last_counted(writer, channel, ro["id"], keys)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from tritonops.core import netio
+from tritonops.core import metric_names, netio
 from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key
 from tritonops.release.publish import read_pointer
-from tritonops.stores.reader import Store
-from tritonops.stores.writer import Writer
+from tritonops.stores import Store, Writer, open_store, open_writer
 
 TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
 TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
@@ -30,12 +29,12 @@ def scrape(url: str) -> dict[str, Any]:
             raise ReleaseError(f"{netio.safe_url(url)}: HTTP {resp.status}")
         for fam in text_string_to_metric_families(resp.body.decode(errors="replace")):
             for s in fam.samples:
-                if s.name == "tritonops_release_info":
+                if s.name == metric_names.RELEASE_INFO:
                     row.update(channel=s.labels.get("channel"), release=s.labels.get("release"),
                                digest=s.labels.get("digest"))
-                elif s.name == "tritonops_release_up_to_date":
+                elif s.name == metric_names.UP_TO_DATE:
                     row["up_to_date"] = s.value == 1
-                elif s.name == "tritonops_release_rollout_targeted":
+                elif s.name == metric_names.ROLLOUT_TARGETED:
                     row.update(targeted=s.value == 1, rollout=s.labels.get("rollout"), wave=s.labels.get("wave"))
     except (ReleaseError, ValueError) as e:  # unreachable, slow, too big, or not a metrics page
         row["error"] = str(e)
@@ -48,18 +47,19 @@ def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | 
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise UsageError(f"--agent-url {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
-    reader = Store(to, s3_endpoint=s3_endpoint)
+    reader = open_store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
-    store: Store | Writer = Writer(to, s3_endpoint) if reader.kind in ("s3", "file") else reader
+    writer = open_writer(to, s3_endpoint) if reader.kind.reports else None
+    store: Store | Writer = writer or reader
     for c in channels:
         channel_key(c)  # a channel that is no name at all first: its own error
-    if isinstance(store, Writer):
-        store.check_exists()
+    if writer is not None:
+        writer.check_exists()
     out: dict[str, Any] = {"store": to, "channels": {}, "targets": []}
     for c in channels:
         p = read_pointer(store, c)
         if p is None:  # a misspelled channel, or a store that holds none: never "(none)" and exit 0
-            raise store.missing_channel(c) if isinstance(store, Writer) else UsageError(
+            raise writer.missing_channel(c) if writer is not None else UsageError(
                 f"{to}: channel {c!r} does not exist")
         out["channels"][c] = {k: p.get(k) for k in _POINTER_FIELDS}
     for url in targets:

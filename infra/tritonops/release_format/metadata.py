@@ -13,29 +13,39 @@ A pointer is refused (:class:`Rejected`, with a reason the agent counts in
 threshold of the trusted root (``signature``), it names another channel (``channel``), its version is
 below the one trusted or equal with other content (``rollback``), or it has expired (``expired``: the
 node keeps serving its gated release, "freeze"). A pointer naming a newer ``root_version`` makes the
-node fetch and verify ``root/<N>.json`` one version at a time first (rotation, revocation). The
-manifest checks (``length``, ``relabel``, ``channel``) are :func:`check_manifest`'s.
+node verify ``root/<N>.json`` one version at a time first (rotation, revocation). The manifest checks
+(``length``, ``relabel``, ``channel``) are :func:`verify_manifest`'s.
+
+It judges bytes and returns a verdict; it reads nothing (python-tuf's ``trusted_metadata_set``): the
+caller reads the pointer, the root versions :meth:`Trusted.roots_needed` names, the manifest and its
+signatures, and the ``.trusted.json`` record (the agent: ``tritonops.agent.trusted_state``; the
+controller: ``tritonops.release.publish``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from ..core.errors import ReleaseError, StoreError, TooLong
-from ..core.fsio import read_bounded, write_atomic
-from ..core.keys import ROOT_MAX, SIGNATURE_MAX, manifest_key, root_key, signatures_key
-from ..core.names import MANIFEST_MAX, TRUSTED_FILE, check_release_id
-from ..stores.reader import Store
-from . import manifest, trust
+from ..core.errors import ReleaseError, StoreError
+from . import manifest, records, trust
 
 TRUSTED_MAX = 4 << 20
 ROOTS_PER_POINTER = 64  # root versions followed for one pointer (a pointer naming root 10**9 costs 64 reads at most)
 REASONS = ("rollback", "expired", "channel", "relabel", "signature", "length", "store")
 UNSIGNED = ("an unsigned channel pointer (the format before signed metadata); re-publish with this version "
             "(tritonops release publish, or refresh)")
+
+
+class Checked(NamedTuple):
+    """A channel pointer that may be acted on: its checked signed fields, the root it verified with and
+    the sha256 of its canonical signed part (what :meth:`Trusted.accept` remembers)."""
+
+    pointer: dict[str, Any]
+    root: trust.Root
+    sha256: str
 
 
 class Rejected(ReleaseError):
@@ -63,36 +73,6 @@ class Unreadable(Rejected, StoreError):
         super().__init__("signature", message)
 
 
-def _hex64(v: Any) -> bool:
-    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
-
-
-def _int(v: Any, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def pointer_fields(signed: dict[str, Any], where: str) -> dict[str, Any]:
-    """The signed part of a channel pointer, its fields checked (StoreError naming the field otherwise)."""
-    for name, ok in (("channel", isinstance(signed.get("channel"), str) and bool(signed.get("channel"))),
-                     ("release", isinstance(signed.get("release"), str)),
-                     ("digest", _hex64(signed.get("digest"))),
-                     ("version", _int(signed.get("version"), 1)),
-                     ("length", _int(signed.get("length"), 1) and signed["length"] <= MANIFEST_MAX),
-                     ("root_version", _int(signed.get("root_version"), 0)),
-                     ("expires", isinstance(signed.get("expires"), str))):
-        if not ok:
-            raise StoreError(f"{where}: signed.{name} is missing or not valid "
-                             f"({str(signed.get(name))[:80]!r})")
-    try:
-        check_release_id(signed["release"])
-    except ReleaseError as e:
-        raise StoreError(f"{where}: signed.release: {e}") from None
-    history = signed.get("history", [])
-    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        raise StoreError(f"{where}: signed.history is not a list of {{'release', 'digest'}} entries")
-    return dict(signed)
-
-
 def unverified(raw: bytes, where: str) -> dict[str, Any]:
     """A pointer's signed part without checking its signatures (the controller reading its own store,
     the stack's preflight); StoreError for anything that is not one, UNSIGNED for the old format."""
@@ -106,7 +86,7 @@ def unverified(raw: bytes, where: str) -> dict[str, Any]:
         env = trust.parse_envelope(raw, where, "channel")
     except ReleaseError as e:
         raise StoreError(str(e)) from None
-    return pointer_fields(env["signed"], where)
+    return records.parse_pointer(env["signed"], where)
 
 
 def check_manifest(raw: bytes, pointer: dict[str, Any], channel: str, where: str) -> dict[str, Any]:
@@ -127,31 +107,28 @@ def check_manifest(raw: bytes, pointer: dict[str, Any], channel: str, where: str
     return doc
 
 
-def fetch_manifest(store: Store, digest: str, length: int | None, release: str, channel: str,
-                   root: trust.Root) -> tuple[bytes, dict[str, Any], list[str]]:
-    """A release's manifest read under the pointer's signed ``length``, its sha256 the pointer's ``digest``,
-    signed by a threshold of the root's ``release`` keys, and checked by :func:`check_manifest`: (its bytes,
-    its parsed fields, the keyids that signed it). Rejected when it does not hold; StoreError when the
-    store did not answer (try again), :class:`Truncated` (both) when it answered fewer bytes."""
-    where = f"{store}/{manifest_key(digest)}"
-    if length is None:
-        raise Rejected("length", f"{where}: no signed channel pointer states this manifest's length")
-    try:
-        raw = store.get(manifest_key(digest), limit=length)
-    except TooLong as e:
-        raise Rejected("length", f"{e} (the signed pointer states {length})") from None
-    assert raw is not None  # not a conditional read
-    if len(raw) < length:  # before the digest: the cause is the length, not a signature
+def check_length(raw: bytes, length: int, where: str) -> None:
+    """:class:`Truncated` when a manifest read under its signed ``length`` came back shorter (checked before
+    the digest: the cause is the length, not a signature)."""
+    if len(raw) < length:
         raise Truncated(f"{where}: {len(raw)} bytes, fewer than the {length} the signed pointer states "
                         "(a cut download? retried)")
-    sigs = store.get(signatures_key(digest), limit=SIGNATURE_MAX) or b""
+
+
+def verify_manifest(raw: bytes, sigs: bytes, digest: str, length: int, release: str, channel: str,
+                    root: trust.Root, where: str) -> tuple[dict[str, Any], list[str]]:
+    """A release's manifest (read under the pointer's signed ``length``) and its detached signatures judged:
+    its sha256 the pointer's ``digest``, signed by a threshold of the root's ``release`` keys, and checked by
+    :func:`check_manifest`: (its parsed fields, the keyids that signed it). Rejected when it does not hold,
+    :class:`Truncated` when fewer than ``length`` bytes came. Pure: the caller read both."""
+    check_length(raw, length, where)
     if hashlib.sha256(raw).hexdigest() != digest:
         raise Rejected("signature", f"{where}: sha256 of the manifest is not the digest the channel names")
     try:
         signers = trust.verify_detached(raw, sigs, "release", root, f"{where}.sigs")
     except ReleaseError as e:
         raise Rejected("signature", str(e)) from None
-    return raw, check_manifest(raw, {"length": length, "release": release}, channel, where), signers
+    return check_manifest(raw, {"length": length, "release": release}, channel, where), signers
 
 
 def changed_roles(old: trust.Root, new: trust.Root) -> set[str]:
@@ -174,17 +151,18 @@ def update_root(root: trust.Root, raws: list[bytes], where: str) -> trust.Root:
 
 
 def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, Any] | None, where: str,
-                  now: float | None = None, store_name: str | None = None) -> dict[str, Any]:
-    """A channel pointer's checked fields (with ``_root`` and ``_sha256``), judged as a node judges it against
-    ``root`` (already updated: :func:`update_root`) and ``prev``, the entry the node trusts for the channel
-    (``{"version", "sha256"}``, None for none): Rejected with the reason otherwise. Pure: no I/O; the node
-    (:meth:`Trusted.check`) and the controller before every write (tritonops.release.publish) call it."""
+                  now: float | None = None, store_name: str | None = None) -> Checked:
+    """A channel pointer judged as a node judges it against ``root`` (already updated: :func:`update_root`)
+    and ``prev``, the entry the node trusts for the channel (``{"version", "sha256"}``, None for none): its
+    checked fields with the root and sha256 (:class:`Checked`); Rejected with the reason otherwise. Pure: no
+    I/O; the node (:meth:`Trusted.check`) and the controller before every write (tritonops.release.publish)
+    call it."""
     if root.expired(now):  # after the update loop, however the root was reached (TUF 5.3.10): freeze
         raise Rejected("expired", f"{where}: root version {root.version} expired at "
                                   f"{trust.format_time(root.expires or 0)}; nothing new is applied, the gated "
                                   "release keeps serving (the store needs tritonops release root rotate)")
     try:
-        signed = pointer_fields(trust.verify(raw, "channel", root, where, "channel"), where)
+        signed = records.parse_pointer(trust.verify(raw, "channel", root, where, "channel"), where)
     except ReleaseError as e:
         raise Rejected("signature", str(e)) from None
     if signed["channel"] != channel:
@@ -203,28 +181,27 @@ def check_pointer(raw: bytes, channel: str, root: trust.Root, prev: dict[str, An
     if trust.expired(signed, now):
         raise Rejected("expired", f"{where}: expired at {signed['expires']} (version {signed['version']}); "
                                   "the gated release keeps serving (the channel needs tritonops release refresh)")
-    signed["_root"] = root
-    signed["_sha256"] = sha
-    return signed
+    return Checked(signed, root, sha)
 
 
 class Trusted:
-    """The root and the per-channel pointer versions this node trusts, kept in ``<releases>/.trusted.json``."""
+    """The root and the per-channel pointer versions this node trusts: ``root`` (the --trusted-key files'
+    implicit root at first), then the record ``state`` (``<releases>/.trusted.json``'s bytes, None for none;
+    :meth:`serialize` writes it) read at ``where``."""
 
-    def __init__(self, releases: Path, trusted_keys: list[Path], store_name: str | None = None) -> None:
-        self.path = Path(releases) / TRUSTED_FILE
+    def __init__(self, root: trust.Root, store_name: str | None = None, state: bytes | None = None,
+                 where: str = "") -> None:
         self.store_name = store_name  # --store-name: the name every root and pointer must carry
-        self.root = trust.implicit_root(trusted_keys)  # a bad key: UsageError (exit 2)
+        self.root = root
         self.channels: dict[str, dict[str, Any]] = {}
         self.dirty = False
         self.resets: list[str] = []  # what a root rotation made the node forget (the agent logs it)
-        if self.path.exists() or self.path.is_symlink():
-            self._load()
+        if state is not None:
+            self._parse(state, where)
 
-    def _load(self) -> None:
-        where = str(self.path)
+    def _parse(self, state: bytes, where: str) -> None:
         try:
-            doc = json.loads(read_bounded(self.path, TRUSTED_MAX).decode("utf-8"))
+            doc = json.loads(state.decode("utf-8"))
         except (ValueError, RecursionError):
             raise ReleaseError(f"{where}: not valid JSON; the node's trusted metadata is damaged (remove the "
                                "file to trust the --trusted-key files again, losing rollback protection)") from None
@@ -235,16 +212,15 @@ class Trusted:
             if root.version >= 1:
                 self.root = root
         for name, c in doc.get("channels", {}).items():
-            if not isinstance(c, dict) or not _int(c.get("version"), 1):
+            if not isinstance(c, dict) or not records.is_int(c.get("version"), 1):
                 raise ReleaseError(f"{where}: channels.{name}.version is not an integer >= 1")
             self.channels[str(name)] = dict(c)
 
-    def save(self) -> None:
-        """Write the state atomically (the caller holds the node folder's lock)."""
+    def serialize(self) -> str:
+        """The record :meth:`__init__` parses (the caller writes it atomically, under the node folder's lock)."""
         doc = {"root": self.root.raw.decode() if self.root.version >= 1 and self.root.raw else None,
                "channels": self.channels}
-        write_atomic(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        self.dirty = False
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
     def expired(self, channel: str, now: float | None = None) -> bool:
         """The pointer trusted for ``channel``, or the trusted root, has expired (freeze: nothing new is applied)."""
@@ -259,25 +235,31 @@ class Trusted:
             return f"version {c['version']} expired at {c['expires']}"
         return None
 
-    def check(self, raw: bytes, channel: str, store: Store, where: str, now: float | None = None) -> dict[str, Any]:
-        """The pointer's checked fields, once it may be acted on; Rejected (or StoreError: a root could
-        not be read, try again) otherwise. Nothing is remembered until :meth:`accept`, but a root rotation
-        the pointer names (each version verified) is, even when it has expired (``dirty``: save it).
-
-        The fetching is here; the deciding is :func:`update_root` and :func:`check_pointer`, pure functions
-        of bytes already read that the controller runs too before it writes anything."""
+    def roots_needed(self, raw: bytes, where: str) -> range:
+        """The root versions past the trusted one that the pointer ``raw`` names (at most ROOTS_PER_POINTER):
+        the caller reads ``root/<N>.json`` for each, in order, and hands the bytes to :meth:`check`.
+        :class:`Unreadable` for what is not a pointer, Rejected (``signature``) past the bound."""
         try:
-            signed = unverified(raw, where)
+            want = unverified(raw, where)["root_version"]
         except StoreError as e:
             raise Unreadable(str(e)) from None
-        want = signed["root_version"]
-        if want > self.root.version:
-            if want - self.root.version > ROOTS_PER_POINTER:
-                raise Rejected("signature", f"{where}: root_version {want} is more than {ROOTS_PER_POINTER} "
-                                            f"versions past the trusted root {self.root.version}")
-            raws = [store.get(root_key(n), limit=ROOT_MAX) or b""  # StoreError: the caller retries
-                    for n in range(self.root.version + 1, want + 1)]
-            self.rotate(update_root(self.root, raws, where))
+        if want - self.root.version > ROOTS_PER_POINTER:
+            raise Rejected("signature", f"{where}: root_version {want} is more than {ROOTS_PER_POINTER} "
+                                        f"versions past the trusted root {self.root.version}")
+        return range(self.root.version + 1, want + 1)
+
+    def check(self, raw: bytes, channel: str, roots: Sequence[bytes], where: str,
+              now: float | None = None) -> Checked:
+        """The pointer judged once it may be acted on; Rejected otherwise. ``roots``: the bytes of each root
+        version :meth:`roots_needed` names, as read. Nothing is remembered until :meth:`accept`, but a root
+        rotation the pointer names (each version verified) is, even when it has expired (``dirty``: save it).
+
+        The deciding is :func:`update_root` and :func:`check_pointer`, pure functions of bytes already read
+        that the controller runs too before it writes anything."""
+        if len(roots) != len(self.roots_needed(raw, where)):
+            raise ValueError(f"{where}: check needs the bytes of every root version roots_needed names")
+        if roots:
+            self.rotate(update_root(self.root, list(roots), where))
         return check_pointer(raw, channel, self.root, self.channels.get(channel), where, now, self.store_name)
 
     def rotate(self, root: trust.Root) -> None:
@@ -293,17 +275,16 @@ class Trusted:
             self.channels = {}
         self.root, self.dirty = root, True
 
-    def accept(self, channel: str, pointer: dict[str, Any]) -> bool:
+    def accept(self, channel: str, checked: Checked) -> bool:
         """Trust a pointer :meth:`check` passed (and the root it was verified with); True when that changed
-        the state (then :meth:`save` it)."""
-        root = pointer.pop("_root", None)
-        sha = pointer.pop("_sha256", None)
+        the state (then :meth:`serialize` and write it)."""
+        pointer, root = checked.pointer, checked.root
         entry = {"version": pointer["version"], "digest": pointer["digest"], "release": pointer["release"],
-                 "expires": pointer["expires"], "sha256": sha}
+                 "expires": pointer["expires"], "sha256": checked.sha256}
         if "rollout" in pointer:  # signed with it: the drift check decides by it as the agent does (rollout.decide)
             entry["rollout"] = pointer["rollout"]
         changed = False
-        if isinstance(root, trust.Root) and root.version > self.root.version:
+        if root.version > self.root.version:
             self.rotate(root)
             changed = True
         if self.channels.get(channel) != entry:

@@ -221,7 +221,3 @@ def decide(pointer: Mapping[str, Any], agent_id: str, groups: list[str] | tuple[
                f"agent, with nothing gated, takes {pointer['release']} "
                f"({'halted, ' if ro['halted'] else ''}{place})")
     return Decision(serve, why, targeted, ro["id"], str(ro["wave"]), "" if first is None else str(first), held)
-
-
-def report_key(channel: str, agent_id: str) -> str:
-    return f"reports/{channel}/{agent_id}.json"

@@ -1,10 +1,11 @@
 """Triton's command line, built once: the pods (``tritonops.k8s.stacks.triton.workload``), ``tritonops serve`` and the
 tests (``tritonops.triton.server``) and the edge role (the ``tritonops.triton.tritonserver_args`` lookup
-behind ``roles/triton_server/templates/tritonserver-args.j2``) all call :func:`triton_args`.
+behind ``roles/triton_server/templates/tritonserver-args.j2``) all call :func:`triton_args` with the
+:func:`settings` of their deployment kind, a row of :data:`PROFILES`.
 
-A setting left at None is a flag left out (Triton's own default); each site sets what it has always set.
-Standard library only: the CrossGuard pack (``policies/tritonops``) imports :data:`RESTRICTED_APIS` from
-here, and the lookup imports this module inside Ansible.
+A setting left at None is a flag left out (Triton's own default). Standard library only: the lookup
+imports this module inside Ansible. The parser that reads a command line back, the default ports and the
+restricted APIs are :mod:`tritonops.core.triton_cli`'s (the node agent and the CrossGuard pack read them).
 
 The admin key is never a value here: ``admin_key_ref`` is how the site names it where Triton starts, the
 pods' ``$(TRITON_ADMIN_KEY)`` (the kubelet expands it from a Secret). The edge keeps the whole admin
@@ -17,11 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Admin APIs that only callers with the header secret may use; inference, health and metadata stay open.
-RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
+from tritonops.core.triton_cli import GRPC_PORT, HTTP_PORT, METRICS_PORT, RESTRICTED_APIS, RESTRICTED_FLAGS
+from tritonops.core.triton_http import DEFAULT_HEADER
+
 RESTRICTED = ",".join(RESTRICTED_APIS)
-# Triton's names of the restriction over HTTP and over gRPC.
-RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
+# The facts the roles' defaults read through the lookup's terms (``query`` gives a list's elements).
+FACTS: dict[str, Any] = {"http_port": HTTP_PORT, "grpc_port": GRPC_PORT, "metrics_port": METRICS_PORT,
+                         "admin_header": DEFAULT_HEADER, "restricted_apis": list(RESTRICTED_APIS)}
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,32 @@ class TritonSettings:
     pinned_memory_pool_bytes: int | None = None
     model_load_gpu_limit: tuple[float, ...] = ()  # one fraction per GPU
     extra_args: tuple[str, ...] = ()
+
+
+# Which flags each deployment kind sets itself, whatever its site passes: one row per kind (:func:`settings`).
+PROFILES: dict[str, dict[str, Any]] = {
+    # The Kubernetes pods (k8s/stacks/triton/workload.py): every model ships a complete config.pbtxt (no
+    # auto-complete), a pod that fails to load exits for Kubernetes to restart, logs in ISO 8601.
+    "pod": {"strict_model_config": True, "strict_readiness": True, "exit_on_error": True,
+            "http": Listener(port=HTTP_PORT), "grpc": Listener(port=GRPC_PORT),
+            "metrics": Listener(enabled=True, port=METRICS_PORT), "gpu_metrics": True, "cpu_metrics": True,
+            "exit_timeout_secs": 30, "log_format": "ISO8601"},
+    # The edge unit (roles/triton_server through the tritonserver_args lookup): the role's variables set the rest.
+    "edge": {},
+    # ``tritonops serve`` and the tests (triton/server.py): a model that fails to load stops the server ...
+    "serve": {"exit_on_error": True},
+    # ... but in explicit mode, where a later load may fix it.
+    "serve-explicit": {"exit_on_error": False},
+}
+
+
+def settings(profile: str, **site: Any) -> TritonSettings:
+    """The settings of a deployment kind (a :data:`PROFILES` row) with what its site passes."""
+    fixed = PROFILES[profile]
+    both = sorted(set(fixed) & set(site))
+    if both:
+        raise ValueError(f"profile {profile!r} sets {', '.join(both)} itself")
+    return TritonSettings(**fixed, **site)
 
 
 def _flag(name: str, value: object) -> list[str]:
@@ -206,8 +235,8 @@ def settings_from_options(options: Mapping[str, object], admin_only: bool = Fals
     def listener(name: str) -> Listener:
         return Listener(o.get(f"{name}_enabled"), o.get(f"{name}_address"), o.get(f"{name}_port"))
 
-    return TritonSettings(
-        model_repository=o.get("model_repository", ""), backend_directory=o.get("backend_directory"),
+    return settings(
+        "edge", model_repository=o.get("model_repository", ""), backend_directory=o.get("backend_directory"),
         model_control_mode=o.get("model_control_mode"), load_models=o.get("load_models", ()),
         model_config_name=o.get("model_config_name", ""), strict_readiness=o.get("strict_readiness"),
         exit_timeout_secs=o.get("exit_timeout_secs"), http=listener("http"), grpc=listener("grpc"),

@@ -35,7 +35,7 @@ from types import FrameType
 
 import tritonclient.http as httpclient
 
-from tritonops.triton.args import Listener, TritonSettings, triton_args
+from tritonops.triton.args import Listener, settings, triton_args
 from tritonops.versions import NUMPY_VERSION
 
 
@@ -238,12 +238,12 @@ def start(
     workdir = workdir or Path(tempfile.mkdtemp(prefix="tritonops-server-"))
     backends = install.backend_dir(workdir / "backends")
     ports = [free_port() for _ in range(3)]
-    args = [str(install.binary), *triton_args(TritonSettings(
+    args = [str(install.binary), *triton_args(settings(
+        "serve-explicit" if model_control_mode == "explicit" else "serve",
         model_repository=str(Path(repository).absolute()),  # a symlink stays one (release switches)
         backend_directory=str(backends),
         model_control_mode=model_control_mode,
         load_models=tuple(load_models),
-        exit_on_error=model_control_mode != "explicit",
         http=Listener(address="127.0.0.1", port=ports[0]),
         grpc=Listener(address="127.0.0.1", port=ports[1]),
         metrics=Listener(address="127.0.0.1", port=ports[2]),  # loopback, as HTTP and gRPC

@@ -2,7 +2,7 @@
 
 Checks, in order: server live and ready; each model (all of them, or the ones named) READY; each
 model's golden inference answers within tolerance; the metrics endpoint serves the ``nv_inference_*``
-families. Works over HTTP (``http://host:8000``) and gRPC (``grpc://host:8001``, ``grpcs://`` for TLS).
+families. Works over HTTP (``http://host:port``) and gRPC (``grpc://host:port``, ``grpcs://`` for TLS).
 """
 
 from __future__ import annotations
@@ -23,21 +23,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonops.core.names import GOLDEN_FILE
+from tritonops.core.triton_cli import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from tritonops.model_repo.golden import Golden, compare
+from tritonops.observability import metrics as m
 from tritonops.triton.admin import client_headers
 
 # Families Triton exports once a model has been loaded (names from Triton's metrics documentation).
 EXPECTED_FAMILIES = (
-    "nv_inference_request_success",
-    "nv_inference_request_failure",
-    "nv_inference_count",
-    "nv_inference_exec_count",
-    "nv_inference_request_duration_us",
-    "nv_inference_queue_duration_us",
-    "nv_inference_compute_input_duration_us",
-    "nv_inference_compute_infer_duration_us",
-    "nv_inference_compute_output_duration_us",
-    "nv_inference_pending_request_count",
+    m.REQUEST_SUCCESS, m.REQUEST_FAILURE, m.INFERENCE_COUNT, m.EXEC_COUNT, m.REQUEST_DURATION_US,
+    m.QUEUE_DURATION_US, m.COMPUTE_INPUT_US, m.COMPUTE_INFER_US, m.COMPUTE_OUTPUT_US, m.PENDING,
 )
 
 
@@ -77,7 +71,7 @@ class Endpoint:
         if parts.scheme not in ("http", "https", "grpc", "grpcs") or not parts.hostname:
             raise ValueError(f"{url!r}: expected http://HOST:PORT or grpc://HOST:PORT")
         proto: Literal["http", "grpc"] = "grpc" if parts.scheme.startswith("grpc") else "http"
-        port = parts.port or (8001 if proto == "grpc" else 8000)
+        port = parts.port or (GRPC_PORT if proto == "grpc" else HTTP_PORT)
         return cls(proto, f"{parts.hostname}:{port}", parts.scheme in ("https", "grpcs"), **kw)
 
     @property
@@ -174,7 +168,7 @@ def smoke(
     ``repository`` is a local copy of the model repository (the release deployed there): it supplies
     each model's golden.json and, when ``models`` is empty, the list of models to expect. Without it
     the list comes from the server's repository index (pass the admin ``headers`` on a hardened server).
-    ``metrics_url`` defaults to port 8002 on the same host.
+    ``metrics_url`` defaults to Triton's metrics port on the same host.
     """
     endpoint = Endpoint.parse(url, headers=dict(headers or {}), ca=ca, cert=cert, key=key)
     client = endpoint.client()
@@ -214,7 +208,7 @@ def smoke(
             golden = Golden.load(golden_path)
             checks.append(_timed("golden", name, golden_inference, client, endpoint, name, golden))
 
-    murl = metrics_url or f"http://{endpoint.host}:8002/metrics"
+    murl = metrics_url or f"http://{endpoint.host}:{METRICS_PORT}/metrics"
 
     def metrics() -> str | None:
         missing = [f for f in EXPECTED_FAMILIES if f not in metrics_families(murl)]

@@ -41,7 +41,7 @@ from devkit import triton_image
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest as manifests
 from tritonops.release_format import signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -280,7 +280,7 @@ def test_6_a_new_publish_reaches_the_running_pod(played: Played) -> None:
 def test_7_a_tampered_release_never_reaches_triton(played: Played) -> None:
     # Upload r3 without moving the channel, replace one of its files in the store, then move the channel.
     out = played.publish("r3", {"mlp/1/model.py": "\n# release 3\n"}, channel=None)
-    files = manifests.parse(Store(str(played.store.folder)).get(f"releases/{out['digest']}/manifest.json") or b"",
+    files = manifests.parse(open_store(str(played.store.folder)).get(f"releases/{out['digest']}/manifest.json") or b"",
                             "manifest")
     (played.store.folder / "blobs" / "sha256" / files["mlp/1/model.py"]).write_bytes(b"import os  # tampered\n")
     played.publish("r3")

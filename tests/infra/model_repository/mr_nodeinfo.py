@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 from node_helpers import host_name, inventory_vars, node_address  # noqa: F401 - re-exported to the tests
+from tritonops.core.triton_cli import HTTP_PORT
+from tritonops.core.triton_http import DEFAULT_HEADER
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,8 +44,8 @@ def node_vars(host: Any, config: Any) -> dict[str, Any]:
         "releases": get("model_repository_releases_dir", os.path.dirname(link) + "/releases"),
         "group": get("triton_server_group", ts["triton_server_group"]),
         "user": get("triton_server_user", ts["triton_server_user"]),
-        "port": int(get("triton_server_http_port", ts["triton_server_http_port"])),
-        "header": get("triton_server_admin_header", ts["triton_server_admin_header"]),
+        "port": int(get("triton_server_http_port", HTTP_PORT)),
+        "header": get("triton_server_admin_header", DEFAULT_HEADER),
         "secret": get("triton_server_admin_secret", ""),
         "keep": int(get("model_repository_keep_releases", 3)),
         "source": get("model_repository_local_path", "") if v.get("model_repository_source", "local") == "local" else "",

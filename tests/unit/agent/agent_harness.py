@@ -109,9 +109,11 @@ class StoreUnderTest:
 
     def _s3(self) -> tuple[object, str]:
         import boto3
-        from tritonops.stores.reader import Store
+        from tritonops.stores import open_store
+        from tritonops.stores.s3 import S3Store
 
-        store = Store(self.url)
+        store = open_store(self.url)
+        assert isinstance(store, S3Store)
         return boto3.client("s3"), store.prefix
 
     def tamper(self, sha256: str, data: bytes) -> None:

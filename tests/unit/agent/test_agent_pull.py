@@ -26,15 +26,15 @@ from tritonops.core.errors import ReleaseError
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
 from tritonops.release_format.golden_gate import read_golden
-from tritonops.stores.reader import Store, sigv4_headers
+from tritonops.stores import open_store
+from tritonops.stores.aws_credentials import sigv4_headers
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
-    rogue, _ = signing.keygen(d / "rogue.key", d / "rogue.pub")
-    return {"key": key, "pub": pubkey, "rogue": rogue}
+def rogue_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private key no node trusts."""
+    d = tmp_path_factory.mktemp("rogue")
+    return signing.keygen(d / "rogue.key", d / "rogue.pub")[0]
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -72,7 +72,7 @@ def store_kind(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
 def _agent(tmp_path: Path, store: str, keys: dict[str, Path], name: str = "node") -> Agent:
     root = tmp_path / name
     (root / "releases").mkdir(parents=True, exist_ok=True)
-    return Agent(Store(store), "stable", root / "models", root / "releases", [keys["pub"]], log=lambda m: None)
+    return Agent(open_store(store), "stable", root / "models", root / "releases", [keys["pub"]], log=lambda m: None)
 
 
 def test_publish_then_poll_installs_switches_and_marks(tmp_path: Path, keys: dict[str, Path],
@@ -109,14 +109,14 @@ def test_second_release_downloads_only_what_changed(tmp_path: Path, keys: dict[s
 
 
 def test_a_release_signed_by_another_key_is_refused_before_any_file_is_fetched(
-        tmp_path: Path, keys: dict[str, Path], store_kind: StoreUnderTest) -> None:
+        tmp_path: Path, keys: dict[str, Path], rogue_key: Path, store_kind: StoreUnderTest) -> None:
     store = store_kind.url
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
     agent = _agent(tmp_path, store_kind.reader(), keys)
     agent.poll()
     before = agent.store.requests
     # The pointer's signature is good (a channel key), the manifest's is not: refused before any blob.
-    pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", keys["rogue"], target="cpu", version="r2",
+    pub.publish(release_source(tmp_path, "b", "evil"), store, "stable", rogue_key, target="cpu", version="r2",
                 channel_keys=[keys["key"]])
     store_kind.settle()
     result = agent.poll()
@@ -172,7 +172,7 @@ def test_a_reused_release_id_is_refused_by_publish_and_by_the_node(tmp_path: Pat
     other = store_kind.other("other-store")  # its pointer version 2 (> the 1 this node trusts): no rollback
     pub.publish(release_source(tmp_path, "c0", "zero"), other, "stable", keys["key"], target="cpu", version="r0")
     pub.publish(release_source(tmp_path, "c", "other"), other, "stable", keys["key"], target="cpu", version="r1")
-    agent.store = Store(store_kind.reader(other))
+    agent.store = open_store(store_kind.reader(other))
     result = agent.poll()
     assert (result["result"], result["step"]) == ("failed", "verify")
     assert "already installed with other content" in result["error"]
@@ -191,7 +191,7 @@ def test_rollback_and_promote_move_pointers_with_history(tmp_path: Path, keys: d
     assert pub.promote(store, "stable", "canary", keys=keys["key"])["release"] == "r1"
     with pytest.raises(ReleaseError, match="channel 'nope' does not exist"):
         pub.promote(store, "nope", "stable", keys=keys["key"])
-    assert pub.read_pointer(pub.Writer(store), "stable")["version"] == 3  # type: ignore[index]  # r1, r2, r1
+    assert pub.read_pointer(pub.open_writer(store), "stable")["version"] == 3  # type: ignore[index]  # r1, r2, r1
 
 
 def _switched_in_ungated(tmp_path: Path, keys: dict[str, Path]) -> Agent:
@@ -319,7 +319,7 @@ def test_the_shipped_zipapp_syncs_a_release_with_python_3_10(tmp_path: Path, key
     assert json.loads(out.stdout)["release"] == "r1"
     assert os.readlink(tmp_path / "node" / "models") == "releases/r1"
     # and the SigV4 path (datetime, hmac) imports and signs on that interpreter
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tritonops_agent.stores.reader import sigv4_headers; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tritonops_agent.stores.aws_credentials import sigv4_headers; "
             "print(sigv4_headers('https://b.s3.us-east-1.amazonaws.com/k', 'us-east-1', "
             "env={'AWS_ACCESS_KEY_ID': 'a', 'AWS_SECRET_ACCESS_KEY': 'b'})['Authorization'][:16])")
     sig = subprocess.run([str(_oldest_python()), "-I", "-c", code, str(agent)], capture_output=True, text=True)

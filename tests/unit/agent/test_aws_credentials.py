@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tritonops.stores import aws_credentials as ac
-from tritonops.stores.reader import sigv4_headers
+from tritonops.stores.aws_credentials import sigv4_headers
 
 T0 = 1_800_000_000.0  # 2027-01-15
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

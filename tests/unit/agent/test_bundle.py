@@ -35,7 +35,7 @@ def test_the_zipapp_holds_the_node_packages_and_nothing_else() -> None:
     expected = {f"tritonops_agent/{sub}/{p.name}" for sub in ("agent", "core", "release_format", "stores")
                 for p in (INFRA / sub).glob("*.py") if p.name != "__main__.py"}
     assert {"tritonops_agent/core/errors.py", "tritonops_agent/core/keys.py", "tritonops_agent/agent/cli.py",
-            "tritonops_agent/release_format/trust.py", "tritonops_agent/stores/reader.py"} <= expected
+            "tritonops_agent/release_format/trust.py", "tritonops_agent/stores/http.py"} <= expected
     assert set(names) == expected | {"tritonops_agent/__init__.py", "__main__.py"}
 
 

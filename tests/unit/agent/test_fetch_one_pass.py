@@ -17,7 +17,7 @@ from tritonops.core.errors import ReleaseError
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -40,7 +40,7 @@ def test_a_fetch_hashes_each_file_once_cold_or_warm(tmp_path: Path, monkeypatch:
     read = _counting(monkeypatch)
 
     def pod(name: str) -> dict:
-        agent = Agent(Store(str(tmp_path / "store")), "stable", tmp_path / name / "models", tmp_path / name / "releases",
+        agent = Agent(open_store(str(tmp_path / "store")), "stable", tmp_path / name / "models", tmp_path / name / "releases",
                       [pubkey], cache=tmp_path / "cache", log=lambda m: None)
         return agent.sync()
 

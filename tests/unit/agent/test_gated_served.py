@@ -39,9 +39,9 @@ from tritonops.agent.pull import Agent
 from tritonops.core import fsio
 from tritonops.core.triton_http import Triton
 from tritonops.release import publish as pub
-from tritonops.release_format import manifest, signing
+from tritonops.release_format import manifest
 from tritonops.release_format.golden_gate import golden_gate
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 TIMEOUTS = ["--load-timeout", "5", "--golden-timeout", "5"]
 
@@ -140,13 +140,6 @@ def _key(inputs: dict[str, Any]) -> str:
     return json.dumps({n: [t["datatype"], t["shape"], t["data"]] for n, t in sorted(inputs.items())})
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
-    return {"key": key, "pub": pubkey}
-
-
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
     root = tmp_path / "node"
@@ -157,7 +150,7 @@ def node(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _agent(node: dict[str, Any], keys: dict[str, Path], triton: bool = True) -> Agent:
-    return Agent(Store(node["store"]), "stable", node["link"], node["releases"], [keys["pub"]],
+    return Agent(open_store(node["store"]), "stable", node["link"], node["releases"], [keys["pub"]],
                  triton=Triton(node["triton"].url) if triton else None, log=lambda m: None,
                  load_timeout=5, golden_timeout=5)
 
@@ -199,7 +192,7 @@ def test_a_kill_after_a_failed_load_then_the_channel_moved_back_reloads_and_gate
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert fake.serves()["mlp"] == "r1", fake.serves()  # r1's model again, not the refused one kept in memory
     assert json.loads(rerun.stdout)["result"] in ("not_modified", "unchanged")  # gated at start: nothing re-applied
-    assert releases.state(node["releases"])["digest"] == pub.read_pointer(Store(node["store"]), "stable")["digest"]  # type: ignore[index]
+    assert releases.state(node["releases"])["digest"] == pub.read_pointer(open_store(node["store"]), "stable")["digest"]  # type: ignore[index]
     st = releases.status(node["link"], node["releases"])
     assert (st["active"], st["current"], st["served"]) == ("r1", "r1", True)
     assert golden_gate(Triton(fake.url), node["releases"] / "r1", ["mlp"], timeout=5)["ok"]
@@ -443,7 +436,7 @@ def test_with_a_real_triton_the_rerun_after_a_kill_serves_the_old_release_again(
         url = f"http://{srv.http_url}"
         node = {"link": root / "models", "releases": root / "releases", "store": store,
                 "triton": type("T", (), {"url": url})()}
-        agent = Agent(Store(store), "stable", root / "models", root / "releases", [keys["pub"]],
+        agent = Agent(open_store(store), "stable", root / "models", root / "releases", [keys["pub"]],
                       triton=Triton(url), log=lambda m: None, load_timeout=120, golden_timeout=60)
         assert agent.poll()["result"] == "applied"
         src = release_source(tmp_path, "r2")

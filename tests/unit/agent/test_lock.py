@@ -27,20 +27,14 @@ from tritonops.core import lock
 from tritonops.core.names import MANIFEST_FILE
 from tritonops.release import publish as pub
 from tritonops.release import push
-from tritonops.release_format import manifest, signing
-from tritonops.stores.reader import Store
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
-    return {"key": key, "pub": pubkey}
+from tritonops.release_format import manifest
+from tritonops.stores import open_store
+from tritonops.stores.folder import FolderStore
 
 
 def _agent(node: Path, store: str, keys: dict[str, Path]) -> Agent:
     (node / "releases").mkdir(parents=True, exist_ok=True)
-    return Agent(Store(store), "stable", node / "models", node / "releases", [keys["pub"]], log=lambda m: None)
+    return Agent(open_store(store), "stable", node / "models", node / "releases", [keys["pub"]], log=lambda m: None)
 
 
 def _push(tmp_path: Path, release: str, note: str, releases_dir: Path) -> Path:
@@ -55,13 +49,13 @@ def test_two_agents_at_once_on_one_node_folder_both_apply_and_refuse_nothing(
         tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
     pub.publish(release_source(tmp_path, "a"), store, "stable", keys["key"], target="cpu", version="r1")
-    real = Store.download
+    real = FolderStore.download
 
-    def slow(self: Store, key: str, dest: Path, sha256: str, size: int) -> int:
+    def slow(self: FolderStore, key: str, dest: Path, sha256: str, size: int) -> int:
         time.sleep(0.03)  # both agents are mid-fetch at once
         return real(self, key, dest, sha256, size)
 
-    monkeypatch.setattr(Store, "download", slow)
+    monkeypatch.setattr(FolderStore, "download", slow)
     node = tmp_path / "node"
     agents = [_agent(node, store, keys), _agent(node, store, keys)]
     results: list[Any] = [None, None]

@@ -32,9 +32,9 @@ from tritonops.core.triton_http import Triton
 from tritonops.release import canary
 from tritonops.release import publish as pub
 from tritonops.release import status as release_status
-from tritonops.release_format import manifest, signing
+from tritonops.release_format import manifest
+from tritonops.stores import Store, open_store
 from tritonops.stores import aws_credentials as ac
-from tritonops.stores.reader import Store
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 TRICKLE = 0.1  # seconds between two bytes of a trickling server
@@ -120,13 +120,6 @@ def _trickle(h: Any, data: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
-    return {"key": key, "pub": pubkey, "dir": d}
-
-
-@pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
     """A folder store holding release r1 on channel stable (served read-only by the tests' servers)."""
     d = tmp_path_factory.mktemp("mirror")
@@ -159,7 +152,7 @@ def test_an_endless_blob_of_a_stated_length_fails_fast(tmp_path: Path, serve: Ca
     srv = serve(endless)
     start = time.monotonic()
     with pytest.raises(StoreError, match=r"blobs/sha256/ab: the answer is larger than the 1235 bytes allowed"):
-        Store(srv.url).download("blobs/sha256/ab", tmp_path / "out", "ab" * 32, size=1235)
+        open_store(srv.url).download("blobs/sha256/ab", tmp_path / "out", "ab" * 32, size=1235)
     assert time.monotonic() - start < 1.0
     assert not (tmp_path / "out").exists()
 
@@ -168,7 +161,7 @@ def test_an_endless_blob_ends_at_its_signed_length_long_before_the_deadline(
         tmp_path: Path, serve: Callable[..., Server], mirror: Path, keys: dict[str, Path]) -> None:
     # The manifest states each file's length (issue 21 item 1): that, not the 30 s deadline, ends it.
     srv = serve(_mirror_with(mirror, endless), directory=mirror)
-    agent = _agent(tmp_path, Store(srv.url, blob_timeout=30.0), keys)
+    agent = _agent(tmp_path, open_store(srv.url, blob_timeout=30.0), keys)
     start = time.monotonic()
     out = agent.poll()
     assert (out["result"], out["step"], out["class"]) == ("failed", "verify", "refused")  # more than was signed
@@ -205,7 +198,7 @@ def test_a_trickling_server_ends_at_the_deadline(serve: Callable[..., Server], m
     start = time.monotonic()
     with pytest.raises(ReleaseError, match=r"no complete answer within the 0.5s deadline"):
         if reader == "store":
-            Store(srv.url, timeout=0.5).get("channels/stable.json")
+            open_store(srv.url, timeout=0.5).get("channels/stable.json")
         elif reader == "triton":
             Triton(srv.url, timeout=0.5).index()
         else:
@@ -261,7 +254,7 @@ def test_an_s3_endpoint_redirecting_to_another_origin_never_sends_it_credentials
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "session-token")
-    store = Store("s3://bucket/prefix", s3_endpoint=endpoint.url)
+    store = open_store("s3://bucket/prefix", s3_endpoint=endpoint.url)
     with pytest.raises(StoreError, match=rf"redirected to {other.url}/bucket/prefix/channels/stable.json, "
                                          r"another origin: not followed"):
         store.get("channels/stable.json")
@@ -292,7 +285,7 @@ def test_a_redirect_within_the_origin_is_followed(serve: Callable[..., Server], 
             http.server.SimpleHTTPRequestHandler.do_GET(h)
 
     srv = serve(answer, directory=mirror.parent)
-    agent = _agent(tmp_path, Store(f"{srv.url}/old"), keys)
+    agent = _agent(tmp_path, open_store(f"{srv.url}/old"), keys)
     out = agent.poll()
     assert (out["result"], out["release"]) == ("applied", "r1")
     assert all(path.startswith("/old/") or path.startswith("/store/") for path, _ in srv.seen)
@@ -303,7 +296,7 @@ def test_a_redirect_within_the_origin_is_followed(serve: Callable[..., Server], 
 
 def test_ready_turns_false_after_missed_polls_and_back_when_one_completes(
         tmp_path: Path, mirror: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    agent = _agent(tmp_path, Store(str(mirror)), keys, missed_polls=2)
+    agent = _agent(tmp_path, open_store(str(mirror)), keys, missed_polls=2)
     stuck, release = threading.Event(), threading.Event()
     real_get = agent.store.get
 

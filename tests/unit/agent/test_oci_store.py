@@ -22,7 +22,7 @@ from tritonops.core.errors import StoreError, UsageError
 from tritonops.core.exitcodes import ExitCode
 from tritonops.core.keys import blob_key
 from tritonops.stores import oci_api as oci
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 from typer.testing import CliRunner
 
 POINTER = b'{"signed": {"type": "channel"}, "signatures": []}'
@@ -134,7 +134,7 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StandI
 
 
 def test_a_bearer_token_from_the_challenge_then_a_conditional_idle_poll(stand_in: StandIn) -> None:
-    store = Store(f"oci://{stand_in.host}/team/models")
+    store = open_store(f"oci://{stand_in.host}/team/models")
     assert store.get("channels/stable.json", conditional=True) == POINTER
     assert store.requests == 3 and stand_in.tokens == 1  # 401, the token, the manifest again
     token_query = next(p for s, p, _ in stand_in.seen if p.startswith("/token"))
@@ -144,7 +144,7 @@ def test_a_bearer_token_from_the_challenge_then_a_conditional_idle_poll(stand_in
 
 
 def test_a_blob_redirected_to_storage_gets_no_credentials(stand_in: StandIn, tmp_path: Path) -> None:
-    store = Store(f"oci://{stand_in.host}/team/models")
+    store = open_store(f"oci://{stand_in.host}/team/models")
     assert store.download(blob_key(SHA), tmp_path / "f", SHA, len(FILE)) == len(FILE)
     storage = [hdrs for server, _, hdrs in stand_in.seen if server == "storage"]
     assert storage and all("Authorization" not in h for h in storage)  # the presigned URL is its own auth
@@ -158,7 +158,7 @@ def test_an_endless_or_wrong_blob_is_refused_and_nothing_is_left(stand_in: Stand
                                                                   mode: str, error: str) -> None:
     stand_in.storage_mode = mode
     with pytest.raises(StoreError, match=error):
-        Store(f"oci://{stand_in.host}/team/models", blob_timeout=1).download(blob_key(SHA), tmp_path / "f", SHA,
+        open_store(f"oci://{stand_in.host}/team/models", blob_timeout=1).download(blob_key(SHA), tmp_path / "f", SHA,
                                                                             len(FILE))
     assert not (tmp_path / "f").exists()
 
@@ -168,7 +168,7 @@ def test_an_embedded_document_that_is_not_its_digest_is_refused(stand_in: StandI
     doc["layers"][0]["data"] = base64.b64encode(POINTER.replace(b"channel", b"chAnnel")).decode()
     stand_in.pointer_manifest = json.dumps(doc).encode()
     with pytest.raises(StoreError, match="data does not match its digest"):
-        Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
+        open_store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
 
 
 def test_wrong_credentials_are_said_as_such(stand_in: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,7 +177,7 @@ def test_wrong_credentials_are_said_as_such(stand_in: StandIn, tmp_path: Path, m
     monkeypatch.setenv("TRITONOPS_REGISTRY_AUTH", str(config))
     with pytest.raises(UsageError, match=rf"token service: HTTP 401 Unauthorized: the registry refused the "
                                          rf"credentials for {stand_in.host} in {config} \(TRITONOPS_REGISTRY_AUTH\)"):
-        Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
+        open_store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
 
 
 def _status(url: str) -> tuple[int, str]:
@@ -232,7 +232,7 @@ def test_auth_files_docker_config_and_a_basic_auth_folder(tmp_path: Path) -> Non
 @pytest.mark.parametrize("url", ["oci://reg.example", "oci://reg.example/Upper/case", "oci:///repo"])
 def test_a_bad_registry_url_is_a_usage_error(url: str) -> None:
     with pytest.raises(UsageError, match="expected oci://REGISTRY/REPOSITORY"):
-        Store(url)
+        open_store(url)
 
 
 def test_reports_are_not_kept_in_a_registry() -> None:
@@ -249,14 +249,14 @@ def test_ecr_credentials_from_get_authorization_token(stand_in: StandIn, moto_s3
                  ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_ECR", moto_s3)):
         monkeypatch.setenv(k, v)
     stand_in.basic = "AWS:123456789012-auth-token"  # what moto answers for its default account
-    store = Store(f"oci://{stand_in.host}/team/models")
+    store = open_store(f"oci://{stand_in.host}/team/models")
     assert store.get("channels/stable.json", conditional=True) == POINTER
     assert store.requests == 3  # 401, GetAuthorizationToken, the manifest again
     assert store.get("channels/stable.json", conditional=True) is None and store.requests == 4  # the token kept
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(StoreError, match="ECR auth needs AWS credentials"):
-        Store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
+        open_store(f"oci://{stand_in.host}/team/models").get("channels/stable.json")
 
 
 def test_the_ecr_request_signature_matches_botocore() -> None:

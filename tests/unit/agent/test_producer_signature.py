@@ -51,7 +51,7 @@ def _sign(repo: Path, private: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def signer_and_producer_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("keys")
     out = key_pairs(d, "release")
     out["producer"], out["producer.pub"] = _ec_pair(d, "producer")
@@ -60,19 +60,19 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _root(store: Path, keys: dict[str, Path], required: bool | None = True) -> dict[str, Any]:
-    return pub.write_root(str(store), {r: [keys["release.pub"]] for r in trust.ROLES}, [keys["release"]], first=True,
-                          trusted_keys=[keys["release.pub"]], name="fleet", producer_keys=[keys["producer.pub"]],
+def _root(store: Path, signer_and_producer_keys: dict[str, Path], required: bool | None = True) -> dict[str, Any]:
+    return pub.write_root(str(store), {r: [signer_and_producer_keys["release.pub"]] for r in trust.ROLES}, [signer_and_producer_keys["release"]], first=True,
+                          trusted_keys=[signer_and_producer_keys["release.pub"]], name="fleet", producer_keys=[signer_and_producer_keys["producer.pub"]],
                           require_model_signature=required)
 
 
-def _sync(tmp_path: Path, store: Path, keys: dict[str, Path]) -> subprocess.CompletedProcess:
+def _sync(tmp_path: Path, store: Path, signer_and_producer_keys: dict[str, Path]) -> subprocess.CompletedProcess:
     """The node: the shipped zipapp on the standard library only (-I -S: no site-packages, no cryptography)."""
     node = tmp_path / "node"
     (node / "releases").mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-I", "-S", str(keys["pyz"]), "sync", "--store", str(store), "--channel",
+    return subprocess.run([sys.executable, "-I", "-S", str(signer_and_producer_keys["pyz"]), "sync", "--store", str(store), "--channel",
                            "stable", "--store-name", "fleet", "--link", str(node / "models"), "--releases",
-                           str(node / "releases"), "--trusted-key", str(keys["release.pub"])],
+                           str(node / "releases"), "--trusted-key", str(signer_and_producer_keys["release.pub"])],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -97,18 +97,18 @@ def _forge_statement(repo: Path, name: str) -> None:
     (repo / "model.sig").write_text(json.dumps(bundle_doc))
 
 
-def test_a_requiring_root_is_signed_metadata_and_rotate_keeps_it(tmp_path: Path, keys: dict[str, Path]) -> None:
+def test_a_requiring_root_is_signed_metadata_and_rotate_keeps_it(tmp_path: Path, signer_and_producer_keys: dict[str, Path]) -> None:
     store = tmp_path / "store"
-    code, out = cli("release", "root", "init", "--store", store, "--name", "fleet", "--sign-with", keys["release"],
-                    "--trusted-key", keys["release.pub"], *[a for r in trust.ROLES for a in (f"--{r}-key",
-                                                                                              keys["release.pub"])],
-                    "--producer-key", keys["producer.pub"], "--require-model-signature")
+    code, out = cli("release", "root", "init", "--store", store, "--name", "fleet", "--sign-with", signer_and_producer_keys["release"],
+                    "--trusted-key", signer_and_producer_keys["release.pub"], *[a for r in trust.ROLES for a in (f"--{r}-key",
+                                                                                              signer_and_producer_keys["release.pub"])],
+                    "--producer-key", signer_and_producer_keys["producer.pub"], "--require-model-signature")
     assert code == 0 and "producer signatures required: 1 producer key(s)" in out, out
     root = trust.load_root((store / "root" / "1.json").read_bytes(), "root 1")
     assert root.require_model_signature and list(root.producer_keys) == [
-        producer.key_type(keys["producer.pub"].read_bytes(), "k", ReleaseError)[1]]
-    rotate = ("release", "root", "rotate", "--store", store, "--sign-with", keys["release"],
-              *[a for r in trust.ROLES for a in (f"--{r}-key", keys["release.pub"])])
+        producer.key_type(signer_and_producer_keys["producer.pub"].read_bytes(), "k", ReleaseError)[1]]
+    rotate = ("release", "root", "rotate", "--store", store, "--sign-with", signer_and_producer_keys["release"],
+              *[a for r in trust.ROLES for a in (f"--{r}-key", signer_and_producer_keys["release.pub"])])
     assert cli(*rotate)[0] == 0  # nothing said: the producer keys and the requirement carry over
     assert trust.load_root((store / "root" / "2.json").read_bytes(), "root 2").require_model_signature
     code, out = cli(*rotate, "--no-require-model-signature")
@@ -121,95 +121,95 @@ def test_a_requiring_root_is_signed_metadata_and_rotate_keeps_it(tmp_path: Path,
 
 
 def test_producer_keys_that_are_not_ec_public_keys_are_refused_naming_the_file(tmp_path: Path,
-                                                                               keys: dict[str, Path]) -> None:
-    base = ("release", "root", "init", "--store", tmp_path / "s", "--sign-with", keys["release"], "--trusted-key",
-            keys["release.pub"], *[a for r in trust.ROLES for a in (f"--{r}-key", keys["release.pub"])])
-    code, out = cli(*base, "--producer-key", keys["release.pub"])  # Ed25519: model_signing signs with EC keys
+                                                                               signer_and_producer_keys: dict[str, Path]) -> None:
+    base = ("release", "root", "init", "--store", tmp_path / "s", "--sign-with", signer_and_producer_keys["release"], "--trusted-key",
+            signer_and_producer_keys["release.pub"], *[a for r in trust.ROLES for a in (f"--{r}-key", signer_and_producer_keys["release.pub"])])
+    code, out = cli(*base, "--producer-key", signer_and_producer_keys["release.pub"])  # Ed25519: model_signing signs with EC keys
     assert code == 2 and "release.pub" in out and "EC P-256" in out, out
-    code, out = cli(*base, "--producer-key", keys["producer"])  # the private key
+    code, out = cli(*base, "--producer-key", signer_and_producer_keys["producer"])  # the private key
     assert code == 2 and "not a PEM public key" in out, out
     code, out = cli(*base, "--require-model-signature")
     assert code == 2 and "--producer-key" in out, out
     assert not (tmp_path / "s" / "root" / "1.json").exists()
 
 
-def test_nodes_install_only_what_a_root_producer_signed(tmp_path: Path, keys: dict[str, Path],
+def test_nodes_install_only_what_a_root_producer_signed(tmp_path: Path, signer_and_producer_keys: dict[str, Path],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
-    _root(store, keys)
-    out = pub.publish(_sign(release_source(tmp_path, "good"), keys["producer"]), str(store), "stable",
-                      keys["release"], target="cpu", version="r1")
+    _root(store, signer_and_producer_keys)
+    out = pub.publish(_sign(release_source(tmp_path, "good"), signer_and_producer_keys["producer"]), str(store), "stable",
+                      signer_and_producer_keys["release"], target="cpu", version="r1")
     assert "(root version 1)" in out["model_signature"]["producer_key"]
-    run = _sync(tmp_path, store, keys)
+    run = _sync(tmp_path, store, signer_and_producer_keys)
     assert run.returncode == 0, run.stderr
     assert os.readlink(tmp_path / "node" / "models") == "releases/r1"
 
     unsigned = release_source(tmp_path, "unsigned", "v2")
     with pytest.raises(ReleaseError, match="no producer signature.*nothing written"):
-        pub.publish(unsigned, str(store), "stable", keys["release"], target="cpu", version="r2")
-    rogue = _sign(release_source(tmp_path, "rogue", "v3"), keys["rogue"])
+        pub.publish(unsigned, str(store), "stable", signer_and_producer_keys["release"], target="cpu", version="r2")
+    rogue = _sign(release_source(tmp_path, "rogue", "v3"), signer_and_producer_keys["rogue"])
     with pytest.raises(ReleaseError, match="none of the root's 1 producer key"):
-        pub.publish(rogue, str(store), "stable", keys["release"], target="cpu", version="r3")
-    forged = _sign(release_source(tmp_path, "forged", "v4"), keys["producer"])
+        pub.publish(rogue, str(store), "stable", signer_and_producer_keys["release"], target="cpu", version="r3")
+    forged = _sign(release_source(tmp_path, "forged", "v4"), signer_and_producer_keys["producer"])
     _forge_statement(forged, "mlp/1/model.py")
-    changed = _sign(release_source(tmp_path, "changed", "v5"), keys["producer"])
+    changed = _sign(release_source(tmp_path, "changed", "v5"), signer_and_producer_keys["producer"])
     with (changed / "mlp" / "1" / "model.py").open("a") as f:
         f.write("\n# changed after signing\n")
     with pytest.raises(ReleaseError, match="differ from what the producer signed: mlp/1/model.py"):
-        pub.publish(changed, str(store), "stable", keys["release"], target="cpu", version="r5")
+        pub.publish(changed, str(store), "stable", signer_and_producer_keys["release"], target="cpu", version="r5")
 
     _unchecked(monkeypatch)  # the same releases, published by a controller that does not check
     for source, release, reason in ((unsigned, "r2", "no producer signature"),
                                     (rogue, "r3", "none of the root's 1 producer key"),
                                     (forged, "r4", "none of the root's 1 producer key"),
                                     (changed, "r5", "differ from what the producer signed: mlp/1/model.py")):
-        pub.publish(source, str(store), "stable", keys["release"], target="cpu", version=release)
-        run = _sync(tmp_path, store, keys)
+        pub.publish(source, str(store), "stable", signer_and_producer_keys["release"], target="cpu", version=release)
+        run = _sync(tmp_path, store, signer_and_producer_keys)
         assert run.returncode != 0 and reason in run.stdout + run.stderr, (release, run.stdout, run.stderr)
         assert "Traceback" not in run.stderr
         assert os.readlink(tmp_path / "node" / "models") == "releases/r1"  # still the signed one
         assert not (tmp_path / "node" / "releases" / release).exists()  # refused before install
 
 
-def test_a_model_sig_that_does_not_verify_is_never_published_silently(tmp_path: Path, keys: dict[str, Path]) -> None:
+def test_a_model_sig_that_does_not_verify_is_never_published_silently(tmp_path: Path, signer_and_producer_keys: dict[str, Path]) -> None:
     # a root that names producer keys without requiring them: unsigned passes, a forged model.sig does not
     store = tmp_path / "store"
-    _root(store, keys, required=False)
-    out = pub.publish(release_source(tmp_path, "plain"), str(store), "stable", keys["release"], target="cpu",
+    _root(store, signer_and_producer_keys, required=False)
+    out = pub.publish(release_source(tmp_path, "plain"), str(store), "stable", signer_and_producer_keys["release"], target="cpu",
                       version="r1")
     assert out["model_signature"] is None and out["model_signature_unverified"] is None
-    rogue = _sign(release_source(tmp_path, "rogue", "v2"), keys["rogue"])
+    rogue = _sign(release_source(tmp_path, "rogue", "v2"), signer_and_producer_keys["rogue"])
     with pytest.raises(ReleaseError, match="none of the root's 1 producer key.*nothing written"):
-        pub.publish(rogue, str(store), "stable", keys["release"], target="cpu", version="r2")
+        pub.publish(rogue, str(store), "stable", signer_and_producer_keys["release"], target="cpu", version="r2")
     # no root: who signed cannot be known, so a model.sig whose files match ships with a warning, never silently
     bare = tmp_path / "bare"
-    out = pub.publish(rogue, str(bare), "stable", keys["release"], target="cpu", version="r2")
+    out = pub.publish(rogue, str(bare), "stable", signer_and_producer_keys["release"], target="cpu", version="r2")
     assert "shipped without checking who signed it" in out["model_signature_unverified"]
-    code, text = cli("release", "publish", rogue, "--store", bare, "--channel", "stable", "--key", keys["release"],
+    code, text = cli("release", "publish", rogue, "--store", bare, "--channel", "stable", "--key", signer_and_producer_keys["release"],
                      "--target", "cpu", "--version", "r2")
     assert code == 0 and "warning:" in text and "shipped without checking who signed it" in text, text
     # with --model-signature the producer key named decides (the library's verifier)
-    code, text = cli("release", "publish", rogue, "--store", bare, "--channel", "stable", "--key", keys["release"],
-                     "--target", "cpu", "--version", "r3", "--model-signature", "--producer-key", keys["producer.pub"])
+    code, text = cli("release", "publish", rogue, "--store", bare, "--channel", "stable", "--key", signer_and_producer_keys["release"],
+                     "--target", "cpu", "--version", "r3", "--model-signature", "--producer-key", signer_and_producer_keys["producer.pub"])
     assert code == 1 and "signed by none of the 1 configured producer key" in text, text
 
 
 def test_a_pointer_moved_back_to_an_unsigned_release_is_refused_by_the_controller_and_the_node(
-        tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, signer_and_producer_keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
-    _root(store, keys, required=False)
-    pub.publish(release_source(tmp_path, "plain"), str(store), "stable", keys["release"], target="cpu", version="r1")
-    assert _sync(tmp_path, store, keys).returncode == 0
-    pub.publish(_sign(release_source(tmp_path, "signed", "v2"), keys["producer"]), str(store), "stable",
-                keys["release"], target="cpu", version="r2")
-    assert _sync(tmp_path, store, keys).returncode == 0
-    pub.write_root(str(store), {r: [keys["release.pub"]] for r in trust.ROLES}, [keys["release"]], first=False,
+    _root(store, signer_and_producer_keys, required=False)
+    pub.publish(release_source(tmp_path, "plain"), str(store), "stable", signer_and_producer_keys["release"], target="cpu", version="r1")
+    assert _sync(tmp_path, store, signer_and_producer_keys).returncode == 0
+    pub.publish(_sign(release_source(tmp_path, "signed", "v2"), signer_and_producer_keys["producer"]), str(store), "stable",
+                signer_and_producer_keys["release"], target="cpu", version="r2")
+    assert _sync(tmp_path, store, signer_and_producer_keys).returncode == 0
+    pub.write_root(str(store), {r: [signer_and_producer_keys["release.pub"]] for r in trust.ROLES}, [signer_and_producer_keys["release"]], first=False,
                    require_model_signature=True)  # from now on every release must be signed: r1, installed, is not
     with pytest.raises(UsageError, match="release r1: refused: no producer signature.*nothing written"):
-        pub.rollback(str(store), "stable", keys=keys["release"])
+        pub.rollback(str(store), "stable", keys=signer_and_producer_keys["release"])
     _unchecked(monkeypatch)
-    pub.rollback(str(store), "stable", keys=keys["release"])
-    run = _sync(tmp_path, store, keys)
+    pub.rollback(str(store), "stable", keys=signer_and_producer_keys["release"])
+    run = _sync(tmp_path, store, signer_and_producer_keys)
     assert run.returncode != 0 and "release r1: refused: no producer signature" in run.stdout, run.stdout
     assert os.readlink(tmp_path / "node" / "models") == "releases/r2"
 

@@ -23,16 +23,7 @@ from tritonops import agent_bundle as bundle
 from tritonops.cli import app
 from tritonops.core.errors import ReleaseError, StoreError
 from tritonops.release import publish as pub
-from tritonops.release_format import signing
-from tritonops.stores.writer import Writer
 from typer.testing import CliRunner
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, public = signing.keygen(d / "release.key", d / "release.pub")
-    return {"key": key, "pub": public}
 
 
 def publish(src: Path, store: Path | str, key: Path, *extra: str, channel: str = "stable") -> tuple[int, str]:
@@ -148,9 +139,10 @@ def test_a_store_write_failing_mid_upload_leaves_nothing_of_the_release_behind(
     src = release_source(tmp_path, "r2", note="r2")  # r1's files (blobs kept), mlp's model.py changed...
     for i in range(4):  # ...and four files no release has yet: new blobs
         (src / "mlp" / "1" / f"extra{i}.txt").write_text(f"extra {i}\n")
-    real, blobs = Writer.put, []  # the blob keys written, in order
+    kind = type(pub.open_writer(store_url))  # the store kind's writer
+    real, blobs = kind.put, []  # the blob keys written, in order
 
-    def put(self: Writer, key: str, data: bytes | Path, content_type: str = "application/octet-stream",
+    def put(self: Any, key: str, data: bytes | Path, content_type: str = "application/octet-stream",
             **kw: Any) -> None:
         if key.startswith("blobs/"):
             blobs.append(key)
@@ -158,9 +150,9 @@ def test_a_store_write_failing_mid_upload_leaves_nothing_of_the_release_behind(
                 raise StoreError(f"{self.url}/{key}: upload failed: simulated")
         real(self, key, data, content_type, **kw)
 
-    monkeypatch.setattr(Writer, "put", put)
+    monkeypatch.setattr(kind, "put", put)
     code, out = publish(src, store_url, keys["key"], "--release", "r2")
     assert code == 3 and "simulated" in out
     assert len(blobs) == 3 and _objects(store_url) == before  # r2's two blobs, claim: gone; r1's blobs all kept
-    monkeypatch.setattr(Writer, "put", real)
+    monkeypatch.setattr(kind, "put", real)
     assert publish(src, store_url, keys["key"], "--release", "r2")[0] == 0  # the id is free again

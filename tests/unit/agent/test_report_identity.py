@@ -20,43 +20,44 @@ import pytest
 from agent_harness import cli, key_pairs, release_source
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tritonops.core.keys import report_key
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
 from tritonops.release_format import trust
 from tritonops.release_format import waves as ar
-from tritonops.stores.reader import Store, put
+from tritonops.stores import open_store
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def signer_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return key_pairs(tmp_path_factory.mktemp("keys"), "release", "a", "b")
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
+def published(tmp_path_factory: pytest.TempPathFactory, signer_keys: dict[str, Path]) -> Path:
     base = tmp_path_factory.mktemp("published")
-    pub.publish(release_source(base, "a"), str(base / "store"), "stable", keys["release"], target="cpu", version="r1")
-    pub.publish(release_source(base, "b", "two"), str(base / "store"), None, keys["release"], target="cpu",
+    pub.publish(release_source(base, "a"), str(base / "store"), "stable", signer_keys["release"], target="cpu", version="r1")
+    pub.publish(release_source(base, "b", "two"), str(base / "store"), None, signer_keys["release"], target="cpu",
                 version="r2", channels=["stable"])
     return base / "store"
 
 
-def started(tmp_path: Path, keys: dict[str, Path], published: Path, waves: str = "100",
+def started(tmp_path: Path, signer_keys: dict[str, Path], published: Path, waves: str = "100",
             max_failures: str = "0") -> tuple[Path, str]:
     """A copy of the store with a rollout of r2 at wave 0, and the manifest digest of r2."""
     store = tmp_path / "store"
     shutil.copytree(published, store)
     code, out = cli("release", "rollout", "start", "--channel", "stable", "--release", "r2", "--store", store,
-                    "--waves", waves, "--max-failures", max_failures, "--key", keys["release"])
+                    "--waves", waves, "--max-failures", max_failures, "--key", signer_keys["release"])
     assert code == 0, out
-    p = pub.read_pointer(Store(str(store)), "stable")
+    p = pub.read_pointer(open_store(str(store)), "stable")
     assert p is not None
     return store, p["digest"]
 
 
-def fleet_file(tmp_path: Path, keys: dict[str, Path]) -> Path:
-    shutil.copy(keys["a.pub"], tmp_path / "a.pub")
-    shutil.copy(keys["b.pub"], tmp_path / "b.pub")
+def fleet_file(tmp_path: Path, signer_keys: dict[str, Path]) -> Path:
+    shutil.copy(signer_keys["a.pub"], tmp_path / "a.pub")
+    shutil.copy(signer_keys["b.pub"], tmp_path / "b.pub")
     listing = tmp_path / "fleet.txt"
     listing.write_text("node-a key=a.pub\nnode-b key=b.pub\n")
     return listing
@@ -70,66 +71,66 @@ def report(store: Path, agent: str, digest: str, result: str = "gated", key: Pat
               "rollout": "r2-stable", **extra}
     data = (trust.sign_envelope(signed, [key]) if key else
             json.dumps({"signed": signed, "signatures": [], "unsigned": True}).encode())
-    put(Store(str(store)), ar.report_key("stable", agent), data)
+    open_store(str(store)).put(report_key("stable", agent), data)
 
 
-def test_a_report_signed_with_another_agents_key_is_not_counted(tmp_path: Path, keys: dict[str, Path],
+def test_a_report_signed_with_another_agents_key_is_not_counted(tmp_path: Path, signer_keys: dict[str, Path],
                                                                 published: Path) -> None:
-    store, digest = started(tmp_path, keys, published)
-    report(store, "node-a", digest, key=keys["b"])  # node-b's key vouches "gated" for node-a
-    report(store, "node-b", digest, key=keys["b"])
+    store, digest = started(tmp_path, signer_keys, published)
+    report(store, "node-a", digest, key=signer_keys["b"])  # node-b's key vouches "gated" for node-a
+    report(store, "node-b", digest, key=signer_keys["b"])
     code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
-                    "--fleet", fleet_file(tmp_path, keys), "--key", keys["release"])
+                    "--fleet", fleet_file(tmp_path, signer_keys), "--key", signer_keys["release"])
     assert code == 1 and "waiting" in out and "1 of 2 targeted agents have no outcome yet" in out, out
     assert "1 report(s) not counted" in out and "node-a.json (agent node-a's report key)" in out
-    assert pub.read_pointer(Store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
-    report(store, "node-a", digest, key=keys["a"])
+    assert pub.read_pointer(open_store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
+    report(store, "node-a", digest, key=signer_keys["a"])
     code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
-                    "--fleet", tmp_path / "fleet.txt", "--key", keys["release"])
+                    "--fleet", tmp_path / "fleet.txt", "--key", signer_keys["release"])
     assert code == 0 and "complete" in out, out
 
 
 def test_several_report_keys_not_bound_to_agents_are_refused_unless_named_unsafe(
-        tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
+        tmp_path: Path, signer_keys: dict[str, Path], published: Path) -> None:
     """With two report keys and no key= bindings, node-b's key could report its failing neighbour "gated":
     advance refuses (exit 2) before reading anything, names the fix, and moves nothing; --unbound-reports
     (named unsafe in --help) lets a lab go on, and counts exactly that forged report."""
-    store, digest = started(tmp_path, keys, published)
-    report(store, "node-a", digest, key=keys["b"])  # node-b's key vouches "gated" for node-a
-    report(store, "node-b", digest, key=keys["b"])
+    store, digest = started(tmp_path, signer_keys, published)
+    report(store, "node-a", digest, key=signer_keys["b"])  # node-b's key vouches "gated" for node-a
+    report(store, "node-b", digest, key=signer_keys["b"])
     unbound = tmp_path / "unbound.txt"
     unbound.write_text("node-a\nnode-b\n")
-    common = ("release", "rollout", "advance", "--channel", "stable", "--store", store, "--key", keys["release"],
-              "--report-key", keys["a.pub"], "--report-key", keys["b.pub"])
+    common = ("release", "rollout", "advance", "--channel", "stable", "--store", store, "--key", signer_keys["release"],
+              "--report-key", signer_keys["a.pub"], "--report-key", signer_keys["b.pub"])
     for fleet in (("--fleet", unbound), ()):
         code, out = cli(*common, *fleet)
         assert code == 2, out
         assert "2 --report-key given and" in out and "bind each agent with 'AGENT-ID key=FILE'" in out, out
-        assert pub.read_pointer(Store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
+        assert pub.read_pointer(open_store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
     assert "2 agent(s) of the fleet file have no key= (node-a, node-b)" in cli(*common, "--fleet", unbound)[1]
-    code, out = cli(*common, "--fleet", fleet_file(tmp_path, keys))  # bound: judged, the forgery not counted
+    code, out = cli(*common, "--fleet", fleet_file(tmp_path, signer_keys))  # bound: judged, the forgery not counted
     assert code == 1 and "1 of 2 targeted agents have no outcome yet" in out, out
     code, out = cli(*common, "--fleet", unbound, "--unbound-reports")
     assert code == 0 and "complete" in out, out
 
 
-def test_an_expired_report_is_not_counted(tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
-    store, digest = started(tmp_path, keys, published)
-    report(store, "node-a", digest, key=keys["a"], expires=-60)
-    report(store, "node-b", digest, key=keys["b"])
+def test_an_expired_report_is_not_counted(tmp_path: Path, signer_keys: dict[str, Path], published: Path) -> None:
+    store, digest = started(tmp_path, signer_keys, published)
+    report(store, "node-a", digest, key=signer_keys["a"], expires=-60)
+    report(store, "node-b", digest, key=signer_keys["b"])
     code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
-                    "--fleet", fleet_file(tmp_path, keys), "--key", keys["release"])
+                    "--fleet", fleet_file(tmp_path, signer_keys), "--key", signer_keys["release"])
     assert code == 1 and "waiting" in out and "node-a.json: expired at" in out, out
 
 
 def test_reports_of_agents_outside_the_fleet_claiming_a_group_are_not_counted(
-        tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
-    store, digest = started(tmp_path, keys, published, waves="lab,100")
+        tmp_path: Path, signer_keys: dict[str, Path], published: Path) -> None:
+    store, digest = started(tmp_path, signer_keys, published, waves="lab,100")
     for ghost in ("ghost-1", "ghost-2"):
         report(store, ghost, digest, groups=["lab"])
-    report(store, "node-a", digest, result="failed", key=keys["a"], groups=["lab"])  # claims lab: not in the fleet's
+    report(store, "node-a", digest, result="failed", key=signer_keys["a"], groups=["lab"])  # claims lab: not in the fleet's
     code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
-                    "--fleet", fleet_file(tmp_path, keys), "--key", keys["release"])
+                    "--fleet", fleet_file(tmp_path, signer_keys), "--key", signer_keys["release"])
     assert code == 1 and "waiting" in out and "no agent of waves 0..0 is known" in out, out
     assert "ghost-1' is not in the fleet: not counted" in out and "2 report(s) not counted" in out
     code, out = cli("release", "rollout", "status", "--channel", "stable", "--store", store,
@@ -138,22 +139,22 @@ def test_reports_of_agents_outside_the_fleet_claiming_a_group_are_not_counted(
     assert code == 0 and got["unattributed"] == 2 and [w["targeted"] for w in got["waves"]] == [0, 0]
 
 
-def test_an_older_report_written_back_is_not_counted(tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
+def test_an_older_report_written_back_is_not_counted(tmp_path: Path, signer_keys: dict[str, Path], published: Path) -> None:
     """Uptane's rule: a report counts only when it is not older than the one counted before for its agent."""
-    store, digest = started(tmp_path, keys, published, max_failures="0.5")
-    fleet = fleet_file(tmp_path, keys)
+    store, digest = started(tmp_path, signer_keys, published, max_failures="0.5")
+    fleet = fleet_file(tmp_path, signer_keys)
 
     def advance() -> tuple[int, str]:
         return cli("release", "rollout", "advance", "--channel", "stable", "--store", store, "--fleet", fleet,
-                   "--key", keys["release"])
+                   "--key", signer_keys["release"])
 
-    report(store, "node-a", digest, key=keys["a"], version=1000)
-    gated = (store / ar.report_key("stable", "node-a")).read_bytes()
+    report(store, "node-a", digest, key=signer_keys["a"], version=1000)
+    gated = (store / report_key("stable", "node-a")).read_bytes()
     assert advance()[0] == 1  # waiting for node-b; node-a's report 1000 counted
-    report(store, "node-a", digest, result="failed", key=keys["a"], version=2000)
+    report(store, "node-a", digest, result="failed", key=signer_keys["a"], version=2000)
     assert advance()[0] == 1  # 1 of 2 failed is within 0.5; node-b still pending; 2000 counted
-    (store / ar.report_key("stable", "node-a")).write_bytes(gated)  # the old "gated", written back
-    report(store, "node-b", digest, key=keys["b"], version=3000)
+    (store / report_key("stable", "node-a")).write_bytes(gated)  # the old "gated", written back
+    report(store, "node-b", digest, key=signer_keys["b"], version=3000)
     code, out = advance()
     assert code == 1 and "waiting" in out and "1 of 2 targeted agents have no outcome yet" in out, out
     assert "node-a.json: version 1000 is older than the report counted before (2000): a replay" in out
@@ -164,26 +165,26 @@ def test_an_older_report_written_back_is_not_counted(tmp_path: Path, keys: dict[
     assert counted["signed"]["agents"] == {"node-a": 2000, "node-b": 3000}
 
 
-def test_a_counted_record_not_signed_by_the_channel_keys_is_refused(tmp_path: Path, keys: dict[str, Path],
+def test_a_counted_record_not_signed_by_the_channel_keys_is_refused(tmp_path: Path, signer_keys: dict[str, Path],
                                                                      published: Path) -> None:
-    store, digest = started(tmp_path, keys, published)
+    store, digest = started(tmp_path, signer_keys, published)
     (store / "rollouts").mkdir()
     forged = {"type": "counted", "version": 1, "rollout": "r2-stable", "agents": {"node-a": 10**15},
               "expires": trust.format_time(time.time() + 3600)}
-    (store / "rollouts" / "stable.json").write_bytes(trust.sign_envelope(forged, [keys["a"]]))
-    report(store, "node-a", digest, key=keys["a"])
+    (store / "rollouts" / "stable.json").write_bytes(trust.sign_envelope(forged, [signer_keys["a"]]))
+    report(store, "node-a", digest, key=signer_keys["a"])
     code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store,
-                    "--fleet", fleet_file(tmp_path, keys), "--key", keys["release"])
+                    "--fleet", fleet_file(tmp_path, signer_keys), "--key", signer_keys["release"])
     assert code != 0 and "rollouts/stable.json" in out and "Traceback" not in out, out
-    assert pub.read_pointer(Store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
+    assert pub.read_pointer(open_store(str(store)), "stable")["rollout"]["wave"] == 0  # type: ignore[index]
 
 
-def test_a_malformed_report_is_refused_with_a_reason_in_every_command(tmp_path: Path, keys: dict[str, Path],
+def test_a_malformed_report_is_refused_with_a_reason_in_every_command(tmp_path: Path, signer_keys: dict[str, Path],
                                                                       published: Path) -> None:
-    store, digest = started(tmp_path, keys, published)
+    store, digest = started(tmp_path, signer_keys, published)
     report(store, "node-a", digest, groups=5)
     report(store, "node-b", digest)
-    code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store, "--key", keys["release"])
+    code, out = cli("release", "rollout", "advance", "--channel", "stable", "--store", store, "--key", signer_keys["release"])
     assert code == 0 and "node-a.json: groups '5' is not a list" in out, out
     for command in (("rollout", "status"), ("status",)):
         code, out = cli("release", *command, "--channel", "stable", "--store", store, "--json")
@@ -199,12 +200,12 @@ SIGNED = st.dictionaries(st.sampled_from(FIELDS), JSON | st.sampled_from(["node-
 REPORTS = st.one_of(JSON, st.fixed_dictionaries({"signed": SIGNED | JSON, "signatures": JSON | st.just([])}))
 
 
-def test_the_three_commands_survive_any_report_file(tmp_path: Path, keys: dict[str, Path], published: Path) -> None:
+def test_the_three_commands_survive_any_report_file(tmp_path: Path, signer_keys: dict[str, Path], published: Path) -> None:
     """1,000 generated report files (made-up JSON, and envelopes whose fields hold anything): each read as the
     three commands read it (ro.read_reports, observe, waves_table), then all of them at once through the
     real commands; every one counted or rejected with a reason, never an exception."""
-    store, _ = started(tmp_path, keys, published)
-    writer = pub.Writer(str(store))
+    store, _ = started(tmp_path, signer_keys, published)
+    writer = pub.open_writer(str(store))
     rollout = pub.read_pointer(writer, "stable")
     assert rollout is not None
     parsed = ar.parse(rollout["rollout"], "pointer")
@@ -230,6 +231,6 @@ def test_the_three_commands_survive_any_report_file(tmp_path: Path, keys: dict[s
     assert seen[0] == 1000
     shutil.rmtree(folder)
     kept.rename(folder)
-    for command in (("rollout", "advance", "--key", keys["release"]), ("rollout", "status"), ("status",)):
+    for command in (("rollout", "advance", "--key", signer_keys["release"]), ("rollout", "status"), ("status",)):
         code, out = cli("release", *command, "--channel", "stable", "--store", store, "--json")
         assert code in (0, 1), out

@@ -19,21 +19,23 @@ import pytest
 from agent_harness import release_source
 from tritonops.agent.pull import Agent
 from tritonops.core.errors import UsageError
+from tritonops.core.keys import report_key
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
 from tritonops.release_format import signing
 from tritonops.release_format import waves as ar
-from tritonops.stores.reader import Store, put, sigv4_headers
+from tritonops.stores import open_store
+from tritonops.stores.aws_credentials import sigv4_headers
 
 WAVES = [{"percent": 50}, {"percent": 100}]
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("keys")
-    key, pubkey = signing.keygen(d / "release.key", d / "release.pub")
-    rkey, rpub = signing.keygen(d / "report.key", d / "report.pub")
-    return {"key": key, "pub": pubkey, "report_key": rkey, "report_pub": rpub}
+def report_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The key pair an agent signs its reports with."""
+    d = tmp_path_factory.mktemp("report-keys")
+    key, pubkey = signing.keygen(d / "report.key", d / "report.pub")
+    return {"key": key, "pub": pubkey}
 
 
 def _ids(rid: str, inside: bool, n: int) -> list[str]:
@@ -59,7 +61,7 @@ def fleet(tmp_path: Path, keys: dict[str, Path], published: Path) -> dict[str, A
     agents = []
     for name in (_ids("r2-stable", True, 1)[0], _ids("r2-stable", False, 1)[0]):
         (tmp_path / name / "releases").mkdir(parents=True)
-        agents.append(Agent(Store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases",
+        agents.append(Agent(open_store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases",
                             [keys["pub"]], log=lambda m: None, agent_id=name, report=True))
         assert agents[-1].poll()["release"] == "r1"
     return {"store": store, "inside": agents[0], "outside": agents[1], "rid": "r2-stable",
@@ -74,11 +76,11 @@ def _current(agent: Agent) -> str | None:
 
 def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dict[str, Any]) -> None:
     store, inside, outside = fleet["store"], fleet["inside"], fleet["outside"]
-    r1 = pub.read_pointer(Store(store), "stable")
+    r1 = pub.read_pointer(open_store(store), "stable")
     started = ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
     assert started["rollout"] == {"id": fleet["rid"], "waves": WAVES, "wave": 0, "halted": False, "max_failures": 0.05,
                                   "previous": {"release": "r1", "digest": r1["digest"], "length": r1["length"]}}
-    assert pub.read_pointer(Store(store), "stable")["rollout"]["wave"] == 0
+    assert pub.read_pointer(open_store(store), "stable")["rollout"]["wave"] == 0
 
     before = outside.store.requests
     assert inside.poll()["result"] == "applied" and _current(inside) == "r2"
@@ -109,7 +111,7 @@ def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dic
     assert outside.poll()["result"] == "applied" and _current(outside) == "r2"
     assert inside.poll()["result"] in ("unchanged", "not_modified") and inside.status()["rollout"].startswith(
         "serving: rollout r2-stable, this agent in wave 0 (at wave 1)")
-    p = pub.read_pointer(Store(store), "stable")
+    p = pub.read_pointer(open_store(store), "stable")
     assert p["rollout"]["wave"] == 1 and [h["release"] for h in p["history"]] == ["r1"]  # waves add no history
     assert ro.advance(store, "stable", pointer_args=fleet["sign"])["result"] == "complete"
 
@@ -117,7 +119,7 @@ def test_a_wave_moves_its_agents_only_and_advance_takes_the_next_wave(fleet: dic
 def _node(tmp_path: Path, store: str, keys: dict[str, Path], name: str) -> Agent:
     """An agent on a node with nothing installed yet (a node added, a pod recreated, mid-rollout)."""
     (tmp_path / name / "releases").mkdir(parents=True)
-    return Agent(Store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases", [keys["pub"]],
+    return Agent(open_store(store), "stable", tmp_path / name / "models", tmp_path / name / "releases", [keys["pub"]],
                  log=lambda m: None, agent_id=name, report=True)
 
 
@@ -128,7 +130,7 @@ def _report_of(store: str, agent: Agent) -> dict[str, Any]:
 def test_a_new_node_outside_the_wave_installs_the_previous_release_one_inside_the_new(
         fleet: dict[str, Any], tmp_path: Path, keys: dict[str, Path]) -> None:
     store, rid = fleet["store"], fleet["rid"]
-    r1 = pub.read_pointer(Store(store), "stable")
+    r1 = pub.read_pointer(open_store(store), "stable")
     ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
     late_out = _node(tmp_path, store, keys, _ids(rid, False, 2)[1])  # joined mid-rollout, in wave 1
     late_in = _node(tmp_path, store, keys, _ids(rid, True, 2)[1])  # joined mid-rollout, in wave 0
@@ -161,8 +163,8 @@ def test_a_new_node_under_a_halted_rollout_installs_the_previous_release_even_in
         fleet: dict[str, Any], tmp_path: Path, keys: dict[str, Path]) -> None:
     store = fleet["store"]
     ro.start(store, "stable", "r2", WAVES, 0.0, pointer_args=fleet["sign"])
-    pointer = pub.read_pointer(Store(store), "stable")
-    pub.move_pointer(pub.Writer(store), "stable", "r2", pointer["digest"], "halt",
+    pointer = pub.read_pointer(open_store(store), "stable")
+    pub.move_pointer(pub.open_writer(store), "stable", "r2", pointer["digest"], "halt",
                      rollout={**pointer["rollout"], "halted": True}, keys=fleet["sign"]["keys"])
     late = _node(tmp_path, store, keys, _ids(fleet["rid"], True, 2)[1])
     out = late.poll()
@@ -202,7 +204,7 @@ def test_a_rollout_started_again_keeps_the_release_before_the_first_start(fleet:
     first = ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
     again = ro.start(store, "stable", "r2", [{"percent": 20}, {"percent": 100}], 0.05, pointer_args=fleet["sign"])
     assert again["changed"] and again["rollout"]["previous"] == first["rollout"]["previous"]
-    assert pub.read_pointer(Store(store), "stable")["rollout"]["previous"]["release"] == "r1"  # not r2 itself
+    assert pub.read_pointer(open_store(store), "stable")["rollout"]["previous"]["release"] == "r1"  # not r2 itself
 
 
 def test_advance_waits_for_a_targeted_agent_listed_in_the_fleet(fleet: dict[str, Any], tmp_path: Path) -> None:
@@ -215,14 +217,14 @@ def test_advance_waits_for_a_targeted_agent_listed_in_the_fleet(fleet: dict[str,
     fleet["inside"].poll()
     adv = ro.advance(store, "stable", fleet=ro.parse_fleet(listing), pointer_args=fleet["sign"])
     assert (adv["result"], sorted(adv["pending"]), adv["targeted"]) == ("waiting", sorted(other), 3)
-    assert pub.read_pointer(Store(store), "stable")["rollout"]["wave"] == 0  # nothing written
+    assert pub.read_pointer(open_store(store), "stable")["rollout"]["wave"] == 0  # nothing written
 
 
 def _report(store: str, agent: str, result: str, digest: str, rid: str = "r2-stable") -> None:
     signed = {"type": "report", "version": 1, "expires": "2099-01-01T00:00:00Z", "agent": agent,
               "channel": "stable", "release": "r2", "digest": digest, "result": result, "step": "golden",
               "time": "2026-12-02T00:00:00Z", "groups": [], "rollout": rid}
-    put(Store(store), ar.report_key("stable", agent),
+    open_store(store).put(report_key("stable", agent),
            json.dumps({"signed": signed, "signatures": [], "unsigned": True}).encode())
 
 
@@ -236,7 +238,7 @@ def test_advance_halts_over_the_threshold(fleet: dict[str, Any], failed: int, li
     _report(store, "node-stale", "failed", digest, rid="an-older-rollout")  # another rollout's: not counted
     adv = ro.advance(store, "stable", pointer_args=fleet["sign"])
     assert (adv["result"], adv["failed"], adv["targeted"]) == (result, failed, 4)
-    p = pub.read_pointer(Store(store), "stable")
+    p = pub.read_pointer(open_store(store), "stable")
     assert (p["release"], p["rollout"]["halted"], p["rollout"]["wave"]) == (
         "r2", result == "halted", 0 if result == "halted" else 1)
     if result == "halted":
@@ -250,7 +252,7 @@ def test_a_halted_rollout_takes_nobody_new_and_rollback_on_halt_moves_everyone_b
     _report(store, late, "failed", digest)
     adv = ro.advance(store, "stable", rollback_on_halt=True, pointer_args=fleet["sign"])
     assert adv["result"] == "halted" and adv["rollback"]["release"] == "r1"
-    p = pub.read_pointer(Store(store), "stable")
+    p = pub.read_pointer(open_store(store), "stable")
     assert p["release"] == "r1" and "rollout" not in p  # back for everyone
     assert inside.poll()["result"] != "applied" and _current(inside) == "r1" and _current(outside) == "r1"
 
@@ -258,21 +260,22 @@ def test_a_halted_rollout_takes_nobody_new_and_rollback_on_halt_moves_everyone_b
 def test_a_halted_rollout_leaves_an_agent_of_its_wave_that_had_not_applied_it(fleet: dict[str, Any]) -> None:
     store, inside = fleet["store"], fleet["inside"]
     ro.start(store, "stable", "r2", WAVES, 0.0, pointer_args=fleet["sign"])
-    pointer = pub.read_pointer(Store(store), "stable")
-    pub.move_pointer(pub.Writer(store), "stable", "r2", pointer["digest"], "halt",
+    pointer = pub.read_pointer(open_store(store), "stable")
+    pub.move_pointer(pub.open_writer(store), "stable", "r2", pointer["digest"], "halt",
                      rollout={**pointer["rollout"], "halted": True}, keys=fleet["sign"]["keys"])
     out = inside.poll()
     assert _current(inside) == "r1" and out["rollout"].startswith("halted: rollout r2-stable")
 
 
-def test_signed_reports_count_only_with_a_trusted_report_key(fleet: dict[str, Any], keys: dict[str, Path]) -> None:
+def test_signed_reports_count_only_with_a_trusted_report_key(fleet: dict[str, Any], keys: dict[str, Path],
+                                                             report_keys: dict[str, Path]) -> None:
     store, inside = fleet["store"], fleet["inside"]
-    inside.report_key = keys["report_key"]
+    inside.report_key = report_keys["key"]
     ro.start(store, "stable", "r2", WAVES, 0.05, pointer_args=fleet["sign"])
     inside.poll()
     raw = json.loads((Path(store) / "reports" / "stable" / f"{inside.agent_id}.json").read_text())
     assert len(raw["signatures"]) == 1 and "unsigned" not in raw
-    assert ro.advance(store, "stable", report_keys=[keys["report_pub"]], pointer_args=fleet["sign"])["result"] == "advanced"
+    assert ro.advance(store, "stable", report_keys=[report_keys["pub"]], pointer_args=fleet["sign"])["result"] == "advanced"
     got = ro.summary(store, "stable", [], report_keys=[keys["pub"]])  # not the key that signed it
     assert got is not None and got["agents"] == []  # neither its signed report nor the other's unsigned one
     assert any(r.startswith(f"{store}/reports/stable/{inside.agent_id}.json: ") for r in got["rejected_reports"])
@@ -362,15 +365,15 @@ def test_an_s3_store_gets_the_report_as_a_signed_put(monkeypatch: pytest.MonkeyP
             monkeypatch.delenv(k, raising=False)
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
-        store = Store("s3://bucket/fleet", s3_endpoint=f"http://127.0.0.1:{server.server_port}")
-        put(store, ar.report_key("stable", "node-1"), b'{"x": 1}\n')
+        store = open_store("s3://bucket/fleet", s3_endpoint=f"http://127.0.0.1:{server.server_port}")
+        store.put(report_key("stable", "node-1"), b'{"x": 1}\n')
     finally:
         server.shutdown()
     assert got["path"] == "/bucket/fleet/reports/stable/node-1.json" and got["body"] == b'{"x": 1}\n'
     assert got["headers"]["x-amz-content-sha256"] == hashlib.sha256(b'{"x": 1}\n').hexdigest()
     assert got["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AK/")
     with pytest.raises(UsageError, match="read-only"):
-        put(Store("http://127.0.0.1:1/mirror"), "reports/stable/a.json", b"{}")
+        open_store("http://127.0.0.1:1/mirror").put("reports/stable/a.json", b"{}")
 
 
 def test_release_status_reads_a_rollout_from_an_http_mirror(fleet: dict[str, Any]) -> None:

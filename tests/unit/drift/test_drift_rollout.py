@@ -33,7 +33,7 @@ from tritonops.core.triton_http import SECRET_ENV
 from tritonops.release import rollout as ro
 from tritonops.release.publish import publish
 from tritonops.release_format import node_drift, signing
-from tritonops.stores.reader import Store
+from tritonops.stores import open_store
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 CHANNEL = "stable"
@@ -55,7 +55,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     r2 = publish(SAMPLE, store, None, key, target="cpu", version="r2", channels=[CHANNEL])
 
     def agent(name: str, groups: tuple[str, ...] = ()) -> Agent:
-        return Agent(Store(store), CHANNEL, tmp / name / "models", tmp / name / "releases", [pub],
+        return Agent(open_store(store), CHANNEL, tmp / name / "models", tmp / name / "releases", [pub],
                      log=lambda m: None, agent_id=name, group_labels=groups)
 
     assert agent("kept").sync()["release"] == "r1"

@@ -9,17 +9,26 @@ import pytest
 from k8s_harness import as_ints, is_secret, run_fn, unwrap
 from tritonops import versions
 from tritonops.k8s import labels
-from tritonops.k8s.components.base import k8s_object
-from tritonops.k8s.components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from tritonops.k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
-from tritonops.k8s.components.keda import Keda, KedaArgs
-from tritonops.k8s.components.monitoring import Monitoring, MonitoringArgs
-from tritonops.k8s.components.triton_namespace import TritonNamespace, TritonNamespaceArgs
-from tritonops.k8s.components.triton_service import TritonService, TritonServiceArgs
+from tritonops.k8s.component import k8s_object
 from tritonops.k8s.config import ClusterAwsConfig, PlatformConfig, TritonStackConfig
 from tritonops.k8s.stack_file import load_stack_config
+from tritonops.k8s.stacks.cluster_aws.components import GpuNodePool, GpuNodePoolArgs
 from tritonops.k8s.stacks.platform import charts as platform
+from tritonops.k8s.stacks.platform.components import (
+    GpuOperator,
+    GpuOperatorArgs,
+    Keda,
+    KedaArgs,
+    Monitoring,
+    MonitoringArgs,
+)
 from tritonops.k8s.stacks.triton import objects as triton
+from tritonops.k8s.stacks.triton.components import (
+    TritonNamespace,
+    TritonNamespaceArgs,
+    TritonService,
+    TritonServiceArgs,
+)
 
 
 def _cfg(stack: str, env: str) -> Any:

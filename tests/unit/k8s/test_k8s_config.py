@@ -218,7 +218,7 @@ def _release(**fields: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("raw", "key", "message"),
     [
-        (_release(store="/srv/releases"), f"{RELEASE}.store", "http(s)://MIRROR/PATH or oci://REGISTRY/REPO"),
+        (_release(store="/srv/releases"), f"{RELEASE}.store", "http(s)://HOST/PATH or oci://REGISTRY/REPO"),
         (_release(store="s3:///prefix"), f"{RELEASE}.store", "s3://BUCKET/PREFIX"),
         (_release(channel="../prod"), f"{RELEASE}.channel", "use letters, digits"),
         (_release(trustedKeys={"configMap": "k", "secret": "k"}), f"{RELEASE}.trustedKeys", "one of configMap, secret"),

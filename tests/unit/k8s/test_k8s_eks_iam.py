@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from tritonops.core.errors import StoreError
+from tritonops.core.keys import report_key
 from tritonops.k8s.stacks.cluster_aws import eks
-from tritonops.release_format import waves as rollout
-from tritonops.stores.reader import Store, put
+from tritonops.stores import Store, open_store
 
 pytestmark = pytest.mark.integration  # a real server (moto_server) on loopback
 
@@ -68,7 +68,7 @@ def _as(monkeypatch: pytest.MonkeyPatch, iam_s3: dict[str, object], user: str, p
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_REGION", "us-east-1")
-    return Store(f"s3://{BUCKET}/{prefix}", s3_endpoint=str(iam_s3["url"]))
+    return open_store(f"s3://{BUCKET}/{prefix}", s3_endpoint=str(iam_s3["url"]))
 
 
 REPORT = json.dumps({"signed": {"type": "report"}, "signatures": [], "unsigned": True}).encode()
@@ -78,14 +78,14 @@ def test_the_reporting_role_writes_its_report_and_nothing_else(iam_s3: dict[str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     store = _as(monkeypatch, iam_s3, "reporter")
     assert store.get("channels/stable.json") == b'{"signed": {}}'  # reads as before
-    put(store, rollout.report_key("stable", "node-1"), REPORT)  # allowed: <prefix>/reports/*
+    store.put(report_key("stable", "node-1"), REPORT)  # allowed: <prefix>/reports/*
     assert store.get("reports/stable/node-1.json") == REPORT
     for key in ("channels/stable.json", "blobs/sha256/" + "0" * 64, "ids/r9.json", "reportsX/stable/a.json"):
         with pytest.raises(StoreError, match="PUT answered HTTP 403"):
-            put(store, key, b"{}")  # a pointer, a blob, an id, a look-alike folder: denied
+            store.put(key, b"{}")  # a pointer, a blob, an id, a look-alike folder: denied
     other = _as(monkeypatch, iam_s3, "reporter", prefix="other")
     with pytest.raises(StoreError, match="HTTP 403"):
-        put(other, rollout.report_key("stable", "node-1"), REPORT)  # another prefix's reports
+        other.put(report_key("stable", "node-1"), REPORT)  # another prefix's reports
     with pytest.raises(StoreError, match="HTTP 403"):
         other.get("channels/stable.json")
 
@@ -94,4 +94,4 @@ def test_the_read_only_role_cannot_write_a_report(iam_s3: dict[str, object], mon
     store = _as(monkeypatch, iam_s3, "reader")
     assert store.get("channels/stable.json") == b'{"signed": {}}'
     with pytest.raises(StoreError, match="PUT answered HTTP 403"):
-        put(store, rollout.report_key("stable", "node-2"), REPORT)
+        store.put(report_key("stable", "node-2"), REPORT)

@@ -355,7 +355,7 @@ def test_readme_nodepool_snippet_is_the_rendered_one(tmp_path: Path) -> None:
 
 
 def test_karpenter_args_refuse_a_cluster_without_karpenter_pools() -> None:
-    from tritonops.k8s.components.karpenter import KarpenterArgs
+    from tritonops.k8s.stacks.cluster_aws.components import KarpenterArgs
 
     raw = copy.deepcopy(read_stack_file("cluster-aws", "dev")[0])
     pool = raw["gpuNodePools"][0]

@@ -426,13 +426,13 @@ def test_restricted_groups_parse_both_spellings() -> None:
 
 
 def test_pack_restricts_what_the_builders_restrict_and_triton_knows() -> None:
-    """The pack checks the builder's list (it imports it from tritonops.triton.args), and every group Triton's
+    """The pack checks the builder's list (it imports it from tritonops.core.triton_cli), and every group Triton's
     own `tritonserver --help` can restrict is either on it or routed (health, metadata, inference)."""
     import os
     import re
     import subprocess
 
-    from tritonops.triton.args import RESTRICTED_APIS, RESTRICTED_FLAGS
+    from tritonops.core.triton_cli import RESTRICTED_APIS, RESTRICTED_FLAGS
     from tritonops.triton.server import TritonNotInstalled, find_install
 
     assert pw.RESTRICTED_APIS is RESTRICTED_APIS and pw.RESTRICTED_FLAGS is RESTRICTED_FLAGS

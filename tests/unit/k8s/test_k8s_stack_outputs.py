@@ -95,7 +95,8 @@ def test_stack_runtime_makes_its_own_venv(stack: str) -> None:
 
 def test_the_policy_pack_makes_its_own_venv_and_needs_pulumi_policy_and_the_builders_module() -> None:
     """The pack installs pulumi-policy and the package at the project's version, of which it imports only
-    tritonops.triton.args (standard library only: the restricted-API list every Triton is built with)."""
+    tritonops.core.triton_cli (standard library only: the restricted-API list every Triton is built with
+    and the parser of its command line)."""
     pack = STACKS_DIR.parent / "policies" / "tritonops"
     doc = yaml.safe_load((pack / "PulumiPolicy.yaml").read_text())
     assert doc["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
@@ -105,8 +106,8 @@ def test_the_policy_pack_makes_its_own_venv_and_needs_pulumi_policy_and_the_buil
     assert str(reqs[1].specifier) == f"=={PYPROJECT['project']['version']}"
     imports = {line.split()[1] for f in pack.glob("*.py") for line in f.read_text().splitlines()
                if line.startswith(("import ", "from "))}
-    assert {m for m in imports if m.split(".")[0] == "tritonops"} == {"tritonops.triton.args"}
-    builder = (STACKS_DIR.parent / "infra" / "tritonops" / "triton" / "args.py").read_text()
+    assert {m for m in imports if m.split(".")[0] == "tritonops"} == {"tritonops.core.triton_cli"}
+    builder = (STACKS_DIR.parent / "infra" / "tritonops" / "core" / "triton_cli.py").read_text()
     assert {line.split()[1].split(".")[0] for line in builder.splitlines()
             if line.startswith(("import ", "from "))} <= set(sys.stdlib_module_names) | {"__future__"}
 
@@ -389,7 +390,7 @@ def test_karpenter_resources_depend_on_the_chart_release(monkeypatch: pytest.Mon
 
 
 def test_triton_service_args_need_the_readers_arn_and_only_then() -> None:
-    from tritonops.k8s.components.triton_service import TritonServiceArgs
+    from tritonops.k8s.stacks.triton.components import TritonServiceArgs
 
     prod, dev = _config("triton", "prod"), _config("triton", "dev")
     reader = next(s for s in prod.model_services if s.model_reader)

@@ -102,4 +102,4 @@ def test_publish_with_warmup_signs_the_generated_files(sample_repo: Path, tmp_pa
     digest = json.loads(res.output)["digest"]
     listed = json.loads((store / manifest_key(digest)).read_text())["files"]
     assert "mlp/warmup/golden-0-0.bin" in listed
-    assert pub.read_pointer(pub.Writer(str(store)), "stable")["digest"] == digest
+    assert pub.read_pointer(pub.open_writer(str(store)), "stable")["digest"] == digest

@@ -242,7 +242,7 @@ DIGESTS = {rid: hashlib.sha256(t).hexdigest() for rid, t in TEXTS.items()}
 
 def _store(tmp_path: Path) -> str:
     store = tmp_path / "store"
-    w = pub.Writer(str(store))
+    w = pub.open_writer(str(store))
     key, _ = signing.keygen(tmp_path / "release-signing.key", tmp_path / "release.pub")
     for rid, text in TEXTS.items():
         w.put(manifest_key(DIGESTS[rid]), text, "application/json")
@@ -252,7 +252,7 @@ def _store(tmp_path: Path) -> str:
 
 
 def _stable(store: str) -> str:
-    p = pub.read_pointer(pub.Writer(store).reader, "stable")
+    p = pub.read_pointer(pub.open_writer(store).reader, "stable")
     assert p is not None
     return str(p["release"])
 

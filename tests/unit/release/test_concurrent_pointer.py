@@ -19,7 +19,7 @@ from tritonops.core.errors import StoreError
 from tritonops.core.keys import manifest_key
 from tritonops.release import publish as pub
 from tritonops.release_format import manifest, signing
-from tritonops.stores import writer as writer_module
+from tritonops.stores import s3 as s3_store
 
 # Releases without files, each signed for every channel used here: what a (signed) pointer move checks.
 TEXTS = {r: manifest.text({}, {}, r, ["stable", "a", "b"]).encode() for r in ("r0", "ra", "rb")}
@@ -61,7 +61,7 @@ def _held_back_reads(monkeypatch: pytest.MonkeyPatch, channel: str, delay: Any =
 
 def _two_promotes_at_once(store: str, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str | None = None) -> None:
     """Two promotes into ``store`` that read the pointer before either writes: neither is lost."""
-    writer = _releases(pub.Writer(store, s3_endpoint))
+    writer = _releases(pub.open_writer(store, s3_endpoint))
     for channel, release in (("stable", "r0"), ("a", "ra"), ("b", "rb")):
         pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}", keys=KEYS)
     _held_back_reads(monkeypatch, "stable")
@@ -79,7 +79,7 @@ def _two_promotes_at_once(store: str, monkeypatch: pytest.MonkeyPatch, s3_endpoi
     for t in threads:
         t.join(20)
     assert all(isinstance(r, dict) and r["changed"] for r in results.values()), results
-    final = pub.read_pointer(pub.Writer(store, s3_endpoint), "stable")
+    final = pub.read_pointer(pub.open_writer(store, s3_endpoint), "stable")
     assert final is not None
     moves = [final["release"]] + [h["release"] for h in final["history"]]
     # Both promotes and the original release are in the pointer or its history, in order, none lost.
@@ -99,7 +99,7 @@ def test_two_promotes_at_once_into_a_folder_store_lose_nothing(tmp_path: Path,
 def test_a_rollback_during_a_promote_rolls_back_from_what_the_promote_wrote(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = str(tmp_path / "store")
-    writer = _releases(pub.Writer(store))
+    writer = _releases(pub.open_writer(store))
     for channel, release in (("stable", "r0"), ("stable", "ra"), ("b", "rb")):
         pub.move_pointer(writer, channel, release, DIGESTS[release], f"set {release}", keys=KEYS)
     _held_back_reads(monkeypatch, "stable", lambda n: 0.3 if n == 1 else 0.0)  # the promote reads, then waits
@@ -123,10 +123,10 @@ def test_a_pointer_moved_by_someone_else_on_every_try_fails_clearly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_s3: str) -> None:
     _s3_env(monkeypatch, moto_s3, "ptr-busy")
     store = "s3://ptr-busy/edge"
-    writer = _releases(pub.Writer(store, moto_s3))
+    writer = _releases(pub.open_writer(store, moto_s3))
     pub.move_pointer(writer, "stable", "r0", DIGESTS["r0"], "set r0", keys=KEYS)
-    monkeypatch.setattr(writer_module, "SWAP_TRIES", 2)
-    other = pub.Writer(store, moto_s3)
+    monkeypatch.setattr(s3_store, "SWAP_TRIES", 2)
+    other = pub.open_writer(store, moto_s3)
     real = pub.parse_pointer
     n = [0]
 

@@ -12,7 +12,7 @@ from tritonops.cli import app
 from tritonops.core.keys import manifest_key
 from tritonops.release import publish as pub
 from tritonops.release_format import signing
-from tritonops.stores.oci_writer import _Counted
+from tritonops.stores.oci import _Counted
 from typer.testing import CliRunner
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "model_repository"

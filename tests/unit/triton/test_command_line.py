@@ -21,7 +21,9 @@ import pytest
 import yaml
 from ansible.errors import AnsibleLookupError
 from tritonops.cli import app
-from tritonops.triton.args import RESTRICTED, RESTRICTED_APIS, Listener, TritonSettings, triton_args
+from tritonops.core.triton_cli import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from tritonops.core.triton_http import DEFAULT_HEADER
+from tritonops.triton.args import _OPTIONS, RESTRICTED, RESTRICTED_APIS, Listener, TritonSettings, triton_args
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[3]
@@ -154,13 +156,27 @@ def test_the_lookup_builds_what_the_builder_builds() -> None:
     assert admin == ["--http-restricted-api=trace:h=k"]
 
 
+def test_the_lookups_documented_options_are_the_builders() -> None:
+    doc = yaml.safe_load(_plugin().DOCUMENTATION)["options"]
+    kinds = {str: "str", int: "int", bool: "bool", list: "list", dict: "dict"}
+    assert {k: v["type"] for k, v in doc.items() if k != "_terms"} == {k: kinds[t] for k, t in _OPTIONS.items()}
+
+
+def test_the_lookup_gives_the_facts_the_roles_read() -> None:
+    lookup = _plugin().LookupModule()
+    got = [lookup.run([name])[0] for name in ("http_port", "grpc_port", "metrics_port", "admin_header")]
+    assert got == [HTTP_PORT, GRPC_PORT, METRICS_PORT, DEFAULT_HEADER]
+    assert lookup.run(["restricted_apis"]) == list(RESTRICTED_APIS)
+
+
 @pytest.mark.parametrize(("terms", "options", "message"), [
     ([], {"model_repository": "/m", "http_port": "80x"}, "http_port: '80x' is not an integer"),
     ([], {"model_repository": "/m", "strict_readiness": "maybe"}, "strict_readiness: 'maybe' is not a boolean"),
     ([], {"model_repository": "/m", "load_models": "a"}, "load_models: 'a' is not a list of strings"),
     ([], {"model_repository": "/m", "http_adress": "x"}, "unknown option.s. http_adress"),
     ([], {}, "model_repository is required"),
-    (["argv"], {}, "terms .'argv'.: expected none, 'admin' or 'restricted_apis'"),
+    (["argv"], {}, "terms .'argv'.: expected none, 'admin' or one of http_port, grpc_port, metrics_port, admin_header, "
+                   "restricted_apis"),
 ])
 def test_bad_options_are_refused_by_name(terms: list[str], options: dict[str, Any], message: str) -> None:
     with pytest.raises(AnsibleLookupError, match=f"tritonops.triton.tritonserver_args: {message}"):

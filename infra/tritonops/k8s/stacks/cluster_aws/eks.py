@@ -7,6 +7,7 @@ import hashlib
 import json
 from typing import Any
 
+from tritonops.core.keys import REPORTS_FOLDER
 from tritonops.k8s import gpu_operator
 from tritonops.k8s.catalog import gpu_family
 from tritonops.k8s.config import ClusterAwsConfig, ConfigError, GpuNodePoolConfig
@@ -287,9 +288,6 @@ def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, namespace: str, s
         },
         sort_keys=True,
     )
-
-
-REPORTS_FOLDER = "reports"  # tritonops.release_format.waves.report_key: <prefix>/reports/<channel>/<agent id>.json
 
 
 def s3_read_policy(bucket: str, prefix: str = "", reports: bool = False) -> str:

@@ -143,7 +143,7 @@ def program() -> dict[str, Any]:
     import pulumi
     import pulumi_aws as aws
 
-    from tritonops.k8s.components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, managed_node_group
+    from tritonops.k8s.stacks.cluster_aws import components  # Pulumi's: only here, never in render
 
     cfg = pulumi_config("cluster-aws")
     assert isinstance(cfg, ClusterAwsConfig)
@@ -174,38 +174,34 @@ def program() -> dict[str, Any]:
     issuer = cluster.identities.apply(lambda ids: ids[0]["oidcs"][0]["issuer"] if ids else "")
     oidc = aws.iam.OpenIdConnectProvider("oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=spec["tags"])
     sys_spec = eks.system_node_group_spec(cfg)
-    _, system = managed_node_group("system-nodes", "system-nodes", sys_spec, cluster.name)
-    pools = [GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(cfg, p, cluster.name)) for p in karpenter.managed_pools(cfg)]
+    _, system = components.managed_node_group("system-nodes", "system-nodes", sys_spec, cluster.name)
+    pools = [components.GpuNodePool(f"gpu-{p.name}", components.GpuNodePoolArgs(cfg, p, cluster.name))
+             for p in karpenter.managed_pools(cfg)]
     readers = _reader_roles(cfg, oidc.arn, issuer, spec["tags"])
-    from tritonops.k8s.components.release_bucket import ReleaseBucket
-
     account = aws.get_caller_identity_output().account_id
-    release_buckets = {b: ReleaseBucket(f"bucket-{b}", b, cfg, account) for b in buckets.release_buckets(cfg)}
+    release_buckets = {b: components.ReleaseBucket(f"bucket-{b}", b, cfg, account)
+                       for b in buckets.release_buckets(cfg)}
     access = _access(cfg, cluster)
     kubeconfig = pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data, region).apply(
         lambda a: eks.kubeconfig(a[0], a[1], a[2], a[3], profile=profile, role_arn=role_arn)
     )
     import pulumi_kubernetes as k8s
 
-    from tritonops.k8s.components.cluster_addons import ClusterAddons
-
     # Its resources go through the API endpoint: after the rules that let this runner reach a private one.
     provider = k8s.Provider("cluster-aws-k8s", kubeconfig=kubeconfig,
                             opts=pulumi.ResourceOptions(depends_on=access["api_access_rules"]))
     k8s_opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
-    out: dict[str, Any] = {"addons": ClusterAddons("addons", cfg, cluster.name, (oidc.arn, issuer), k8s_opts,
-                                                   depends_on=[system])}
+    out: dict[str, Any] = {"addons": components.ClusterAddons("addons", cfg, cluster.name, (oidc.arn, issuer),
+                                                              k8s_opts, depends_on=[system])}
     if karpenter.karpenter_pools(cfg):
-        from tritonops.k8s.components.karpenter import Karpenter, KarpenterArgs
-
-        out["karpenter"] = Karpenter(
-            "karpenter", KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer), k8s_opts, depends_on=[system]
+        out["karpenter"] = components.Karpenter(
+            "karpenter", components.KarpenterArgs(cfg, cluster.name, cluster.arn, oidc.arn, issuer), k8s_opts,
+            depends_on=[system],
         )
     if autoscaler.managed_gpu_pools(cfg):
-        from tritonops.k8s.components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
-
-        out["cluster_autoscaler"] = ClusterAutoscaler(
-            "cluster-autoscaler", ClusterAutoscalerArgs(cfg, oidc.arn, issuer, region), k8s_opts, depends_on=[system]
+        out["cluster_autoscaler"] = components.ClusterAutoscaler(
+            "cluster-autoscaler", components.ClusterAutoscalerArgs(cfg, oidc.arn, issuer, region), k8s_opts,
+            depends_on=[system],
         )
     pulumi.export("clusterName", cluster.name)
     pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))

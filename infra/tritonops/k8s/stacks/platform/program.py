@@ -69,9 +69,7 @@ def program() -> dict[str, Any]:
     """The platform Pulumi program: monitoring first, then the GPU Operator and KEDA."""
     import pulumi
 
-    from tritonops.k8s.components.gpu_operator import GpuOperator, GpuOperatorArgs
-    from tritonops.k8s.components.keda import Keda, KedaArgs
-    from tritonops.k8s.components.monitoring import Monitoring, MonitoringArgs
+    from tritonops.k8s.stacks.platform import components  # Pulumi's: only here, never in render
 
     cfg = pulumi_config("platform")
     assert isinstance(cfg, PlatformConfig)
@@ -84,12 +82,15 @@ def program() -> dict[str, Any]:
     # Monitoring first: the others' ServiceMonitors need its CRDs.
     after: list[Any] = []
     if cfg.monitoring.enabled:
-        out["monitoring"] = Monitoring("monitoring", MonitoringArgs(cfg, secrets, grafana_password), opts)
+        out["monitoring"] = components.Monitoring(
+            "monitoring", components.MonitoringArgs(cfg, secrets, grafana_password), opts
+        )
         after.append(out["monitoring"])
     if cfg.gpu_operator.enabled:
-        out["gpu_operator"] = GpuOperator("gpu-operator", GpuOperatorArgs(cfg), opts, depends_on=after)
+        out["gpu_operator"] = components.GpuOperator("gpu-operator", components.GpuOperatorArgs(cfg), opts,
+                                                     depends_on=after)
     if cfg.keda.enabled:
-        out["keda"] = Keda("keda", KedaArgs(cfg), opts, depends_on=after)
+        out["keda"] = components.Keda("keda", components.KedaArgs(cfg), opts, depends_on=after)
     releases = render(RenderSet("platform", ""), cfg).releases
     pulumi.export("releases", {r.name: f"{r.chart}@{r.version}" for r in releases})
     return out

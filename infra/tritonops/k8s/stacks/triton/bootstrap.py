@@ -3,7 +3,7 @@
 A pull-mode pod's init container waits for its channel's release; on a channel nobody published to,
 the Deployment never becomes ready and ``pulumi up`` times out. So the triton program reads each
 pull-mode service's channel pointer (and its canary's) with the release agent's own store reader
-(:class:`tritonops.stores.reader.Store`, the operator's AWS credentials) at preview and up, before it
+(:func:`tritonops.stores.open_store`, the operator's AWS credentials) at preview and up, before it
 creates a resource, and refuses with the ``tritonops release publish ... --channel C`` command to run
 first. A store that cannot be reached refuses too, saying so.
 
@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonops.core.errors import ReleaseError
-from tritonops.core.keys import POINTER_MAX, channel_key
+from tritonops.core.keys import POINTER_MAX, ROOT_MAX, channel_key, root_key
 from tritonops.k8s.config import ConfigError, ModelService, TritonStackConfig, project_name
 from tritonops.k8s.stacks.triton import required
 from tritonops.release_format import trust
 from tritonops.release_format.metadata import Rejected, Trusted
 from tritonops.release_format.metadata import unverified as parse_pointer
-from tritonops.stores.reader import Store
+from tritonops.stores import Store, open_store
+from tritonops.stores.s3 import S3Store
 
 CHECK_ENV = "TRITONOPS_CHANNEL_CHECK"  # "off": the program skips the check
 
@@ -54,8 +55,8 @@ def enabled() -> bool:
 def _store(svc: ModelService, timeout: float) -> Store:
     rel = svc.release
     assert rel is not None
-    store = Store(rel.store, rel.s3_endpoint, timeout=timeout)
-    if store.kind == "s3" and rel.region:
+    store = open_store(rel.store, rel.s3_endpoint, timeout=timeout)
+    if isinstance(store, S3Store) and rel.region:
         # The pods' AWS_REGION (release.region), not the operator's: the bucket's region.
         store.region = rel.region
         if store.base.endswith(".amazonaws.com"):
@@ -163,8 +164,10 @@ def _verify(svc: ModelService, keys: dict[str, str], channel: str, raw: bytes, s
             path.write_text(pem.strip() + "\n")
             files.append(path)
         ids = ", ".join(f"{p.name} (key id {trust.keyid(p.read_bytes())[:16]})" for p in files)
-        try:  # a fresh node: no .trusted.json in tmp, the keys as its implicit root
-            Trusted(Path(tmp), files, rel.store_name).check(raw, channel, store, where)
+        try:  # a fresh node: no .trusted.json, the keys as its implicit root; the roots it names read here
+            trusted = Trusted(trust.implicit_root(files), rel.store_name)
+            roots = [store.get(root_key(n), limit=ROOT_MAX) or b"" for n in trusted.roots_needed(raw, where)]
+            trusted.check(raw, channel, roots, where)
         except (Rejected, ReleaseError) as exc:
             raise ConfigError(
                 key,

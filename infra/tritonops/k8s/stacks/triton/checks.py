@@ -11,6 +11,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic.alias_generators import to_camel
+
 from tritonops.core.errors import ReleaseError
 from tritonops.core.keys import channel_key
 from tritonops.core.names import check_name
@@ -19,6 +21,7 @@ from tritonops.k8s.config import PRODUCTION, ConfigError, ModelRepository, Relea
 from tritonops.k8s.config_keys import check_dns_label, check_object_name, config_key
 from tritonops.k8s.registry_source import check_store_url
 from tritonops.k8s.stacks.triton.budget import check_budget
+from tritonops.stores import kind_of, s3
 
 _OBJECT_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap / Secret data key
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -124,17 +127,12 @@ def _check_trusted_keys(tk: TrustedKeys, loc: tuple[int | str, ...], source: str
 
 def _check_s3_options(rel: ReleaseSource, loc: tuple[int | str, ...], source: str | None) -> None:
     """The options only an s3:// store takes, and the S3 endpoint and credentials Secret given."""
-    parts = urlsplit(rel.store)
-    if parts.scheme != "s3":
-        for field, value in (
-            ("s3Endpoint", rel.s3_endpoint),
-            ("region", rel.region),
-            ("credentialsSecret", rel.credentials_secret),
-            ("reports", rel.reports or None),
-        ):
-            if value is not None:
+    if kind_of(rel.store) is not s3.KIND:  # the scheme is checked already (check_store_url)
+        for name in s3.KIND.settings:
+            if getattr(rel, name) not in (None, False):
                 raise ConfigError(
-                    config_key("triton", (*loc, field)), f"only for an s3:// store (store is {rel.store!r})", source
+                    config_key("triton", (*loc, to_camel(name))), f"only for an s3:// store (store is {rel.store!r})",
+                    source,
                 )
     if rel.s3_endpoint is not None:
         ep = urlsplit(rel.s3_endpoint)

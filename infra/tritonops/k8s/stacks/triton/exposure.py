@@ -26,6 +26,7 @@ from tritonops.k8s.labels import (
 )
 from tritonops.k8s.stacks.triton.release_agent import AGENT_PORT
 from tritonops.observability.metrics import CANARY, STABLE
+from tritonops.stores import KINDS
 from tritonops.versions import ENVOY_GATEWAY_NAMESPACE
 
 
@@ -211,7 +212,7 @@ def _metrics_ports(svc: ModelService) -> list[int]:
     return [METRICS_PORT, AGENT_PORT] if svc.release is not None else [METRICS_PORT]
 
 
-_DEFAULT_PORTS = {"https": 443, "s3": 443, "http": 80, "oci": 443}  # oci: the registry speaks https
+_DEFAULT_PORTS = {scheme: port for kind in KINDS for scheme, port in kind.ports.items()}  # tritonops.stores
 _LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")  # the node's instance metadata service
 
 

@@ -57,8 +57,7 @@ def program() -> dict[str, Any]:
     """The triton Pulumi program: the namespace's objects, then one TritonService per model service."""
     import pulumi
 
-    from tritonops.k8s.components.triton_namespace import TritonNamespace, TritonNamespaceArgs
-    from tritonops.k8s.components.triton_service import TritonService, TritonServiceArgs
+    from tritonops.k8s.stacks.triton import components  # Pulumi's: only here, never in render
 
     cfg = pulumi_config("triton")
     assert isinstance(cfg, TritonStackConfig)
@@ -79,10 +78,10 @@ def program() -> dict[str, Any]:
     ref = cluster_reference("triton", cfg.cluster)
     provider = kube_provider("triton", cfg.cluster, ref)
     opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
-    ns = TritonNamespace("triton", TritonNamespaceArgs(cfg, token), opts)
+    ns = components.TritonNamespace("triton", components.TritonNamespaceArgs(cfg, token), opts)
     services = [
-        TritonService(
-            svc.name, TritonServiceArgs(cfg, svc, _reader_arn(cfg, i, ref)), opts, depends_on=[ns]
+        components.TritonService(
+            svc.name, components.TritonServiceArgs(cfg, svc, _reader_arn(cfg, i, ref)), opts, depends_on=[ns]
         )
         for i, svc in enumerate(cfg.model_services)
     ]

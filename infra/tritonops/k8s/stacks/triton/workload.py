@@ -74,25 +74,16 @@ def triton_args(cfg: TritonStackConfig, svc: ModelService, budget: ServiceBudget
         load: tuple[str, ...] = ("*",)  # whatever the release holds; the sidecar gates and switches it
     else:
         load = tuple(m.name for m in svc.models) if svc.model_control_mode == "explicit" else ()
-    return ["tritonserver", *args.triton_args(args.TritonSettings(
+    return ["tritonserver", *args.triton_args(args.settings(
+        "pod",
         model_repository=_location(svc),
         model_control_mode=svc.model_control_mode,
         load_models=load,
         repository_poll_secs=svc.repository_poll_secs if svc.model_control_mode == "poll" else None,
-        strict_model_config=True,  # every model ships a complete config.pbtxt; no auto-complete
-        strict_readiness=True,
-        exit_on_error=True,
-        http=args.Listener(port=HTTP_PORT),
-        grpc=args.Listener(port=GRPC_PORT),
-        metrics=args.Listener(enabled=True, port=METRICS_PORT),
-        gpu_metrics=True,
-        cpu_metrics=True,
         metrics_config=SUMMARY_LATENCIES,
         restricted_apis=args.RESTRICTED_APIS,
         admin_header=cfg.admin_api.header,
         admin_key_ref=f"$({ADMIN_ENV})",  # kubelet expands $(VAR) from the container env
-        exit_timeout_secs=30,
-        log_format="ISO8601",
         **memory_settings(svc, budget),
     ))]
 

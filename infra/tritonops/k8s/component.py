@@ -1,9 +1,9 @@
 """What every tritonops Pulumi component is made of: one Pulumi resource per builder dict, the objects
 in apply order with their waits, a pinned Helm chart, and a chart component's shared steps.
 
-Each component (one per module of tritonops.k8s.components) takes a typed args dataclass, validates it
-before creating anything, creates its children with ``parent=self`` from the builders' dicts, and
-registers its outputs. No resource is ever created inside ``Output.apply``.
+Each component (in ``tritonops.k8s.stacks.<stack>.components``, next to the builders it uses) takes a
+typed args dataclass, validates it before creating anything, creates its children with ``parent=self``
+from the builders' dicts, and registers its outputs. No resource is ever created inside ``Output.apply``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""The platform stack's monitoring component: kube-prometheus-stack with its Alertmanager and Grafana
-admin Secrets."""
+"""The platform stack's Pulumi components over the chart builders of ``charts``: monitoring
+(kube-prometheus-stack with its Secrets), the NVIDIA GPU Operator, KEDA. Imported by
+:func:`program.program` only: ``tritonops render`` needs no Pulumi."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
-from tritonops.k8s.components.base import apply_objects, helm_release, k8s_object, require_enabled
+from tritonops.k8s.component import apply_objects, helm_release, install_chart, k8s_object, require_enabled
 from tritonops.k8s.config import PlatformConfig
 from tritonops.k8s.stacks.platform import charts as platform
 
@@ -54,3 +56,49 @@ def _yaml(doc: Obj) -> str:
     import yaml
 
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+@dataclass
+class GpuOperatorArgs:
+    config: PlatformConfig
+
+    def __post_init__(self) -> None:
+        require_enabled(self.config.gpu_operator.enabled, "gpu_operator", "GpuOperator")
+
+
+class GpuOperator(pulumi.ComponentResource):
+    """NVIDIA GPU Operator (pinned chart): device plugin, DCGM exporter + ServiceMonitor, time-slicing/MIG."""
+
+    def __init__(
+        self,
+        name: str,
+        args: GpuOperatorArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        super().__init__("tritonops:platform:GpuOperator", name, None, opts)
+        self.release = install_chart(self, platform.gpu_operator_objects(args.config),
+                                     platform.gpu_operator_release(args.config), depends_on)
+
+
+@dataclass
+class KedaArgs:
+    config: PlatformConfig
+
+    def __post_init__(self) -> None:
+        require_enabled(self.config.keda.enabled, "keda", "Keda")
+
+
+class Keda(pulumi.ComponentResource):
+    """KEDA (pinned chart): scales Triton Deployments on Prometheus queries."""
+
+    def __init__(
+        self,
+        name: str,
+        args: KedaArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        super().__init__("tritonops:platform:Keda", name, None, opts)
+        self.release = install_chart(self, platform.keda_objects(args.config), platform.keda_release(args.config),
+                                     depends_on)

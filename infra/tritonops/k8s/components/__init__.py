@@ -1,1 +1,0 @@
-"""The Pulumi ComponentResources of the three stacks, one per module, over ``base``'s helpers."""
