@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ..core import netio
 from ..core.errors import StoreError, UsageError
-from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
+from ..core.keys import BLOB_TIMEOUT, CHANNELS_PREFIX, METADATA_TIMEOUT
 
 SWAP_TRIES = 8  # conditional writes of one pointer before giving up (each after reading it again)
 
@@ -216,6 +216,6 @@ class WriterBase:
 
     def missing_channel(self, channel: str) -> UsageError:
         """The error for a channel the store does not hold, naming the ones it does."""
-        there = [k.removeprefix("channels/").removesuffix(".json") for k in self.names("channels/")]
+        there = [k.removeprefix(CHANNELS_PREFIX).removesuffix(".json") for k in self.names(CHANNELS_PREFIX)]
         return UsageError(f"{self.url}: channel {channel!r} does not exist (channels there: "
                           f"{', '.join(there) or 'none'})")

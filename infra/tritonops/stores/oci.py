@@ -38,7 +38,7 @@ from typing import Any
 
 from ..core import lock, netio
 from ..core.errors import StoreError, TooLong
-from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT, POINTER_MAX, SIGNATURE_MAX
+from ..core.keys import BLOB_TIMEOUT, CHANNELS_PREFIX, METADATA_TIMEOUT, POINTER_MAX, SIGNATURE_MAX
 from ..core.names import MANIFEST_FILE, MANIFEST_MAX
 from ..release_format import manifest
 from . import oci_api as api
@@ -197,7 +197,7 @@ class OciWriter(WriterBase):
     def names(self, prefix: str, suffix: str = ".json") -> list[str]:
         """The channel keys (``channels/NAME.json``) the repository's ``channel-NAME`` tags stand for; a
         registry keeps no status reports (a UsageError for ``reports/``)."""
-        if prefix != "channels/" or suffix != ".json":
+        if prefix != CHANNELS_PREFIX or suffix != ".json":
             api.locate(prefix + "x" + suffix)  # the registry's own refusal of what it cannot hold
             return []
         resp = self.registry.request("GET", "tags/list?n=10000", limit=api.OCI_MANIFEST_MAX, deadline=METADATA_TIMEOUT)
@@ -209,7 +209,7 @@ class OciWriter(WriterBase):
             tags = json.loads(resp.body).get("tags") or []
         except (ValueError, AttributeError):
             raise StoreError(f"{self.url}: the tag list is not JSON") from None
-        return sorted(f"channels/{t[len('channel-'):]}.json" for t in tags
+        return sorted(f"{CHANNELS_PREFIX}{t[len('channel-'):]}.json" for t in tags
                       if isinstance(t, str) and t.startswith("channel-"))
 
     def _current(self, tag: str) -> tuple[str | None, bytes | None]:
