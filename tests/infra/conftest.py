@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import testinfra
-from gpuhost_helpers import defaults
 from node_helpers import podman_container
 from testinfra.utils import ansible_runner
 
@@ -40,20 +39,9 @@ def _get_ansible_host_with_podman(config: Any, inventory: Any, host: str, *args:
 ansible_runner.get_ansible_host = _get_ansible_host_with_podman
 
 
-def role_defaults(role: str) -> dict[str, Any]:
-    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing), pins resolved."""
-    return defaults(role)
-
-
 @pytest.fixture(scope="module")
 def host_vars(host: Any) -> dict[str, Any]:
     """Inventory variables of the host under test ({} without the Ansible backend)."""
     if host.backend.NAME != "ansible":
         return {}
     return dict(host.ansible.get_variables())
-
-
-def journal(host: Any, unit: str, lines: int = 60) -> str:
-    """The unit's recent journal, appended to failure messages so they explain themselves."""
-    out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
-    return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"

@@ -38,3 +38,8 @@ def journal(host: Any, unit: str, lines: int = 60) -> str:
     """The unit's recent journal, for failure messages that explain themselves."""
     out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
     return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    """A role's defaults/main.yml as a dict (the expectations where the inventory says nothing), pins resolved."""
+    return defaults(role)

@@ -74,3 +74,9 @@ def exposure(host: Any, unit: str, offline: bool = False) -> tuple[float, str]:
 def assert_hardened(host: Any, unit: str, offline: bool = False) -> None:
     score, table = exposure(host, unit, offline)
     assert score <= MAX_EXPOSURE, f"{unit}: exposure {score} > {MAX_EXPOSURE}\n{table}"
+
+
+def journal(host: Any, unit: str, lines: int = 60) -> str:
+    """The unit's recent journal, appended to failure messages so they explain themselves."""
+    out = host.run(f"journalctl -u {unit} --no-pager -n {lines}")
+    return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"

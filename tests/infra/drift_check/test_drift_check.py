@@ -15,8 +15,8 @@ import shlex
 from typing import Any
 
 import pytest
-from conftest import journal, role_defaults
-from node_helpers import assert_hardened
+from gpuhost_helpers import role_defaults
+from node_helpers import assert_hardened, journal
 from testinfra.utils.ansible_runner import AnsibleRunner
 from tritonops import agent_bundle as bundle
 from tritonops.agent.drift_probe import TEXTFILE_NAME

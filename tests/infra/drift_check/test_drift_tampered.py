@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import journal, role_defaults
+from gpuhost_helpers import role_defaults
+from node_helpers import journal
 from tritonops.agent.drift_probe import TEXTFILE_NAME
 from tritonops.observability.metrics import DRIFT_METRIC
 

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import journal
 from mr_nodeinfo import REPO, node_address, node_vars, push_file, run_agent
-from node_helpers import assert_hardened
+from node_helpers import assert_hardened, journal
 from tritonops.core.errors import ReleaseError
 from tritonops.core.names import STATE_FILE
 from tritonops.core.triton_http import Triton

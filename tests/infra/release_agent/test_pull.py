@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import journal
+from node_helpers import journal
 from ra_node import (
     REPO,
     SERVICE,

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import journal
 from devkit.hosts.podman import CONTAINERS_CONF
+from node_helpers import journal
 from ra_node import PYZ, SERVICE, host_name, molecule_inventory
 from test_pull import SAMPLE, Node, node, say, signing_key, store, wait_serving  # noqa: F401 - fixtures, per module
 from tritonops.core.exitcodes import ExitCode

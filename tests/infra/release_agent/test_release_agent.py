@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import journal
-from node_helpers import assert_hardened
+from node_helpers import assert_hardened, journal
 from ra_node import PYZ, SERVICE, agent_argv, inventory_vars, options
 from tritonops import agent_bundle as bundle
 

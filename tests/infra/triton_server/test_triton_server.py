@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import journal, role_defaults
-from node_helpers import assert_hardened, podman_container
+from gpuhost_helpers import role_defaults
+from node_helpers import assert_hardened, journal, podman_container
 from tritonclient.utils import InferenceServerException
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
