@@ -58,6 +58,23 @@ class FakeTriton(BaseHTTPRequestHandler):
         pass
 
 
+def serve_triton(want: dict[str, list[str]]) -> ThreadingHTTPServer:
+    """A FakeTriton on a free loopback port serving ``want`` (model -> versions) READY and loaded."""
+    FakeTriton.index = [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs]
+    FakeTriton.loaded = [{"name": m, "version": v} for m, vs in want.items() for v in vs]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTriton)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def local_inventory(tmp: Path) -> Path:
+    """An inventory of localhost over the local connection, with this interpreter."""
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    return inventory
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if not Path(sys.executable).with_name("ansible-playbook").exists() and shutil.which("ansible-playbook") is None:
@@ -70,13 +87,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     (tmp / "node" / "models").symlink_to(f"releases/{staged['release']}")
     files = manifest.read(releases / staged["release"])
     want = node_drift.expected_versions(files, node_drift.release_configs(releases / staged["release"], files))
-    FakeTriton.index = [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs]
-    FakeTriton.loaded = [{"name": m, "version": v} for m, vs in want.items() for v in vs]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTriton)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    inventory = tmp / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    server, inventory = serve_triton(want), local_inventory(tmp)
     extra = {"drift_hosts": "localhost", "model_repository_source": "local",
              "model_repository_local_path": str(SAMPLE), "model_repository_target": "cpu",
              "model_repository_controller_cache": str(tmp / "cache"),

@@ -13,14 +13,12 @@ import json
 import os
 import shutil
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_drift_probe import HEADER, SECRET, FakeTriton
+from test_drift_probe import HEADER, SECRET, local_inventory, serve_triton
 from tritonops.agent import cli as agent_cli
 from tritonops.agent import drift_probe as agent_drift
 from tritonops.cli import app
@@ -52,13 +50,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                          "--channel", CHANNEL, "--trusted-key", str(pub)])
     assert rc == 0
     want = agent_drift.probe(link, rels, "http://127.0.0.1:9", HEADER, "")["models"]  # by the release's configs
-    FakeTriton.index = [{"name": m, "version": v, "state": "READY"} for m, vs in want.items() for v in vs]
-    FakeTriton.loaded = [{"name": m, "version": v} for m, vs in want.items() for v in vs]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeTriton)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    inventory = tmp / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    server, inventory = serve_triton(want), local_inventory(tmp)
     # The node's settings as its inventory would hold them, but for the mode: that comes with -e.
     settings = {"drift_hosts": "localhost", "release_agent_channel": CHANNEL, "release_agent_model_link": str(link),
                 "release_agent_releases_dir": str(rels), "release_agent_python": sys.executable,
