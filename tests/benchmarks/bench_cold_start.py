@@ -27,9 +27,13 @@ machine (as an air-gapped site's static mirror), a replica starts as a pod does:
 * golden gate: ``tritonops.release.push.golden``, the check the release agent runs before the pod is Ready.
 
 Each release is published twice, as it is and with generated ``model_warmup`` (tritonops.model_repo.warmup,
-``publish --warmup``), so the first request's latency shows with and without it. In the same run the store's
-raw read throughput (the largest blob read over HTTP, no verify, nothing written) gives the fetch's MB/s a
-baseline. ``--record`` writes tests/benchmarks/records/cold_start.json; ``--plot`` draws the parts as
+``publish --warmup``), so the first request's latency shows with and without it. In the same run, each
+round, three baselines for the fetch's MB/s (the agent's own ``seconds``: manifest read to release
+installed; ``sync`` rates count the whole init container): the store's raw read (the largest blob over
+HTTP, read and dropped), the same read hashed as the agent hashes it (netio, sha256, nothing written),
+and the node's write of a new file of that size (twice in a row: a VM that hands freed memory back to
+its host at once, ``/sys/module/page_reporting``, makes the first write wait for the host and the second
+land on the pages the first freed; the record keeps the guest's settings). ``--record`` writes tests/benchmarks/records/cold_start.json; ``--plot`` draws the parts as
 stacked bars from that record (``--plot-only``: from the record as it is, nothing run). Then every stack
 service with ``minReplicas: 0`` with its ``cooldownPeriod`` and ``modelLoadSeconds``: the configured load
 time should not be below the measured spawn-to-gate maximum, and the cooldown must be longer (the config
@@ -39,8 +43,10 @@ check refuses it otherwise).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
+import hashlib
 import http.server
 import itertools
 import json
@@ -155,6 +161,46 @@ def raw_read_mbps(url: str) -> float:
         while chunk := r.read(1 << 20):
             n += len(chunk)
     return n / 1e6 / (time.monotonic() - t0)
+
+
+def verified_read_mbps(url: str, sha256: str, size: int) -> float:
+    """MB/s of the agent's read of one file without its write: the store's netio read in the agent's pieces
+    (netio.BLOB_CHUNK), every byte hashed as it arrives, length and sha256 checked; nothing written."""
+    from tritonops.core import netio
+
+    h = hashlib.sha256()
+    t0 = time.monotonic()
+    resp = netio.request(url, deadline=600, limit=size, sink=h.update, chunk_size=netio.BLOB_CHUNK)
+    took = time.monotonic() - t0
+    if resp.status != 200 or resp.size != size or h.hexdigest() != sha256:
+        raise RuntimeError(f"{url}: HTTP {resp.status}, {resp.size} bytes, sha256 {h.hexdigest()[:16]}")
+    return size / 1e6 / took
+
+
+def node_write_mbps(folder: Path, size: int) -> float:
+    """MB/s of writing ``size`` bytes into a new file in ``folder`` (the releases' filesystem) in 1 MiB
+    pieces, no network and no hash (the write a fetch cannot avoid), then deleting it."""
+    piece = os.urandom(1 << 20)
+    path = folder / "node-write-test"
+    t0 = time.monotonic()
+    with open(path, "wb") as out:
+        for _ in range(size // len(piece)):
+            out.write(piece)
+        out.write(piece[:size % len(piece)])
+    took = time.monotonic() - t0
+    path.unlink()
+    return size / 1e6 / took
+
+
+def page_reporting() -> dict[str, int]:
+    """The guest kernel's free page reporting (a VM handing freed memory back to its host), where it has one:
+    with ``min_free_ms`` 0 a page freed is returned at once, and the next write into it waits for the host."""
+    folder = Path("/sys/module/page_reporting/parameters")
+    out = {}
+    for name in ("min_free_ms", "max_waiting_mib", "page_reporting_order"):
+        with contextlib.suppress(OSError, ValueError):
+            out[f"page_reporting_{name.removeprefix('page_reporting_')}"] = int((folder / name).read_text())
+    return out
 
 
 def _log_times(log: str) -> list[tuple[float, str]]:
@@ -321,10 +367,21 @@ def measure(name: str, source: Path, rounds: int, work: Path, console: Console) 
     blob, blob_bytes = largest_blob(store)
     runs: dict[str, list[Replica]] = {}
     raw: list[float] = []
+    verified: list[float] = []
+    fresh: list[float] = []
+    recycled: list[float] = []
     with http_store(store) as url:
         for r in range(rounds):
             cache = work / f"cache-{r}"
             raw.append(raw_read_mbps(f"{url}/{blob}"))
+            if blob_bytes >= MIN_RATE_MB * 1e6:
+                verified.append(verified_read_mbps(f"{url}/{blob}", blob.rsplit("/", 1)[-1], blob_bytes))
+                # Twice in a row: the second write lands on the page cache the first one freed.
+                fresh.append(node_write_mbps(work, blob_bytes))
+                recycled.append(node_write_mbps(work, blob_bytes))
+                console.print(f"{name} round {r + 1}: the store's raw read {raw[-1]:.0f} MB/s, read + sha256 (no write) "
+                              f"{verified[-1]:.0f} MB/s; the node's write of a new {blob_bytes / 1e6:.0f} MB file "
+                              f"{fresh[-1]:.0f} MB/s, again at once {recycled[-1]:.0f} MB/s", highlight=False)
             for mode, warm in CASES:
                 label = f"{mode}_{'warmup' if warm else 'plain'}"
                 home = work / f"home-{r}-{label}"
@@ -333,13 +390,15 @@ def measure(name: str, source: Path, rounds: int, work: Path, console: Console) 
                                         cache_url=daemon)
                 shutil.rmtree(home, ignore_errors=True)
                 runs.setdefault(label, []).append(rep)
-                console.print(f"{name} round {r + 1} {label}: fetched {rep.fetched_bytes / 1e6:.1f} MB, "
+                console.print(f"{name} round {r + 1} {label}: fetched {rep.fetched_bytes / 1e6:.1f} MB "
+                              f"(the agent's fetch {float(rep.sync.get('seconds', 0)):.2f} s), "
                               + ", ".join(f"{p} {rep.parts[p]:.2f}s" for p in PARTS)
                               + f"; first {rep.first_ms:.1f} ms, tenth {rep.tenth_ms:.1f} ms, 2-10 median "
                               f"{rep.steady_ms:.1f} ms (Triton's own: first {rep.triton_ms[0]:.2f} ms, tenth "
                               f"{rep.triton_ms[9]:.2f} ms)", highlight=False)
             shutil.rmtree(cache, ignore_errors=True)
-    return {"runs": runs, "raw_mbps": raw, "largest_blob_bytes": blob_bytes}
+    return {"runs": runs, "raw_mbps": raw, "verified_mbps": verified, "write_mbps": fresh, "rewrite_mbps": recycled,
+            "largest_blob_bytes": blob_bytes}
 
 
 def figures_of(name: str, result: dict[str, Any]) -> dict[str, float | int | str]:
@@ -363,10 +422,23 @@ def figures_of(name: str, result: dict[str, Any]) -> dict[str, float | int | str
     raw = med(result["raw_mbps"])
     out[f"{name}_release_mb"] = round(total_mb, 3)
     out[f"{name}_raw_read_mbps"] = round(raw)
-    for label in ("absent_warmup", "cold_warmup") if total_mb >= MIN_RATE_MB else ():  # a rate of kB says nothing
-        mbps = med(r.fetched_bytes / 1e6 / r.parts["fetch_verify"] for r in runs[label])
+    if total_mb >= MIN_RATE_MB:  # a rate of kB says nothing
+        out[f"{name}_verified_read_mbps"] = round(med(result["verified_mbps"]))
+        out[f"{name}_verified_read_of_raw_pct"] = round(100 * med(result["verified_mbps"]) / raw, 1)
+        out[f"{name}_node_write_mbps"] = round(med(result["write_mbps"]))
+        out[f"{name}_node_rewrite_mbps"] = round(med(result["rewrite_mbps"]))
+    for label in ("absent_warmup", "cold_warmup") if total_mb >= MIN_RATE_MB else ():
+        # The agent's fetch (its own "seconds": manifest read to release installed), and the whole sync
+        # process (its start-up, the signed pointer) as the part fetch_verify counts it.
+        mbps = med(r.fetched_bytes / 1e6 / float(r.sync["seconds"]) for r in runs[label])
         out[f"{name}_{label}_fetch_mbps"] = round(mbps)
         out[f"{name}_{label}_fetch_of_raw_pct"] = round(100 * mbps / raw, 1)
+        rounds = zip(runs[label], result["raw_mbps"], strict=True)
+        out[f"{name}_{label}_fetch_max_of_raw_pct"] = round(
+            100 * max(r.fetched_bytes / 1e6 / float(r.sync["seconds"]) / w for r, w in rounds), 1)
+        sync = med(r.fetched_bytes / 1e6 / r.parts["fetch_verify"] for r in runs[label])
+        out[f"{name}_{label}_sync_mbps"] = round(sync)
+        out[f"{name}_{label}_sync_of_raw_pct"] = round(100 * sync / raw, 1)
     warm = runs["warm_warmup"]
     for model in warm[0].models:  # each model's load and warmup (Triton's log), warm cache, generated warmup
         for part in ("load_s", "warmup_s"):
@@ -456,7 +528,7 @@ def main() -> int:
         repos.insert(0, ("large", large_repository(CACHE, args.large_mb)))
     image = image_mb()
     figures: dict[str, float | int | str] = {"image_present": "yes" if image else "no", "image_mb": image or 0,
-                                             "rounds": args.rounds, "large_mb": args.large_mb}
+                                             "rounds": args.rounds, "large_mb": args.large_mb, **page_reporting()}
     with tempfile.TemporaryDirectory(prefix="tritonops-cold-start-") as tmp:
         for name, source in repos:
             work = Path(tmp) / name
@@ -481,9 +553,14 @@ def main() -> int:
                       f"{f['triton_first_ms']:.2f}", f"{f['triton_tenth_ms']:.2f}")
     console.print(t)
     for name, _ in (r for r in repos if f"{r[0]}_cold_warmup_fetch_mbps" in figures):
-        console.print(f"{name}: release {figures[f'{name}_release_mb']} MB; store raw read "
-                      f"{figures[f'{name}_raw_read_mbps']} MB/s; cold fetch+verify {figures[f'{name}_cold_warmup_fetch_mbps']}"
-                      f" MB/s ({figures[f'{name}_cold_warmup_fetch_of_raw_pct']}% of raw); warm-cache replica to its "
+        f = {k.removeprefix(f"{name}_"): v for k, v in figures.items() if k.startswith(f"{name}_")}
+        console.print(f"{name}: release {f['release_mb']} MB; store raw read {f['raw_read_mbps']} MB/s; read + sha256 "
+                      f"without the write {f['verified_read_mbps']} MB/s ({f['verified_read_of_raw_pct']}% of raw); "
+                      f"the node's write of a new file {f['node_write_mbps']} MB/s, at once again "
+                      f"{f['node_rewrite_mbps']} MB/s; the agent's cold fetch {f['cold_warmup_fetch_mbps']} MB/s "
+                      f"({f['cold_warmup_fetch_of_raw_pct']}% of raw, best round {f['cold_warmup_fetch_max_of_raw_pct']}%), "
+                      f"without a cache {f['absent_warmup_fetch_mbps']} MB/s ({f['absent_warmup_fetch_of_raw_pct']}%); "
+                      f"the whole sync {f['cold_warmup_sync_mbps']} MB/s ({f['cold_warmup_sync_of_raw_pct']}%); warm-cache replica to its "
                       f"first answer {figures[f'{name}_warm_first_answer_vs_load_warmup_x']}x Triton's load+warmup "
                       f"({figures[f'{name}_triton_load_warmup_s']} s)", highlight=False)
     console.print(f"image {IMAGE}: {'present, ' + str(image) + ' MB' if image else 'not on this node'}")
