@@ -28,7 +28,7 @@ machine (as an air-gapped site's static mirror), a replica starts as a pod does:
 
 Each release is published twice, as it is and with generated ``model_warmup`` (tritonops.model_repo.warmup,
 ``publish --warmup``), so the first request's latency shows with and without it. In the same run, each
-round, three baselines for the fetch's MB/s (the agent's own ``seconds``: manifest read to release
+round, three baselines for the fetch's MB/s (the agent's own ``fetch_seconds``: manifest read to release
 installed; ``sync`` rates count the whole init container): the store's raw read (the largest blob over
 HTTP, read and dropped), the same read hashed as the agent hashes it (netio, sha256, nothing written),
 and the node's write of a new file of that size (twice in a row: a VM that hands freed memory back to
@@ -391,7 +391,7 @@ def measure(name: str, source: Path, rounds: int, work: Path, console: Console) 
                 shutil.rmtree(home, ignore_errors=True)
                 runs.setdefault(label, []).append(rep)
                 console.print(f"{name} round {r + 1} {label}: fetched {rep.fetched_bytes / 1e6:.1f} MB "
-                              f"(the agent's fetch {float(rep.sync.get('seconds', 0)):.2f} s), "
+                              f"(the agent's fetch {float(rep.sync.get('fetch_seconds', 0)):.2f} s), "
                               + ", ".join(f"{p} {rep.parts[p]:.2f}s" for p in PARTS)
                               + f"; first {rep.first_ms:.1f} ms, tenth {rep.tenth_ms:.1f} ms, 2-10 median "
                               f"{rep.steady_ms:.1f} ms (Triton's own: first {rep.triton_ms[0]:.2f} ms, tenth "
@@ -428,14 +428,14 @@ def figures_of(name: str, result: dict[str, Any]) -> dict[str, float | int | str
         out[f"{name}_node_write_mbps"] = round(med(result["write_mbps"]))
         out[f"{name}_node_rewrite_mbps"] = round(med(result["rewrite_mbps"]))
     for label in ("absent_warmup", "cold_warmup") if total_mb >= MIN_RATE_MB else ():
-        # The agent's fetch (its own "seconds": manifest read to release installed), and the whole sync
+        # The agent's fetch (its own fetch_seconds: manifest read to release installed), and the whole sync
         # process (its start-up, the signed pointer) as the part fetch_verify counts it.
-        mbps = med(r.fetched_bytes / 1e6 / float(r.sync["seconds"]) for r in runs[label])
+        mbps = med(r.fetched_bytes / 1e6 / float(r.sync["fetch_seconds"]) for r in runs[label])
         out[f"{name}_{label}_fetch_mbps"] = round(mbps)
         out[f"{name}_{label}_fetch_of_raw_pct"] = round(100 * mbps / raw, 1)
         rounds = zip(runs[label], result["raw_mbps"], strict=True)
         out[f"{name}_{label}_fetch_max_of_raw_pct"] = round(
-            100 * max(r.fetched_bytes / 1e6 / float(r.sync["seconds"]) / w for r, w in rounds), 1)
+            100 * max(r.fetched_bytes / 1e6 / float(r.sync["fetch_seconds"]) / w for r, w in rounds), 1)
         sync = med(r.fetched_bytes / 1e6 / r.parts["fetch_verify"] for r in runs[label])
         out[f"{name}_{label}_sync_mbps"] = round(sync)
         out[f"{name}_{label}_sync_of_raw_pct"] = round(100 * sync / raw, 1)

@@ -177,7 +177,7 @@ class Agent:
         """Verify the signed manifest, then fetch and install the release's files. Nothing reaches the
         releases folder (let alone Triton) before the signatures verify; the manifest is read under the
         length its signed pointer states (``length``, else the trusted pointer's when it names ``digest``),
-        and each file under the length the manifest states. ``seconds``: from the manifest's read to the release
+        and each file under the length the manifest states. ``fetch_seconds``: from the manifest's read to the release
         installed (what a fetch costs, the agent's start-up not in it)."""
         started = time.monotonic()
         if length is None and self.pointer and (self.pointer.get("digest"), self.pointer.get("release")) == (
@@ -235,7 +235,7 @@ class Agent:
         finally:
             releases._remove(staging)
         return {"release": release, "downloaded": downloaded, "reused": reused, "mirrored": mirrored, "key": str(key),
-                "seconds": round(time.monotonic() - started, 3)}
+                "fetch_seconds": round(time.monotonic() - started, 3)}
 
     def _download(self, sha256: str, out: Path, length: int) -> int:
         """One file of a release under the length its signed manifest states. More bytes than that is a
