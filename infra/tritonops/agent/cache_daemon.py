@@ -10,7 +10,8 @@ from it (``--cache-url``) and the store only when it does not answer.
   sent (cache.Cache.verified); on a miss filled from the store first under that length (at most
   ``max_blob``), once however many pods ask together (the fill lock), its sha256 checked as it arrives.
   The client checks the sha256 and the length again: a daemon is trusted with nothing.
-* ``GET /ready`` 200 once the cache is usable; ``GET /status`` the warm state of each followed channel.
+* ``GET /ready`` 200 once the cache is usable; ``GET /status`` the warm state of each followed channel
+  (release_format.records.cache_status: what ``release rollout advance --cache-url`` waits on).
 * The prefetcher (:func:`prefetch`) follows channels like an agent (the signed pointer verified against
   the trusted root, then the signed manifest) and fills the cache with the channel's release and the
   one its staged rollout names as previous (what a new pod of the channel may install), at most

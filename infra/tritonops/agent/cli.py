@@ -32,7 +32,7 @@ from ..core.exitcodes import ExitCode
 from ..core.keys import BLOB_TIMEOUT, METADATA_TIMEOUT
 from ..core.triton_cli import HTTP_PORT
 from ..core.triton_http import DEFAULT_HEADER, Triton
-from ..release_format import manifest
+from ..release_format import manifest, records
 from ..stores import forms, open_store
 from . import argtypes, failures, releases
 from . import drift_probe as drift
@@ -217,8 +217,8 @@ def _cache(args: argparse.Namespace) -> int:
         threading.Thread(target=p.run, args=(args.interval, stop), name=f"prefetch-{p.channel}", daemon=True).start()
     if args.cache_cmd == "serve":
         server = cache_daemon.serve(args.listen, cache, store, args.max_blob,
-                                    lambda: {"cache": str(cache), "used_bytes": cache.usage(), "quota": cache.quota,
-                                             "channels": [p.warm for p in prefetchers]})
+                                    lambda: records.cache_status(str(cache), cache.usage(), cache.quota,
+                                                                 [p.warm for p in prefetchers]))
         threading.Thread(target=server.serve_forever, name="cache", daemon=True).start()
     stop.wait()
     return 0

@@ -118,13 +118,17 @@ def advance_cmd(
     unbound_reports: Annotated[bool, typer.Option(
         help="UNSAFE: accept several --report-key without a fleet file binding each agent to its key (key=): "
              "any of the keys then signs for any agent")] = False,
+    cache_url: Annotated[list[str] | None, typer.Option(
+        "--cache-url", help="A node cache daemon (tritonops-agent cache serve), http://HOST:PORT, of a node the "
+                            "next wave runs on: the move waits until it holds the release (repeatable)")] = None,
     key: Key = None,
     expires: Expires = "30d",
     s3_endpoint: S3Endpoint = None,
     as_json: AsJson = False,
 ) -> None:
     """Move to the next wave if every targeted agent has an outcome and the failed share is at most the
-    threshold; halt (exit 1) when it is over; exit 1 "waiting" while an agent has no outcome yet."""
+    threshold (and each --cache-url's node cache holds the release); halt (exit 1) when it is over; exit 1
+    "waiting" while an agent has no outcome yet or a node cache is not warm."""
     from tritonops.release import rollout as ro
 
     require_store("release rollout advance", store)
@@ -133,7 +137,7 @@ def advance_cmd(
     def run() -> dict[str, Any]:
         limit = ro.parse_threshold(max_failures) if max_failures is not None else None
         out.update(ro.advance(store, channel, agent_url or [], s3_endpoint, _fleet(fleet), report_key or None,
-                              limit, rollback_on_halt, _signing(key, expires), unbound_reports))
+                              limit, rollback_on_halt, _signing(key, expires), unbound_reports, cache_url or None))
         return out
 
     def render(o: dict[str, Any]) -> None:

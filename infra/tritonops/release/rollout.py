@@ -35,7 +35,7 @@ from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key, counted_key, id_key, report_key, reports_prefix
 from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
-from tritonops.release.status import scrape
+from tritonops.release.status import cache_warm, check_url, scrape
 from tritonops.release_format import records, signing, trust
 from tritonops.release_format import waves as ar
 from tritonops.stores import Store, open_store
@@ -356,16 +356,21 @@ def check_bindings(fleet: Fleet | None, report_keys: list[Path] | None, where: s
 def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpoint: str | None = None,
             fleet: Fleet | None = None, report_keys: list[Path] | None = None,
             max_failures: float | None = None, rollback_on_halt: bool = False,
-            pointer_args: dict[str, Any] | None = None, unbound_reports: bool = False) -> dict[str, Any]:
+            pointer_args: dict[str, Any] | None = None, unbound_reports: bool = False,
+            cache_urls: list[str] | None = None) -> dict[str, Any]:
     """Judge waves 0..wave; then the next wave, a halt (and a rollback), or nothing yet ("waiting").
 
     result: "advanced", "complete" (the last wave is reached and healthy), "waiting" (an agent has no
-    outcome yet, or none is known), "halted" (failed share over the threshold; written now), or
-    "already halted". The threshold is ``max_failures`` or the one ``start`` wrote into the rollout.
-    Several report keys not bound to agents are refused (:func:`check_bindings`) unless ``unbound_reports``.
+    outcome yet, or none is known, or a node cache of ``cache_urls`` is not warm yet), "halted" (failed
+    share over the threshold; written now), or "already halted". The threshold is ``max_failures`` or the
+    one ``start`` wrote into the rollout. Several report keys not bound to agents are refused
+    (:func:`check_bindings`) unless ``unbound_reports``. ``cache_urls``: the cache daemons (``cache serve``)
+    of the nodes the next wave runs on; the move waits until each holds the channel's release (``caches``).
     """
     if not unbound_reports:
         check_bindings(fleet, report_keys, "release rollout advance")
+    for url in cache_urls or []:
+        check_url(url, "--cache-url", "a node cache daemon's http(s)://HOST:PORT")
     writer = pub.open_writer(to, s3_endpoint)
     p, ro = _current(writer, channel)
     where = f"{to}/{channel_key(channel)}"
@@ -411,6 +416,13 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
                 "reason": f"{len(pending)} of {len(targeted)} targeted agents have no outcome yet"}
     if ro["wave"] == len(ro["waves"]) - 1:
         return {**out, "result": "complete", "reason": f"the last wave is reached, {failed} failed"}
+    if cache_urls:  # the next wave's nodes read the release from their caches: warm before they are asked
+        with ThreadPoolExecutor(READERS) as pool:
+            out["caches"] = list(pool.map(lambda u: cache_warm(u, channel, p["digest"]), cache_urls))
+        cold = [f"{c['url']}: {c['error']}" for c in out["caches"] if not c["warm"]]
+        if cold:
+            return {**out, "result": "waiting", "reason": f"{len(cold)} of {len(cache_urls)} node caches are not "
+                    f"warm for release {p['release']} yet ({'; '.join(cold)})"}
     nxt = ro["wave"] + 1
     note = f"rollout {ro['id']} wave {nxt} ({_spec(ro['waves'][nxt])})"
     pub.move_pointer(writer, channel, "", "", note, target=same_pointer, rollout={**ro, "wave": nxt},

@@ -3,6 +3,7 @@ the staged rollout's view of its agents)."""
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from typing import Any
 
@@ -10,10 +11,13 @@ from tritonops.core import metric_names, netio
 from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key
 from tritonops.release.publish import read_pointer
+from tritonops.release_format import records
 from tritonops.stores import Store, Writer, open_store, open_writer
 
 TARGET_METRICS_MAX = 16 << 20  # bytes read from one target's /metrics
 TARGET_TIMEOUT = 10.0  # seconds for one target's whole /metrics page
+CACHE_STATUS_MAX = 1 << 20  # bytes read from one node cache daemon's /status
+CACHE_STATUS_TIMEOUT = 5.0  # seconds for it
 _POINTER_FIELDS = ("release", "digest", "published", "note", "version", "expires")
 
 
@@ -41,12 +45,40 @@ def scrape(url: str) -> dict[str, Any]:
     return row
 
 
+def check_url(url: str, option: str, expected: str) -> None:
+    """A UsageError unless ``url`` is http(s)://HOST[:PORT]...: the error names the option and what it takes."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"{option} {url!r}: expected {expected}")
+
+
+def cache_warm(url: str, channel: str, digest: str) -> dict[str, Any]:
+    """Whether the node cache daemon at ``url`` (http://HOST:PORT) holds ``channel``'s release ``digest``:
+    ``{url, warm}``, with ``error`` saying why not (unreachable, not warm yet, warm for another release);
+    errors in the row, never raised."""
+    row: dict[str, Any] = {"url": url, "warm": False}
+    try:  # one deadline for the whole answer
+        resp = netio.request(url.rstrip("/") + "/status", what="GET /status", deadline=CACHE_STATUS_TIMEOUT,
+                             limit=CACHE_STATUS_MAX)
+    except ReleaseError as e:
+        why: str | None = f"unreachable: {e}"
+    else:
+        try:
+            why = (records.cache_warm(json.loads(resp.body), channel, digest) if resp.status == 200
+                   else f"GET /status: HTTP {resp.status} (not a cache daemon?)")
+        except (ValueError, RecursionError):
+            why = "GET /status: not JSON (not a cache daemon?)"
+    if why is None:
+        row["warm"] = True
+    else:
+        row["error"] = why
+    return row
+
+
 def status(to: str, channels: list[str], targets: list[str], s3_endpoint: str | None = None) -> dict[str, Any]:
     """Each channel's release, and which release each target (an agent's /metrics URL) serves."""
     for url in targets:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise UsageError(f"--agent-url {url!r}: expected an agent's http(s)://HOST:PORT/metrics URL")
+        check_url(url, "--agent-url", "an agent's http(s)://HOST:PORT/metrics URL")
     reader = open_store(to, s3_endpoint=s3_endpoint)
     # S3 with the controller's credentials (boto3's chain), not the agents' environment variables.
     writer = open_writer(to, s3_endpoint) if reader.kind.reports else None

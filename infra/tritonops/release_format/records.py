@@ -6,7 +6,9 @@
   and :func:`check_report` (the controller);
 - the node's gated state (``<releases>/current.json``): :func:`parse_state` and :func:`state_text`;
 - a release id record (``ids/<release>.json``, ``{"release", "digest"}``): :func:`id_record` and
-  :func:`id_digest`.
+  :func:`id_digest`;
+- a node cache daemon's ``GET /status`` (agent/cache_daemon.py): :func:`cache_status` (the daemon) and
+  :func:`cache_warm` (the controller's ``rollout advance --cache-url``).
 
 Each is a plain JSON object; the bytes on disk and in stores are what they were (sorted keys, the same
 indent). Pure: no I/O (the callers read and write).
@@ -141,3 +143,29 @@ def id_digest(raw: bytes, where: str) -> str:
     except (ValueError, RecursionError):
         raise StoreError(f"{where}: not a release id record {{'release', 'digest'}}") from None
     return str(doc["digest"])
+
+
+def cache_status(cache: str, used_bytes: int, quota: int | None, channels: list[dict[str, Any]]) -> dict[str, Any]:
+    """A node cache daemon's ``GET /status``: its cache, and per followed channel the prefetcher's warm state
+    (``{channel, warm, releases, digests, fetched_bytes, seconds, at}`` once a pass filled it; ``warm`` false
+    before the first pass, and with ``error`` after a failed one)."""
+    return {"cache": cache, "used_bytes": used_bytes, "quota": quota, "channels": channels}
+
+
+def cache_warm(doc: Any, channel: str, digest: str) -> str | None:
+    """None when the cache status ``doc`` says ``channel`` is warm with the release manifest ``digest``
+    (among its ``digests``: the channel's release and its rollout's previous one); else why not."""
+    rows = doc.get("channels") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        return "not a cache daemon's status (no channels list)"
+    row = next((r for r in rows if isinstance(r, dict) and r.get("channel") == channel), None)
+    if row is None:
+        return f"does not follow channel {channel} (cache serve --channel {channel})"
+    digests = row.get("digests")
+    if row.get("warm") is True and isinstance(digests, list) and digest in digests:
+        return None
+    if row.get("error"):
+        return f"not warm: {row['error']}"
+    if row.get("warm") is True:
+        return f"warm for {', '.join(map(str, row.get('releases') or []))} only, not yet for this release"
+    return "not warm yet (no prefetch pass has finished)"
