@@ -26,6 +26,12 @@ machine (as an air-gapped site's static mirror), a replica starts as a pod does:
   its statistics API's success time, queue to response, no client or HTTP parsing in it);
 * golden gate: ``tritonops.release.push.golden``, the check the release agent runs before the pod is Ready.
 
+An edge node (case "edge") starts no Triton: its agent's ``pull --once`` (the node service's poll) fetches
+the release from the node cache into its releases folder, switches the link and loads each model into the
+Triton already running there, runs the golden gate and marks the release; its parts are the agent's start
+and fetch up to Triton's first "loading" (fetch + verify), load, warmup, the rest of the apply (golden gate:
+the gate, the mark, the agent's exit) and the first request after it.
+
 Each release is published twice, as it is and with generated ``model_warmup`` (tritonops.model_repo.warmup,
 ``publish --warmup``), so the first request's latency shows with and without it. In the same run, each
 round, three baselines for the fetch's MB/s (the agent's own ``fetch_seconds``: manifest read to release
@@ -79,8 +85,9 @@ CACHE = ROOT / ".cache" / "cold_start"
 IMAGE = "localhost/tritonops-tritonserver-cpu"
 CHANNELS = {False: "plain", True: "warmed"}  # the release as it is / with generated model_warmup
 # The cases each round runs, in order: (node cache, generated warmup). "warm" reads the cache folder "cold"
-# filled (an edge node's agents, --cache); "daemon" reads it through the node's cache daemon (a pod, --cache-url).
-CASES = (("absent", False), ("absent", True), ("cold", True), ("warm", True), ("daemon", True))
+# filled (an edge node's agents, --cache); "daemon" reads it through the node's cache daemon (a pod, --cache-url);
+# "edge" is an edge node's agent applying the release to its running Triton, from that same cache folder.
+CASES = (("absent", False), ("absent", True), ("cold", True), ("warm", True), ("daemon", True), ("edge", True))
 MIN_RATE_MB = 100  # releases smaller than this get no MB/s figures (process start-up dominates)
 REQUEST_GAP_S = 0.2  # the pause before each of the ten requests (the first included): equal footing
 PARTS = ("fetch_verify", "triton_start", "load", "warmup", "ready", "first_request", "golden_gate")
@@ -269,24 +276,76 @@ def _served(client: Any, model: str, count: int = 0, timeout: float = 10) -> tup
         time.sleep(0.005)
 
 
+def _agent(command: str, store_url: str, channel: str, trusted_key: Path, home: Path, *extra: str,
+           timeout: float = 600) -> dict[str, Any]:
+    """``tritonops-agent COMMAND`` for the node folder ``home`` (models link, releases); its JSON result."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tritonops.agent", command, "--store", store_url, "--channel", channel,
+         "--link", str(home / "models"), "--releases", str(home / "releases"), "--trusted-key", str(trusted_key),
+         *extra], capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode:
+        raise RuntimeError(f"tritonops-agent {command} exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def _answered(triton: Any, link: Path, models: list[str], t0: float, t_spawn: float | None, t_ready: float,
+              synced: dict[str, Any], timeout: float, gate: bool = True) -> Replica:
+    """The first ten requests and (``gate``) the golden gate on a replica whose models are loaded, and the
+    parts from ``t0`` (the release's fetch began), ``t_spawn`` (tritonserver started; None: it ran before)
+    and ``t_ready``."""
+    import tritonclient.http as httpclient
+    from tritonops.model_repo.golden import Golden
+
+    client = httpclient.InferenceServerClient(triton.http_url, network_timeout=timeout)
+    entry = _entry(link, models)
+    case = Golden.load(link / entry / "golden.json").cases[0]
+    before, ns = _served(client, entry)
+    latencies, served_ns = [], [ns]
+    for i in range(10):
+        time.sleep(REQUEST_GAP_S)
+        latencies.append(_request_ms(client, entry, case))
+        served_ns.append(_served(client, entry, before + i + 1)[1])
+    gate_s = 0.0
+    if gate:
+        g0 = time.time()
+        report = golden(triton.http_url, link, models, timeout=timeout)
+        gate_s = time.time() - g0
+        if not report["ok"]:
+            raise RuntimeError(f"golden gate failed: {report.get('failed')}")
+    per_model, first_loading, last_loaded = model_times(triton.log(), models)
+    client.close()  # an open connection holds Triton's shutdown for its exit timeout (30 s)
+    warmup_s = max(m["warmup_s"] for m in per_model.values())
+    parts = {
+        "fetch_verify": (first_loading if t_spawn is None else t_spawn) - t0,
+        "triton_start": 0.0 if t_spawn is None else first_loading - t_spawn,
+        # Models load side by side: the longest warmup is the part warmup adds; the rest of the span is load.
+        "load": last_loaded - first_loading - warmup_s,
+        "warmup": warmup_s,
+        "ready": t_ready - last_loaded,
+        "first_request": latencies[0] / 1000,
+        "golden_gate": gate_s,
+    }
+    return Replica(parts=parts, fetched_bytes=int(synced.get("downloaded", 0)), models=per_model,
+                   first_ms=latencies[0], tenth_ms=latencies[9], steady_ms=statistics.median(latencies[1:]),
+                   triton_ms=[(b - a) / 1e6 for a, b in itertools.pairwise(served_ns)],
+                   triton_load_warmup_s=last_loaded - first_loading, sync=synced)
+
+
+def _models(link: Path) -> list[str]:
+    return sorted(d.name for d in link.iterdir() if (d / "config.pbtxt").is_file())
+
+
 def start_replica(store_url: str, channel: str, trusted_key: Path, home: Path, cache: Path | None,
                   cache_url: str | None = None, timeout: float = 600) -> Replica:
     """Start one replica as a pod does and time each part (the module's docstring)."""
     import tritonclient.http as httpclient
-    from tritonops.model_repo.golden import Golden
 
-    link, releases = home / "models", home / "releases"
+    link = home / "models"
     t0 = time.time()
-    sync = subprocess.run(
-        [sys.executable, "-m", "tritonops.agent", "sync", "--store", store_url, "--channel", channel,
-         "--link", str(link), "--releases", str(releases), "--trusted-key", str(trusted_key),
-         *(["--cache", str(cache)] if cache else []), *(["--cache-url", cache_url] if cache_url else [])],
-        capture_output=True, text=True, timeout=timeout, check=False)
-    if sync.returncode:
-        raise RuntimeError(f"tritonops-agent sync exited {sync.returncode}: {sync.stderr[-2000:]}")
-    synced = json.loads(sync.stdout)
+    synced = _agent("sync", store_url, channel, trusted_key, home, *(["--cache", str(cache)] if cache else []),
+                    *(["--cache-url", cache_url] if cache_url else []), timeout=timeout)
     t_spawn = time.time()
-    models = sorted(d.name for d in link.iterdir() if (d / "config.pbtxt").is_file())
+    models = _models(link)
     triton = server.start(link, model_control_mode="explicit", load_models=models, wait_ready=False,
                           extra_args=["--log-verbose=1"])
     try:
@@ -302,41 +361,37 @@ def start_replica(store_url: str, channel: str, trusted_key: Path, home: Path, c
             if time.time() - t_spawn > timeout:
                 raise RuntimeError(f"Triton not ready after {timeout}s")
             time.sleep(0.02)
-        t_ready = time.time()
-        entry = _entry(link, models)
-        case = Golden.load(link / entry / "golden.json").cases[0]
-        before, ns = _served(client, entry)
-        latencies, served_ns = [], [ns]
-        for i in range(10):
-            time.sleep(REQUEST_GAP_S)
-            latencies.append(_request_ms(client, entry, case))
-            served_ns.append(_served(client, entry, before + i + 1)[1])
-        t_first = t_ready + latencies[0] / 1000
-        g0 = time.time()
-        report = golden(triton.http_url, link, models, timeout=timeout)
-        gate_s = time.time() - g0
-        if not report["ok"]:
-            raise RuntimeError(f"golden gate failed: {report.get('failed')}")
-        per_model, first_loading, last_loaded = model_times(triton.log(), models)
-        client.close()  # an open connection holds Triton's shutdown for its exit timeout (30 s)
+        client.close()
+        return _answered(triton, link, models, t0, t_spawn, time.time(), synced, timeout)
     finally:
         triton.stop()
-    warmup_s = max(m["warmup_s"] for m in per_model.values())
-    parts = {
-        "fetch_verify": t_spawn - t0,
-        "triton_start": first_loading - t_spawn,
-        # Models load side by side: the longest warmup is the part warmup adds; the rest of the span is load.
-        "load": last_loaded - first_loading - warmup_s,
-        "warmup": warmup_s,
-        "ready": t_ready - last_loaded,
-        "first_request": t_first - t_ready,
-        "golden_gate": gate_s,
-    }
-    return Replica(parts=parts, fetched_bytes=int(synced.get("downloaded", 0)), models=per_model,
-                   first_ms=latencies[0], tenth_ms=latencies[9], steady_ms=statistics.median(latencies[1:]),
-                   triton_ms=[(b - a) / 1e6 for a, b in itertools.pairwise(served_ns)],
-                   triton_load_warmup_s=last_loaded - first_loading,
-                   sync=synced)
+
+
+def start_on_edge(store_url: str, channel: str, trusted_key: Path, home: Path, cache: Path | None,
+                  timeout: float = 600) -> Replica:
+    """An edge node's agent (``tritonops-agent pull --once``, as the node's service polls) applying the
+    channel's release to the node's running Triton (explicit model control, nothing loaded yet): fetch from
+    the node ``cache``, the link switched, each model loaded through Triton's API, its warmup, the golden
+    gate (the agent's, part of its apply: "golden gate" is the rest of the apply after the last model
+    loaded); then the first request. Triton's own start is not a part: it runs on the node already."""
+    link, empty = home / "models", home / "empty"
+    empty.mkdir(parents=True)
+    (home / "releases").mkdir()
+    link.symlink_to(empty)
+    triton = server.start(link, model_control_mode="explicit", extra_args=["--log-verbose=1"])
+    try:
+        t0 = time.time()
+        applied = _agent("pull", store_url, channel, trusted_key, home, "--triton", f"http://{triton.http_url}",
+                         *(["--cache", str(cache)] if cache else []), "--once", timeout=timeout)
+        t_applied = time.time()
+        if applied.get("result") != "applied":
+            raise RuntimeError(f"tritonops-agent pull --once: {applied}")
+        models = _models(link)
+        rep = _answered(triton, link, models, t0, None, t_applied, applied, timeout, gate=False)
+    finally:
+        triton.stop()
+    rep.parts["golden_gate"], rep.parts["ready"] = rep.parts["ready"], 0.0
+    return rep
 
 
 def publish_both(source: Path, store: Path, key: Path, work: Path) -> None:
@@ -385,9 +440,10 @@ def measure(name: str, source: Path, rounds: int, work: Path, console: Console) 
             for mode, warm in CASES:
                 label = f"{mode}_{'warmup' if warm else 'plain'}"
                 home = work / f"home-{r}-{label}"
+                folder = cache if mode in ("cold", "warm", "edge") else None
                 with cache_daemon(cache, url) if mode == "daemon" else nullcontext() as daemon:
-                    rep = start_replica(url, CHANNELS[warm], pub, home, cache if mode in ("cold", "warm") else None,
-                                        cache_url=daemon)
+                    rep = (start_on_edge(url, CHANNELS[warm], pub, home, folder) if mode == "edge" else
+                           start_replica(url, CHANNELS[warm], pub, home, folder, cache_url=daemon))
                 shutil.rmtree(home, ignore_errors=True)
                 runs.setdefault(label, []).append(rep)
                 console.print(f"{name} round {r + 1} {label}: fetched {rep.fetched_bytes / 1e6:.1f} MB "
@@ -483,7 +539,7 @@ def plot(record_figures: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     bars = [(f"{name} {label.replace('_', ', ')}", name, label) for name in ("large", "sample")
-            for label in ("absent_plain", "absent_warmup", "cold_warmup", "warm_warmup", "daemon_warmup")
+            for label in ("absent_plain", "absent_warmup", "cold_warmup", "warm_warmup", "daemon_warmup", "edge_warmup")
             if f"{name}_{label}_fetch_verify_s" in record_figures]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(bars) + 1.6))
     for i, (_, name, label) in enumerate(bars):
