@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ..core import netio
 from ..core.errors import StoreError, UsageError
@@ -104,17 +105,21 @@ def download_checked(where: str, dest: Path, sha256: str, size: int, on_chunk: C
                      fill: Callable[[Callable[[bytes], None], int], None]) -> int:
     """The download every kind does: ``fill(sink, limit)`` streams the object into ``sink`` (never more than
     ``limit`` bytes); it is written to ``dest``, hashed, counted, and removed again unless it is ``size``
-    bytes with that sha256. ``on_chunk(chunk)`` is called after each chunk is written."""
+    bytes with that sha256. ``on_chunk(chunk)`` is called after each chunk is hashed (its write may lag).
+
+    A file larger than one chunk is written by a second thread (:class:`WriteBehind`) while this one
+    receives and hashes the next chunks (a socket's read, sha256 and a file's write each release the GIL;
+    hashing on the second thread instead was slower, writing there faster: docs/time-to-serve.md)."""
     if type(size) is not int or size < 0:
         raise StoreError(f"{where}: no signed length to download it under")
     h = hashlib.sha256()
     written = 0
     try:
-        with open(dest, "wb") as out:
+        with open(dest, "wb") as out, WriteBehind(out, threaded=size > netio.BLOB_CHUNK) as write:
             def sink(chunk: bytes) -> None:
                 nonlocal written
                 h.update(chunk)
-                out.write(chunk)
+                write(chunk)
                 written += len(chunk)
                 if on_chunk is not None:
                     on_chunk(chunk)
@@ -126,6 +131,9 @@ def download_checked(where: str, dest: Path, sha256: str, size: int, on_chunk: C
     except OSError as e:
         unlink(dest)
         raise StoreError(f"{where}: {e.strerror or e}") from None
+    except BaseException:
+        unlink(dest)
+        raise
     if written != size:
         unlink(dest)
         raise StoreError(f"{where}: {written} bytes, not the {size} the manifest states")
@@ -133,6 +141,47 @@ def download_checked(where: str, dest: Path, sha256: str, size: int, on_chunk: C
         unlink(dest)
         raise StoreError(f"{where}: content sha256 {h.hexdigest()[:16]} is not the {sha256[:16]} asked for")
     return written
+
+
+class WriteBehind:
+    """Chunks written to ``out`` by a second thread (``threaded``), in order, at most ``ahead`` behind the
+    calls (which then wait); leaving the ``with`` block waits for the last write. A write's error (a full
+    disk) is raised by the next call, so the download stops, or on leaving. Not ``threaded``: each chunk is
+    written at once (a small file: a thread would cost more than it saves)."""
+
+    def __init__(self, out: BinaryIO, threaded: bool = True, ahead: int = 8) -> None:
+        self.out = out
+        self.error: OSError | None = None
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(ahead)
+        self._thread = threading.Thread(target=self._run, name="write-behind", daemon=True) if threaded else None
+
+    def _run(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            if self.error is None:
+                try:
+                    self.out.write(chunk)
+                except OSError as e:
+                    self.error = e
+
+    def __call__(self, chunk: bytes) -> None:
+        if self._thread is None:
+            self.out.write(chunk)
+            return
+        if self.error is not None:
+            raise self.error
+        self._chunks.put(chunk)
+
+    def __enter__(self) -> WriteBehind:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._thread is not None:
+            self._chunks.put(None)
+            self._thread.join()
+            if self.error is not None and kind is None:
+                raise self.error
 
 
 KINDS: list[Kind] = []  # the registry: filled by the package (stores/__init__.py) in the order messages list them

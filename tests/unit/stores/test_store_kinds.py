@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -108,6 +110,42 @@ def test_a_download_is_checked_against_its_sha256_and_length(kit: Kit, tmp_path:
     assert not dest.exists()
     with pytest.raises(StoreError, match="no signed length"):
         kit.store.download(blob_key(SHA), dest, SHA, None)  # type: ignore[arg-type]
+
+
+BIG = hashlib.shake_256(b"tritonops").digest(6 << 20)  # 6 MiB, no two pieces alike: more than one chunk
+
+
+def test_a_large_download_is_written_whole_and_in_order(kit: Kit, tmp_path: Path) -> None:
+    """Past one chunk (netio.BLOB_CHUNK) a second thread writes while the next chunks arrive (WriteBehind)."""
+    sha = hashlib.sha256(BIG).hexdigest()
+    kit.writer.put(blob_key(sha), BIG)
+    dest = tmp_path / "big"
+    assert kit.store.download(blob_key(sha), dest, sha, len(BIG)) == len(BIG)
+    assert dest.read_bytes() == BIG
+
+
+def test_a_full_disk_stops_the_download_and_leaves_nothing(tmp_path: Path) -> None:
+    """The kernel refuses the write (RLIMIT_FSIZE: EFBIG, as ENOSPC would on a full disk) on the writing
+    thread: the download ends with a StoreError naming it, and the partial file is removed."""
+    sha = hashlib.sha256(BIG).hexdigest()
+    stores.open_writer(str(tmp_path / "store")).put(blob_key(sha), BIG)
+    dest = tmp_path / "out"
+    script = f"""
+import resource, signal
+from pathlib import Path
+from tritonops import stores
+from tritonops.core.errors import StoreError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20))
+try:
+    stores.open_store({str(tmp_path / "store")!r}).download({blob_key(sha)!r}, Path({str(dest)!r}), {sha!r}, {len(BIG)})
+except StoreError as e:
+    print("refused:", e)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "File too large" in done.stdout, done.stdout
+    assert not dest.exists()
 
 
 def test_a_swap_reads_changes_and_writes_one_object(kit: Kit) -> None:
