@@ -35,8 +35,10 @@ the gate, the mark, the agent's exit) and the first request after it.
 Each release is published twice, as it is and with generated ``model_warmup`` (tritonops.model_repo.warmup,
 ``publish --warmup``), so the first request's latency shows with and without it. In the same run, each
 round, three baselines for the fetch's MB/s (the agent's own ``fetch_seconds``: manifest read to release
-installed; ``sync`` rates count the whole init container): the store's raw read (the largest blob over
-HTTP, read and dropped), the same read hashed as the agent hashes it (netio, sha256, nothing written),
+installed; ``sync`` rates count the whole init container): the store's raw read (curl reading the largest
+blob into /dev/null; each baseline runs in a process of its own, as the agent does: a reader in the
+benchmark's process shares the GIL with the store's server thread), the same read hashed as the agent
+hashes it (netio, sha256, nothing written),
 and the node's write of a new file of that size (twice in a row: a VM that hands freed memory back to
 its host at once, ``/sys/module/page_reporting``, makes the first write wait for the host and the second
 land on the pages the first freed; the record keeps the guest's settings). ``--record`` writes tests/benchmarks/records/cold_start.json; ``--plot`` draws the parts as
@@ -52,7 +54,6 @@ import argparse
 import contextlib
 import datetime
 import functools
-import hashlib
 import http.server
 import itertools
 import json
@@ -161,27 +162,34 @@ def cache_daemon(cache: Path, store_url: str, timeout: float = 60) -> Iterator[s
 
 
 def raw_read_mbps(url: str) -> float:
-    """MB/s of one GET of ``url`` read to the end and dropped (no hash, nothing written)."""
-    t0 = time.monotonic()
-    n = 0
-    with urllib.request.urlopen(url, timeout=600) as r:
-        while chunk := r.read(1 << 20):
-            n += len(chunk)
-    return n / 1e6 / (time.monotonic() - t0)
+    """MB/s of one GET of ``url`` by curl, in its own process as the agent is, into /dev/null: the store's
+    raw read (a reference tool; nothing hashed or written)."""
+    out = subprocess.run(["curl", "-sS", "--fail", "-o", os.devnull, "-w", "%{size_download} %{time_total}", url],
+                         capture_output=True, text=True, timeout=600, check=True).stdout.split()
+    return int(out[0]) / 1e6 / float(out[1])
+
+
+_VERIFIED_READ = """
+import hashlib, sys, time
+from tritonops.core import netio
+url, sha256, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+h = hashlib.sha256()
+t0 = time.monotonic()
+resp = netio.request(url, deadline=600, limit=size, sink=h.update, chunk_size=netio.BLOB_CHUNK)
+took = time.monotonic() - t0
+if resp.status != 200 or resp.size != size or h.hexdigest() != sha256:
+    sys.exit(f"{url}: HTTP {resp.status}, {resp.size} bytes, sha256 {h.hexdigest()[:16]}")
+print(size / 1e6 / took)
+"""
 
 
 def verified_read_mbps(url: str, sha256: str, size: int) -> float:
-    """MB/s of the agent's read of one file without its write: the store's netio read in the agent's pieces
-    (netio.BLOB_CHUNK), every byte hashed as it arrives, length and sha256 checked; nothing written."""
-    from tritonops.core import netio
-
-    h = hashlib.sha256()
-    t0 = time.monotonic()
-    resp = netio.request(url, deadline=600, limit=size, sink=h.update, chunk_size=netio.BLOB_CHUNK)
-    took = time.monotonic() - t0
-    if resp.status != 200 or resp.size != size or h.hexdigest() != sha256:
-        raise RuntimeError(f"{url}: HTTP {resp.status}, {resp.size} bytes, sha256 {h.hexdigest()[:16]}")
-    return size / 1e6 / took
+    """MB/s of the agent's read of one file without its write, in a process of its own as the agent's is:
+    the store's netio read in the agent's pieces (netio.BLOB_CHUNK), every byte hashed as it arrives,
+    length and sha256 checked; nothing written."""
+    done = subprocess.run([sys.executable, "-c", _VERIFIED_READ, url, sha256, str(size)], capture_output=True,
+                          text=True, timeout=600, check=True)
+    return float(done.stdout)
 
 
 def node_write_mbps(folder: Path, size: int) -> float:
