@@ -639,8 +639,7 @@ def main() -> int:
     if low:
         console.print(f"[yellow]modelLoadSeconds below the measured cold start for: {', '.join(low)}[/]")
     if args.record:
-        path = record.write("cold_start", figures, console.export_text(), note=record.load_note(load_at_start)
-                            + "; other helpers' tests and benchmarks ran on the machine at the same time")
+        path = record.write("cold_start", figures, console.export_text(), note=record.load_note(load_at_start))
         console.print(f"recorded {path}")
     if args.plot:
         plot(record.read("cold_start")["figures"] if args.record else figures, args.plot)
