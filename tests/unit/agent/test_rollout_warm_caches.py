@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import release_source
 from tritonops.agent.cache import Cache
 from tritonops.agent.cache_daemon import Prefetcher, serve
 from tritonops.agent.pull import Agent
@@ -35,16 +34,6 @@ from tritonops.stores import open_store
 
 WAVES = [{"percent": 50}, {"percent": 100}]
 RID = "r2-stable"
-
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
-    """Made once: a store with r1 on stable and r2 published, not moved; each test gets a copy."""
-    base = tmp_path_factory.mktemp("published")
-    pub.publish(release_source(base, "a"), str(base / "store"), "stable", keys["key"], target="cpu", version="r1")
-    pub.publish(release_source(base, "b", "two"), str(base / "store"), None, keys["key"], target="cpu",
-                version="r2", channels=["stable"])
-    return base / "store"
 
 
 @pytest.fixture

@@ -43,16 +43,6 @@ def _ids(rid: str, inside: bool, n: int) -> list[str]:
     return [a for a in (f"node-{i:03d}" for i in range(200)) if (ar.bucket(rid, a) < 50) == inside][:n]
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
-    """Made once: a store with r1 on stable and r2 published, not moved; each test gets a copy."""
-    base = tmp_path_factory.mktemp("published")
-    pub.publish(release_source(base, "a"), str(base / "store"), "stable", keys["key"], target="cpu", version="r1")
-    pub.publish(release_source(base, "b", "two"), str(base / "store"), None, keys["key"], target="cpu",
-                version="r2", channels=["stable"])
-    return base / "store"
-
-
 @pytest.fixture
 def fleet(tmp_path: Path, keys: dict[str, Path], published: Path) -> dict[str, Any]:
     """A copy of the store, and two agents serving r1 on it: one in r2's first wave, one in its second."""
