@@ -35,7 +35,7 @@ from tritonops.core.errors import ReleaseError, UsageError
 from tritonops.core.keys import channel_key, counted_key, id_key, report_key, reports_prefix
 from tritonops.core.names import check_name, check_release_id
 from tritonops.release import publish as pub
-from tritonops.release.status import cache_warm, check_url, scrape
+from tritonops.release.status import check_url, scrape, scrape_cache
 from tritonops.release_format import records, signing, trust
 from tritonops.release_format import waves as ar
 from tritonops.stores import Store, open_store
@@ -418,7 +418,7 @@ def advance(to: str, channel: str, agent_urls: list[str] | None = None, s3_endpo
         return {**out, "result": "complete", "reason": f"the last wave is reached, {failed} failed"}
     if cache_urls:  # the next wave's nodes read the release from their caches: warm before they are asked
         with ThreadPoolExecutor(READERS) as pool:
-            out["caches"] = list(pool.map(lambda u: cache_warm(u, channel, p["digest"]), cache_urls))
+            out["caches"] = list(pool.map(lambda u: scrape_cache(u, channel, p["digest"]), cache_urls))
         cold = [f"{c['url']}: {c['error']}" for c in out["caches"] if not c["warm"]]
         if cold:
             return {**out, "result": "waiting", "reason": f"{len(cold)} of {len(cache_urls)} node caches are not "

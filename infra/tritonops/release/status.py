@@ -52,7 +52,7 @@ def check_url(url: str, option: str, expected: str) -> None:
         raise UsageError(f"{option} {url!r}: expected {expected}")
 
 
-def cache_warm(url: str, channel: str, digest: str) -> dict[str, Any]:
+def scrape_cache(url: str, channel: str, digest: str) -> dict[str, Any]:
     """Whether the node cache daemon at ``url`` (http://HOST:PORT) holds ``channel``'s release ``digest``:
     ``{url, warm}``, with ``error`` saying why not (unreachable, not warm yet, warm for another release);
     errors in the row, never raised."""

@@ -26,7 +26,7 @@ from tritonops.k8s.parse import parse_config
 from tritonops.k8s.stack_file import read_stack_file
 from tritonops.k8s.stacks.triton import node_cache, workload
 from tritonops.release import publish as pub
-from tritonops.release.status import cache_warm
+from tritonops.release.status import scrape_cache
 from tritonops.release_format import manifest, signing
 from tritonops.stores import open_store
 
@@ -89,7 +89,7 @@ def test_the_played_cache_daemon_serves_the_rendered_pods_sync(tmp_path: Path) -
                 pytest.fail(f"the cache daemon never warmed {channel}: {status}\n{played.logs('node-cache')}")
             assert (tmp_path / "node" / "warm" / f"{channel}.json").exists()  # the hostPath folder, written by uid 1000
             digest = pub.read_pointer(open_store(str(tmp_path / "store")), channel)["digest"]  # type: ignore[index]
-            assert cache_warm(url, channel, digest) == {"url": url, "warm": True}  # what rollout advance waits on
+            assert scrape_cache(url, channel, digest) == {"url": url, "warm": True}  # what rollout advance waits on
             assert (tmp_path / "node" / "blobs").stat().st_uid == 1000
             prefetched = sum(handler.counts.values())
             assert prefetched == len(set(manifest.tree_files(SAMPLE).values()))

@@ -27,7 +27,7 @@ from tritonops.agent.pull import Agent
 from tritonops.core.errors import UsageError
 from tritonops.release import publish as pub
 from tritonops.release import rollout as ro
-from tritonops.release.status import cache_warm
+from tritonops.release.status import scrape_cache
 from tritonops.release_format import records
 from tritonops.release_format import waves as ar
 from tritonops.stores import open_store
@@ -70,22 +70,20 @@ def _status(cache: Cache, pre: Prefetcher) -> dict[str, Any]:
     return records.cache_status(str(cache), cache.usage(), cache.quota, [pre.warm])
 
 
-def _digest(store: str) -> str:
-    p = pub.read_pointer(open_store(store), "stable")
-    assert p is not None
-    return str(p["digest"])
-
-
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _wave(store: str) -> int:
+def _pointer(store: str) -> dict[str, Any]:
     p = pub.read_pointer(open_store(store), "stable")
     assert p is not None
-    return int(p["rollout"]["wave"])
+    return p
+
+
+def _wave(store: str) -> int:
+    return int(_pointer(store)["rollout"]["wave"])
 
 
 def test_advance_waits_until_every_next_wave_cache_holds_the_release(rollout: dict[str, Any],
@@ -132,7 +130,7 @@ def test_an_unreachable_or_failing_cache_makes_advance_wait_with_the_reason(
     assert adv["caches"][1]["error"].startswith("not warm: ") and pre.warm["error"] in adv["caches"][1]["error"]
     assert f"{dead}: unreachable" in adv["reason"]
     # A server that is no cache daemon, a daemon that does not follow the channel: said as such.
-    assert cache_warm(url, "beta", "0" * 64)["error"] == "does not follow channel beta (cache serve --channel beta)"
+    assert scrape_cache(url, "beta", "0" * 64)["error"] == "does not follow channel beta (cache serve --channel beta)"
     with pytest.raises(UsageError, match="--cache-url 'node-1:8080': expected a node cache daemon's"):
         ro.advance(store, "stable", pointer_args=sign, cache_urls=["node-1:8080"])
 
@@ -158,7 +156,7 @@ def test_the_cli_option_waits_for_a_real_cache_serve_daemon(rollout: dict[str, A
                               stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not cache_warm(url, "stable", _digest(store))["warm"]:
+        while not scrape_cache(url, "stable", str(_pointer(store)["digest"]))["warm"]:
             assert time.monotonic() < deadline and daemon.poll() is None, "the cache daemon never warmed r2"
             time.sleep(0.1)
         r = CliRunner().invoke(app, advance)
